@@ -1,0 +1,77 @@
+"""`Grammar`: the user-facing handle on a grammar, whatever it was written in.
+
+Every constructor runs a front-end that produces the shared IR (:mod:`codemask.grammar.ir`);
+the engine only ever sees that IR. A `Grammar` also remembers a canonical text of itself,
+which (with the vocabulary's fingerprint) keys the compile cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from codemask.errors import GrammarError
+from codemask.grammar.ir import GrammarIR, grammar_text
+
+
+class Grammar:
+    """A grammar in the engine's IR, built by one of the ``from_*`` constructors."""
+
+    def __init__(self, ir: GrammarIR, kind: str) -> None:
+        if ir.start not in ir.rules:
+            raise GrammarError(f"start rule {ir.start!r} is not defined")
+        self.ir = ir
+        self.kind = kind
+        self._key: str | None = None
+
+    @property
+    def cache_key(self) -> str:
+        """A hash of the grammar's canonical text: equal grammars share compiled artefacts."""
+        if self._key is None:
+            self._key = hashlib.sha256(grammar_text(self.ir).encode("utf-8")).hexdigest()
+        return self._key
+
+    def __repr__(self) -> str:
+        return f"Grammar(kind={self.kind!r}, rules={len(self.ir.rules)}, start={self.ir.start!r})"
+
+    @classmethod
+    def from_ebnf(cls, text: str, start: str = "root", *, source: str = "<ebnf>") -> Grammar:
+        """GBNF as llama.cpp writes it, or XGrammar's EBNF dialect (``{m,n}``, lookahead ``(= …)``)."""
+        from codemask.grammar.ebnf import parse_ebnf
+
+        return cls(parse_ebnf(text, start=start, source=source), "ebnf")
+
+    @classmethod
+    def from_lark(cls, text: str, start: str = "start", *, source: str = "<lark>") -> Grammar:
+        """A Lark grammar, matched with Lark's contextual-lexer semantics."""
+        from codemask.grammar.lark import parse_lark
+
+        return cls(parse_lark(text, start=start, source=source), "lark")
+
+    @classmethod
+    def from_regex(cls, pattern: str) -> Grammar:
+        """A Python ``re`` pattern, matched in full (as ``re.fullmatch`` would)."""
+        from codemask.grammar.regex import regex_grammar
+
+        return cls(regex_grammar(pattern), "regex")
+
+    @classmethod
+    def builtin(cls, name: str) -> Grammar:
+        """A grammar shipped with codemask (``"json"``, …), by name."""
+        from codemask.grammar.builtin import load_builtin
+
+        return load_builtin(name)
+
+    @classmethod
+    def from_file(cls, path: str | Path, start: str | None = None) -> Grammar:
+        """A grammar file: ``.lark`` is Lark; ``.gbnf``/``.ebnf``/``.bnf`` is EBNF."""
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise GrammarError(f"cannot read grammar file {file}: {exc}") from exc
+        if file.suffix == ".lark":
+            return cls.from_lark(text, start=start or "start", source=str(file))
+        if file.suffix in {".gbnf", ".ebnf", ".bnf"}:
+            return cls.from_ebnf(text, start=start or "root", source=str(file))
+        raise GrammarError(f"unknown grammar file type {file.suffix!r} (expected .lark, .gbnf, .ebnf or .bnf)")

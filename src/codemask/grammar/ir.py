@@ -1,0 +1,247 @@
+"""The grammar IR that every front-end produces and the engine compiles.
+
+A grammar is a set of named rules; a rule's body is an expression tree over byte strings,
+character classes (Unicode code points, compiled to UTF-8 byte automata by the engine), raw
+byte classes, rule references, sequences, alternatives and bounded or unbounded repetition.
+
+Front-ends (EBNF/GBNF, Lark, regex, JSON Schema) only build these nodes; they never decide how
+the engine matches them. Nodes are immutable and hashable so that the optimiser can share and
+deduplicate sub-expressions, and so that a grammar has a canonical text form (``to_text``) that
+keys the compile cache.
+
+Lexer mode: a grammar written for a lexer (Lark) carries ``terminals`` and ``ignore``. Its rules
+then reference terminals with :class:`TerminalRef`, and the engine matches the input with the
+contextual-lexer semantics of that front-end (longest match among the terminals the parser can
+accept, priorities, ignored terminals between lexemes) instead of plain byte-level semantics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+MAX_CODE_POINT = 0x10FFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    """A byte string matched exactly (UTF-8 for text)."""
+
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CharClass:
+    """A set of Unicode code points, as sorted, disjoint, inclusive ranges.
+
+    ``negated`` complements the set within ``[0, 0x10FFFF]`` (surrogates excluded when compiled:
+    they have no UTF-8 encoding).
+    """
+
+    ranges: tuple[tuple[int, int], ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ByteClass:
+    """A set of raw byte values (0–255), as sorted, disjoint, inclusive ranges.
+
+    Used where a grammar talks about bytes rather than characters (e.g. ``\\xFF`` in a regex over
+    bytes, or "any byte" for binary-safe grammars).
+    """
+
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleRef:
+    """A reference to another rule by name."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalRef:
+    """A reference to a lexer terminal (lexer-mode grammars only)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sequence:
+    """Items matched one after the other. The empty sequence matches the empty string."""
+
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """Any one of the alternatives. The empty choice matches nothing."""
+
+    alternatives: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """``item`` repeated between ``min`` and ``max`` times (``max=None``: unbounded)."""
+
+    item: Expr
+    min: int = 0
+    max: int | None = None
+
+
+Expr = Union[Literal, CharClass, ByteClass, RuleRef, TerminalRef, Sequence, Choice, Repeat]
+
+EMPTY: Expr = Sequence(())
+NOTHING: Expr = Choice(())
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A named rule. ``lookahead`` (XGrammar's ``(= ...)``) must match what follows the rule."""
+
+    name: str
+    body: Expr
+    lookahead: Expr | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    """A lexer terminal (lexer mode): a regular expression with a priority.
+
+    ``literal`` holds the terminal's text when it was written as a string (keywords and
+    punctuation); the lexer gives such terminals precedence over regex terminals that match the
+    same text, as Lark does.
+    """
+
+    name: str
+    body: Expr
+    priority: int = 0
+    literal: bytes | None = None
+
+
+@dataclass(frozen=True)
+class GrammarIR:
+    """Rules plus the start rule, and for lexer-mode grammars the terminals and ignored ones."""
+
+    rules: dict[str, Rule]
+    start: str
+    terminals: dict[str, Terminal] = field(default_factory=dict)
+    ignore: tuple[str, ...] = ()
+
+    @property
+    def lexer_mode(self) -> bool:
+        return bool(self.terminals)
+
+
+def literal(text: str | bytes) -> Literal:
+    """A literal from text (UTF-8 encoded) or raw bytes."""
+    return Literal(text.encode("utf-8") if isinstance(text, str) else text)
+
+
+def seq(*items: Expr) -> Expr:
+    """A sequence, flattening nested sequences and fusing adjacent literals."""
+    flat: list[Expr] = []
+    for item in items:
+        parts = item.items if isinstance(item, Sequence) else (item,)
+        for part in parts:
+            if isinstance(part, Literal) and flat and isinstance(flat[-1], Literal):
+                flat[-1] = Literal(flat[-1].value + part.value)
+            elif not (isinstance(part, Literal) and not part.value):
+                flat.append(part)
+    return flat[0] if len(flat) == 1 else Sequence(tuple(flat))
+
+
+def choice(*alternatives: Expr) -> Expr:
+    """An alternation, flattening nested choices and dropping duplicates (order kept)."""
+    flat: list[Expr] = []
+    for alt in alternatives:
+        for part in alt.alternatives if isinstance(alt, Choice) else (alt,):
+            if part not in flat:
+                flat.append(part)
+    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+
+
+def normalize_ranges(ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """Sort and merge overlapping or adjacent inclusive ranges."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if lo > hi:
+            continue
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+def complement_ranges(ranges: tuple[tuple[int, int], ...], top: int = MAX_CODE_POINT) -> tuple[tuple[int, int], ...]:
+    """The ranges of ``[0, top]`` not covered by ``ranges`` (which must be normalised)."""
+    out: list[tuple[int, int]] = []
+    nxt = 0
+    for lo, hi in ranges:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = max(nxt, hi + 1)
+    if nxt <= top:
+        out.append((nxt, top))
+    return tuple(out)
+
+
+def char_class(ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...], negated: bool = False) -> CharClass:
+    """A character class with normalised ranges."""
+    return CharClass(normalize_ranges(ranges), negated)
+
+
+def references(expr: Expr) -> set[str]:
+    """Names of the rules referenced anywhere inside ``expr``."""
+    found: set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, RuleRef):
+            found.add(node.name)
+        elif isinstance(node, Sequence):
+            stack.extend(node.items)
+        elif isinstance(node, Choice):
+            stack.extend(node.alternatives)
+        elif isinstance(node, Repeat):
+            stack.append(node.item)
+    return found
+
+
+def to_text(expr: Expr) -> str:
+    """A canonical EBNF-like rendering, used for cache keys and error messages."""
+    if isinstance(expr, Literal):
+        return repr(expr.value)
+    if isinstance(expr, CharClass):
+        body = "".join(f"{lo:x}-{hi:x}," for lo, hi in expr.ranges)
+        return f"[{'^' if expr.negated else ''}{body}]"
+    if isinstance(expr, ByteClass):
+        return "b[" + "".join(f"{lo:x}-{hi:x}," for lo, hi in expr.ranges) + "]"
+    if isinstance(expr, RuleRef):
+        return expr.name
+    if isinstance(expr, TerminalRef):
+        return "%" + expr.name
+    if isinstance(expr, Sequence):
+        return "(" + " ".join(to_text(i) for i in expr.items) + ")"
+    if isinstance(expr, Choice):
+        return "(" + " | ".join(to_text(a) for a in expr.alternatives) + ")"
+    if isinstance(expr, Repeat):
+        return f"{to_text(expr.item)}{{{expr.min},{'' if expr.max is None else expr.max}}}"
+    raise TypeError(f"not a grammar expression: {expr!r}")
+
+
+def grammar_text(ir: GrammarIR) -> str:
+    """The canonical text of a whole grammar (rules in name order, start first)."""
+    lines = [f"start {ir.start}"]
+    for name in sorted(ir.rules):
+        rule = ir.rules[name]
+        look = f" (= {to_text(rule.lookahead)})" if rule.lookahead is not None else ""
+        lines.append(f"{name} ::= {to_text(rule.body)}{look}")
+    for name in sorted(ir.terminals):
+        term = ir.terminals[name]
+        lines.append(f"%{name}.{term.priority} ::= {to_text(term.body)} lit={term.literal!r}")
+    if ir.ignore:
+        lines.append("%ignore " + " ".join(ir.ignore))
+    return "\n".join(lines)
