@@ -1,0 +1,418 @@
+"""Per-rule automata: the grammar IR turned into a recursive transition network (RTN).
+
+Every rule becomes a deterministic, minimised automaton over a symbol alphabet (bytes for
+byte-level grammars, terminal ids for the parser level of lexer-mode grammars) whose edges also
+include *calls* of other rules. All rules' states share one global numbering, so that the parser
+and the mask cache work on flat numpy tables:
+
+- ``trans[state, symbol]``: next state or -1,
+- ``accepting[state]``: the rule may end here (its frame may pop),
+- ``calls[state]``: ``(callee rule, return state)`` pairs.
+
+Character classes are over Unicode code points; they are compiled here into the UTF-8 byte
+sequences that encode them, so the engine itself only ever sees bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from codemask.errors import GrammarError
+from codemask.grammar.ir import (
+    MAX_CODE_POINT,
+    ByteClass,
+    CharClass,
+    Choice,
+    Expr,
+    Literal,
+    Repeat,
+    RuleRef,
+    Sequence,
+    TerminalRef,
+    complement_ranges,
+    normalize_ranges,
+)
+
+BYTE_ALPHABET = 256
+# A bounded repetition is unrolled into copies; beyond this many automaton states we refuse
+# rather than build something that would take minutes to compile.
+MAX_NFA_STATES = 400_000
+SURROGATES = (0xD800, 0xDFFF)
+
+
+# ----------------------------------------------------------------------------- UTF-8
+
+def utf8_byte_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
+    """Byte-range sequences whose concatenations are exactly the UTF-8 encodings of ``[lo, hi]``.
+
+    Surrogates have no UTF-8 encoding and are left out.
+    """
+    out: list[list[tuple[int, int]]] = []
+    for a, b in _without_surrogates(lo, hi):
+        for start, end in ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CODE_POINT)):
+            s, e = max(a, start), min(b, end)
+            if s <= e:
+                out.extend(_same_length_ranges(list(chr(s).encode()), list(chr(e).encode())))
+    return out
+
+
+def _without_surrogates(lo: int, hi: int) -> list[tuple[int, int]]:
+    parts = []
+    if lo < SURROGATES[0]:
+        parts.append((lo, min(hi, SURROGATES[0] - 1)))
+    if hi > SURROGATES[1]:
+        parts.append((max(lo, SURROGATES[1] + 1), hi))
+    return [(a, b) for a, b in parts if a <= b]
+
+
+def _same_length_ranges(a: list[int], b: list[int]) -> list[list[tuple[int, int]]]:
+    """Split the byte strings between ``a`` and ``b`` (equal length) into per-byte ranges."""
+    if len(a) == 1:
+        return [[(a[0], b[0])]]
+    if a[0] == b[0]:
+        return [[(a[0], a[0]), *rest] for rest in _same_length_ranges(a[1:], b[1:])]
+    n = len(a) - 1
+    low_tail, high_tail = [0x80] * n, [0xBF] * n
+    out: list[list[tuple[int, int]]] = []
+    first_full, last_full = a[0], b[0]
+    if a[1:] != low_tail:
+        out.extend([(a[0], a[0]), *rest] for rest in _same_length_ranges(a[1:], high_tail))
+        first_full += 1
+    tail_part: list[list[tuple[int, int]]] = []
+    if b[1:] != high_tail:
+        tail_part = [[(b[0], b[0]), *rest] for rest in _same_length_ranges(low_tail, b[1:])]
+        last_full -= 1
+    if first_full <= last_full:
+        out.append([(first_full, last_full)] + [(0x80, 0xBF)] * n)
+    return out + tail_part
+
+
+def class_code_point_ranges(cls: CharClass) -> tuple[tuple[int, int], ...]:
+    """The code point ranges a character class matches, negation applied."""
+    ranges = normalize_ranges(cls.ranges)
+    return complement_ranges(ranges) if cls.negated else ranges
+
+
+# ----------------------------------------------------------------------------- NFA
+
+@dataclass
+class NFA:
+    """A Thompson NFA over a symbol alphabet, with epsilon and call edges."""
+
+    eps: list[list[int]] = field(default_factory=list)
+    edges: list[list[tuple[int, int, int]]] = field(default_factory=list)  # (lo, hi, target)
+    calls: list[list[tuple[int, int]]] = field(default_factory=list)  # (rule index, target)
+
+    def new_state(self) -> int:
+        if len(self.eps) >= MAX_NFA_STATES:
+            raise GrammarError(
+                f"grammar is too large to compile (over {MAX_NFA_STATES} automaton states); "
+                "large bounded repetitions like x{0,100000} are the usual cause"
+            )
+        self.eps.append([])
+        self.edges.append([])
+        self.calls.append([])
+        return len(self.eps) - 1
+
+
+class NFABuilder:
+    """Builds the NFA of an expression between two given states (Thompson construction)."""
+
+    def __init__(self, nfa: NFA, rule_index: dict[str, int], terminal_index: dict[str, int] | None) -> None:
+        self.nfa = nfa
+        self.rule_index = rule_index
+        self.terminal_index = terminal_index
+        self._utf8_cache: dict[tuple[tuple[int, int], ...], list[list[tuple[int, int]]]] = {}
+
+    def build(self, expr: Expr, src: int, dst: int) -> None:
+        nfa = self.nfa
+        if isinstance(expr, Literal):
+            self._chain(src, dst, [(b, b) for b in expr.value])
+        elif isinstance(expr, CharClass):
+            self._require_bytes("character class")
+            for path in self._utf8_paths(class_code_point_ranges(expr)):
+                self._chain(src, dst, path)
+        elif isinstance(expr, ByteClass):
+            self._require_bytes("byte class")
+            for lo, hi in normalize_ranges(expr.ranges):
+                nfa.edges[src].append((lo, hi, dst))
+        elif isinstance(expr, RuleRef):
+            nfa.calls[src].append((self.rule_index[expr.name], dst))
+        elif isinstance(expr, TerminalRef):
+            if self.terminal_index is None:
+                raise GrammarError(f"terminal {expr.name!r} used in a grammar without a lexer")
+            symbol = self.terminal_index[expr.name]
+            nfa.edges[src].append((symbol, symbol, dst))
+        elif isinstance(expr, Sequence):
+            cur = src
+            for i, item in enumerate(expr.items):
+                nxt = dst if i == len(expr.items) - 1 else nfa.new_state()
+                self.build(item, cur, nxt)
+                cur = nxt
+            if not expr.items:
+                nfa.eps[src].append(dst)
+        elif isinstance(expr, Choice):
+            for alt in expr.alternatives:
+                self.build(alt, src, dst)
+        elif isinstance(expr, Repeat):
+            self._repeat(expr, src, dst)
+        else:
+            raise TypeError(f"not a grammar expression: {expr!r}")
+
+    def _require_bytes(self, what: str) -> None:
+        if self.terminal_index is not None:
+            raise GrammarError(f"a {what} cannot appear in a parser rule of a lexer-mode grammar")
+
+    def _utf8_paths(self, ranges: tuple[tuple[int, int], ...]) -> list[list[tuple[int, int]]]:
+        paths = self._utf8_cache.get(ranges)
+        if paths is None:
+            paths = [p for lo, hi in ranges for p in utf8_byte_sequences(lo, hi)]
+            paths = _merge_single_byte_paths(paths)
+            self._utf8_cache[ranges] = paths
+        return paths
+
+    def _chain(self, src: int, dst: int, ranges: list[tuple[int, int]]) -> None:
+        if not ranges:
+            self.nfa.eps[src].append(dst)
+            return
+        cur = src
+        for i, (lo, hi) in enumerate(ranges):
+            nxt = dst if i == len(ranges) - 1 else self.nfa.new_state()
+            self.nfa.edges[cur].append((lo, hi, nxt))
+            cur = nxt
+
+    def _repeat(self, expr: Repeat, src: int, dst: int) -> None:
+        nfa = self.nfa
+        cur = src
+        for _ in range(expr.min):
+            nxt = nfa.new_state()
+            self.build(expr.item, cur, nxt)
+            cur = nxt
+        if expr.max is None:
+            loop = nfa.new_state()
+            nfa.eps[cur].append(loop)
+            body_end = nfa.new_state()
+            self.build(expr.item, loop, body_end)
+            nfa.eps[body_end].append(loop)
+            nfa.eps[loop].append(dst)
+            return
+        if expr.max < expr.min:
+            raise GrammarError(f"repetition {{{expr.min},{expr.max}}} has max < min")
+        nfa.eps[cur].append(dst)
+        for _ in range(expr.max - expr.min):
+            nxt = nfa.new_state()
+            self.build(expr.item, cur, nxt)
+            nfa.eps[nxt].append(dst)
+            cur = nxt
+
+
+def _merge_single_byte_paths(paths: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
+    """Fuse one-byte paths into as few ranges as possible (ASCII classes stay one edge)."""
+    singles = normalize_ranges([p[0] for p in paths if len(p) == 1])
+    return [[r] for r in singles] + [p for p in paths if len(p) > 1]
+
+
+# ----------------------------------------------------------------------------- DFA
+
+@dataclass
+class DFA:
+    """A deterministic automaton of one rule: dense transitions plus call edges."""
+
+    trans: np.ndarray  # [n, alphabet] int32, -1 = none
+    accepting: np.ndarray  # [n] bool
+    calls: list[dict[int, int]]  # per state: callee rule -> target state
+    start: int = 0
+
+
+def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
+    """Subset construction over symbol ranges and call edges."""
+    closure_cache: dict[frozenset[int], frozenset[int]] = {}
+
+    def closure(states: frozenset[int]) -> frozenset[int]:
+        cached = closure_cache.get(states)
+        if cached is not None:
+            return cached
+        seen = set(states)
+        todo = list(states)
+        while todo:
+            s = todo.pop()
+            for t in nfa.eps[s]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        result = frozenset(seen)
+        closure_cache[states] = result
+        return result
+
+    first = closure(frozenset([start]))
+    index = {first: 0}
+    order = [first]
+    rows: list[np.ndarray] = []
+    calls: list[dict[int, int]] = []
+    for subset in order:
+        row = np.full(alphabet, -1, dtype=np.int32)
+        for lo, hi, targets in _partition_edges([e for s in subset for e in nfa.edges[s]]):
+            row[lo : hi + 1] = _intern(closure(targets), index, order)
+        rows.append(row)
+        by_rule: dict[int, set[int]] = {}
+        for s in subset:
+            for rule, target in nfa.calls[s]:
+                by_rule.setdefault(rule, set()).add(target)
+        calls.append({rule: _intern(closure(frozenset(t)), index, order) for rule, t in sorted(by_rule.items())})
+    accepting = np.array([final in subset for subset in order], dtype=bool)
+    trans = np.stack(rows) if rows else np.zeros((0, alphabet), dtype=np.int32)
+    return DFA(trans=trans, accepting=accepting, calls=calls)
+
+
+def _intern(subset: frozenset[int], index: dict[frozenset[int], int], order: list[frozenset[int]]) -> int:
+    found = index.get(subset)
+    if found is None:
+        found = index[subset] = len(order)
+        order.append(subset)
+    return found
+
+
+def _partition_edges(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, frozenset[int]]]:
+    """Split overlapping symbol ranges into disjoint ranges, each with its set of targets."""
+    if not edges:
+        return []
+    points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+    out = []
+    for lo, nxt in zip(points, points[1:]):
+        targets = frozenset(t for a, b, t in edges if a <= lo and nxt - 1 <= b)
+        if targets:
+            out.append((lo, nxt - 1, targets))
+    return out
+
+
+def minimize(dfa: DFA) -> DFA:
+    """Merge equivalent states (Moore partition refinement, vectorised over symbols)."""
+    n = len(dfa.accepting)
+    if n <= 1:
+        return dfa
+    part = dfa.accepting.astype(np.int64)
+    count = len(np.unique(part))
+    while True:
+        ext = np.append(part, -1)
+        sig_rows = ext[dfa.trans]  # -1 transitions map to ext[-1] = -1
+        call_sigs = [tuple(sorted((r, int(part[t])) for r, t in c.items())) for c in dfa.calls]
+        call_ids = {sig: i for i, sig in enumerate(sorted(set(call_sigs)))}
+        extra = np.array([[part[i], call_ids[call_sigs[i]]] for i in range(n)], dtype=np.int64)
+        table = np.concatenate([extra, sig_rows], axis=1)
+        _, new_part = np.unique(table, axis=0, return_inverse=True)
+        new_part = new_part.reshape(-1)
+        new_count = int(new_part.max()) + 1
+        part = new_part
+        if new_count == count:
+            break
+        count = new_count
+    # renumber so that the start state's class is 0 and classes appear in first-seen order
+    order: dict[int, int] = {}
+    for s in [dfa.start, *range(n)]:
+        order.setdefault(int(part[s]), len(order))
+    remap = np.array([order[int(p)] for p in part], dtype=np.int32)
+    reps = {}
+    for s in range(n):
+        reps.setdefault(int(remap[s]), s)
+    trans = np.full((count, dfa.trans.shape[1]), -1, dtype=np.int32)
+    accepting = np.zeros(count, dtype=bool)
+    calls: list[dict[int, int]] = [{} for _ in range(count)]
+    for cls, s in reps.items():
+        row = dfa.trans[s]
+        trans[cls] = np.where(row >= 0, remap[np.maximum(row, 0)], -1)
+        accepting[cls] = dfa.accepting[s]
+        calls[cls] = {r: int(remap[t]) for r, t in dfa.calls[s].items()}
+    return DFA(trans=trans, accepting=accepting, calls=calls, start=0)
+
+
+def trim(dfa: DFA) -> DFA:
+    """Drop states that cannot reach acceptance (calls to other rules count as passable: the
+    optimiser has already removed rules that match nothing).
+
+    Keeping only co-reachable states is what lets the parser treat "some stack is alive" as
+    "some continuation exists": a dead end never survives a step.
+    """
+    n = len(dfa.accepting)
+    alive = dfa.accepting.copy()
+    changed = True
+    while changed:
+        reach = (dfa.trans >= 0) & alive[np.maximum(dfa.trans, 0)]
+        via_call = np.array([any(alive[t] for t in c.values()) for c in dfa.calls], dtype=bool)
+        new_alive = alive | reach.any(axis=1) | via_call
+        changed = bool((new_alive != alive).any())
+        alive = new_alive
+    if alive.all():
+        return dfa
+    if not alive[dfa.start]:
+        alive[dfa.start] = True  # an empty language: keep a lone start state
+    remap = np.full(n + 1, -1, dtype=np.int32)
+    keep = np.flatnonzero(alive)
+    remap[keep] = np.arange(len(keep), dtype=np.int32)
+    trans = dfa.trans[keep]
+    trans = np.where(trans >= 0, remap[trans], -1).astype(np.int32)
+    calls = [{r: int(remap[t]) for r, t in dfa.calls[s].items() if remap[t] >= 0} for s in keep]
+    return DFA(trans=trans, accepting=dfa.accepting[keep], calls=calls, start=int(remap[dfa.start]))
+
+
+def compile_expr(expr: Expr, rule_index: dict[str, int], alphabet: int,
+                 terminal_index: dict[str, int] | None = None) -> DFA:
+    """The minimised DFA of one rule body."""
+    nfa = NFA()
+    start, final = nfa.new_state(), nfa.new_state()
+    NFABuilder(nfa, rule_index, terminal_index).build(expr, start, final)
+    return minimize(trim(determinize(nfa, start, final, alphabet)))
+
+
+# ----------------------------------------------------------------------------- the network
+
+@dataclass
+class RTN:
+    """All rules' automata in one global state numbering."""
+
+    trans: np.ndarray  # [S, alphabet] int32
+    accepting: np.ndarray  # [S] bool
+    calls: list[tuple[tuple[int, int], ...]]  # per state: (callee rule, return state)
+    rule_names: list[str]
+    rule_start: np.ndarray  # [R] int32: each rule's start state
+    state_rule: np.ndarray  # [S] int32: the rule each state belongs to
+    start_rule: int
+
+    @property
+    def num_states(self) -> int:
+        return len(self.accepting)
+
+    @property
+    def scanning(self) -> np.ndarray:
+        """States with at least one symbol transition (the tops a parser stack can wait on)."""
+        return (self.trans >= 0).any(axis=1)
+
+    @property
+    def pure_final(self) -> np.ndarray:
+        """Accepting states with nothing after them: a call returning here is a tail call."""
+        no_calls = np.array([not c for c in self.calls], dtype=bool)
+        return self.accepting & ~self.scanning & no_calls
+
+
+def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
+              terminal_index: dict[str, int] | None = None) -> RTN:
+    """Compile every rule body and number all states globally."""
+    names = list(rules)
+    rule_index = {name: i for i, name in enumerate(names)}
+    dfas = [compile_expr(rules[name], rule_index, alphabet, terminal_index) for name in names]
+    offsets = np.cumsum([0] + [len(d.accepting) for d in dfas])
+    trans_parts, calls, owners = [], [], []
+    for r, (dfa, off) in enumerate(zip(dfas, offsets)):
+        trans_parts.append(np.where(dfa.trans >= 0, dfa.trans + off, -1).astype(np.int32))
+        calls.extend(tuple((callee, int(t + off)) for callee, t in sorted(c.items())) for c in dfa.calls)
+        owners.append(np.full(len(dfa.accepting), r, dtype=np.int32))
+    return RTN(
+        trans=np.concatenate(trans_parts),
+        accepting=np.concatenate([d.accepting for d in dfas]),
+        calls=calls,
+        rule_names=names,
+        rule_start=np.array([off + d.start for d, off in zip(dfas, offsets)], dtype=np.int32),
+        state_rule=np.concatenate(owners),
+        start_rule=rule_index[start],
+    )

@@ -1,0 +1,148 @@
+"""`GrammarCompiler`: grammar + vocabulary -> `CompiledGrammar`, cached in memory and on disk.
+
+Compiling means: optimise the IR, build the per-rule automata, and classify the vocabulary at
+every automaton position (the adaptive mask cache). The result depends only on the grammar's
+canonical text and the vocabulary's fingerprint, so it is kept in memory for the process and
+pickled to a cache folder, from which a later process loads it in milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codemask.engine.automaton import RTN, build_rtn
+from codemask.engine.mask_cache import MaskComputer, PositionMasks, build_position_masks
+from codemask.engine.parser import ParserCore
+from codemask.engine.token_trie import ByteVocabulary, token_trie
+from codemask.errors import GrammarError
+from codemask.grammar.grammar import Grammar
+from codemask.grammar.optimize import optimize
+
+# Bump when the compiled format or the algorithm changes: old cache files are then ignored.
+ENGINE_VERSION = "1"
+
+
+def default_cache_dir() -> Path:
+    """``$CODEMASK_HOME/compiled`` (``~/.cache/codemask/compiled`` by default)."""
+    home = os.environ.get("CODEMASK_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "codemask")
+    return Path(home) / "compiled"
+
+
+@dataclass
+class CompiledArtifacts:
+    """What compilation produces and the disk cache stores."""
+
+    rtn: RTN
+    masks: PositionMasks
+
+
+@dataclass
+class CompiledGrammar:
+    """A grammar compiled for one vocabulary; matchers created from it share its caches."""
+
+    grammar: Grammar
+    vocab: ByteVocabulary
+    artifacts: CompiledArtifacts
+    core: ParserCore = field(init=False)
+    masks: MaskComputer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.core = ParserCore(self.artifacts.rtn)
+        self.masks = MaskComputer(self.core, self.artifacts.masks, self.vocab.vocab_size,
+                                  self.vocab.stop_token_ids)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.vocab_size
+
+    def __repr__(self) -> str:
+        rtn = self.artifacts.rtn
+        return (f"CompiledGrammar({self.grammar.kind}, rules={len(rtn.rule_names)}, states={rtn.num_states}, "
+                f"uncertain={self.artifacts.masks.num_uncertain}, vocab={self.vocab_size})")
+
+
+class GrammarCompiler:
+    """Compiles grammars for one vocabulary.
+
+    ``cache_dir=None`` uses the default folder; ``cache_dir=False`` disables the disk cache.
+    ``progress`` shows a progress bar when a compilation takes more than a second.
+    """
+
+    def __init__(self, vocab: ByteVocabulary, *, cache_dir: str | Path | None | bool = None,
+                 progress: bool = True) -> None:
+        self.vocab = vocab
+        self.cache_dir: Path | None
+        if cache_dir is False:
+            self.cache_dir = None
+        elif cache_dir is None or cache_dir is True:
+            self.cache_dir = default_cache_dir()
+        else:
+            self.cache_dir = Path(cache_dir)
+        self.progress = progress
+        self._memory: dict[str, CompiledGrammar] = {}
+        self._lock = threading.Lock()
+
+    def compile(self, grammar: Grammar) -> CompiledGrammar:
+        """The compiled form of ``grammar`` (from memory, disk, or freshly built)."""
+        if not isinstance(grammar, Grammar):
+            raise TypeError(f"compile() takes a Grammar, got {type(grammar).__name__}; "
+                            "build one with Grammar.from_ebnf / from_lark / from_regex / builtin")
+        key = self._key(grammar)
+        with self._lock:
+            found = self._memory.get(key)
+            if found is not None:
+                return found
+            artifacts = self._load(key)
+            if artifacts is None:
+                artifacts = self._build(grammar)
+                self._store(key, artifacts)
+            compiled = CompiledGrammar(grammar, self.vocab, artifacts)
+            self._memory[key] = compiled
+            return compiled
+
+    def _key(self, grammar: Grammar) -> str:
+        text = f"{ENGINE_VERSION}\n{grammar.cache_key}\n{self.vocab.fingerprint}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _build(self, grammar: Grammar) -> CompiledArtifacts:
+        ir = optimize(grammar.ir)
+        if ir.lexer_mode:
+            raise GrammarError("lexer-mode grammars are not supported by this engine version")
+        rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start)
+        core = ParserCore(rtn)
+        trie = token_trie(self.vocab)
+        label = f"compiling {grammar.kind} grammar" if self.progress else None
+        masks = build_position_masks(core, trie, self.vocab.vocab_size, self.vocab.token_bytes, label)
+        return CompiledArtifacts(rtn=rtn, masks=masks)
+
+    def _path(self, key: str) -> Path | None:
+        return None if self.cache_dir is None else self.cache_dir / f"{key}.pkl"
+
+    def _load(self, key: str) -> CompiledArtifacts | None:
+        path = self._path(key)
+        if path is None or not path.exists():
+            return None
+        try:
+            with path.open("rb") as f:
+                loaded = pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            return None  # a corrupt or stale cache file is simply rebuilt
+        return loaded if isinstance(loaded, CompiledArtifacts) else None
+
+    def _store(self, key: str, artifacts: CompiledArtifacts) -> None:
+        path = self._path(key)
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+                pickle.dump(artifacts, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(f.name, path)
+        except OSError:
+            pass  # the disk cache is an optimisation: a read-only home must not break compiling

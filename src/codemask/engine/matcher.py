@@ -1,0 +1,180 @@
+"""`GrammarMatcher`: the per-sequence state of a compiled grammar.
+
+A matcher is a list of interned parser-state ids, one per accepted token (plus the initial
+state). Accepting a token walks its bytes through the memoised transition table; rolling back
+pops entries; forking copies a short list of ints. Masks come from the compiled grammar's shared
+`MaskComputer`, so matchers of the same grammar (the rows of a batch, the K+1 positions of a
+speculative step) reuse each other's work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from codemask.engine.compiler import CompiledGrammar
+from codemask.engine.parser import DEAD
+from codemask.errors import MatcherError
+
+TERMINATED = -3
+MAX_JUMP_FORWARD_BYTES = 4096
+
+
+class GrammarMatcher:
+    """Accepts tokens of one sequence and produces the mask of the next token."""
+
+    def __init__(self, compiled: CompiledGrammar) -> None:
+        self.compiled = compiled
+        self._core = compiled.core
+        self._masks = compiled.masks
+        self._vocab = compiled.vocab
+        self._stop_ids = compiled.vocab.stop_token_ids
+        self._history: list[int] = [self._core.initial]
+
+    # -- accepting ---------------------------------------------------------------------------
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by one token. Returns False (state unchanged) if the grammar forbids it.
+
+        A stop token (EOS or a configured stop) is accepted exactly where the grammar may end and
+        terminates the matcher.
+        """
+        self._check_open("accept_token")
+        token_id = self._check_token_id(token_id)
+        state = self._history[-1]
+        if token_id in self._stop_ids:
+            if not self._core.can_end(state):
+                return False
+            self._history.append(TERMINATED)
+            return True
+        data = self._vocab.token_bytes[token_id]
+        if not data or token_id in self._vocab.special_ids:
+            return False
+        nxt = self._core.walk(state, data)
+        if nxt == DEAD:
+            return False
+        self._history.append(nxt)
+        return True
+
+    def accept_bytes(self, data: bytes | str) -> bool:
+        """Advance by a byte string (one rollback step). False (state unchanged) if refused."""
+        self._check_open("accept_bytes")
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        nxt = self._core.walk(self._history[-1], bytes(data))
+        if nxt == DEAD:
+            return False
+        self._history.append(nxt)
+        return True
+
+    def accept_string(self, text: str) -> bool:
+        """`accept_bytes` of a text's UTF-8 encoding."""
+        return self.accept_bytes(text.encode("utf-8"))
+
+    # -- masks -------------------------------------------------------------------------------
+
+    def next_token_bitmask(self) -> np.ndarray:
+        """The next-token mask as an int32 array of ``ceil(vocab_size / 32)`` words (shared, read-only)."""
+        state = self._history[-1]
+        words = self._masks.stop_words if state == TERMINATED else self._masks.mask(state)
+        return words.view(np.int32)
+
+    def fill_next_token_bitmask(self, bitmask: Any, row: int = 0) -> None:
+        """Write the next-token mask into row ``row`` of an int32 bitmask (torch tensor or numpy).
+
+        After termination only stop tokens are allowed, so a finished row of a batch still has a
+        well-defined distribution.
+        """
+        words = self.next_token_bitmask()
+        target = _row_view(bitmask, row)
+        if target.shape[0] < len(words):
+            raise ValueError(f"bitmask has {target.shape[0]} words per row, the vocabulary needs {len(words)}")
+        target[: len(words)] = words
+        target[len(words):] = 0
+
+    def is_token_allowed(self, token_id: int) -> bool:
+        """Whether the next-token mask allows ``token_id`` (a single-bit query)."""
+        token_id = self._check_token_id(token_id)
+        words = self.next_token_bitmask()
+        return bool((int(words[token_id >> 5]) >> (token_id & 31)) & 1)
+
+    # -- state -------------------------------------------------------------------------------
+
+    def is_terminated(self) -> bool:
+        """Whether a stop token has been accepted."""
+        return self._history[-1] == TERMINATED
+
+    def can_terminate(self) -> bool:
+        """Whether the input accepted so far is a complete sentence (a stop token is allowed)."""
+        state = self._history[-1]
+        return state != TERMINATED and self._core.can_end(state)
+
+    @property
+    def num_accepted(self) -> int:
+        """Tokens (and byte strings) accepted since the start or the last reset."""
+        return len(self._history) - 1
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last ``num_tokens`` accepted tokens (termination included)."""
+        if num_tokens < 0 or num_tokens > self.num_accepted:
+            raise MatcherError(f"cannot roll back {num_tokens} tokens: {self.num_accepted} accepted")
+        if num_tokens:
+            del self._history[-num_tokens:]
+
+    def reset(self) -> None:
+        """Back to the initial state."""
+        del self._history[1:]
+
+    def fork(self) -> GrammarMatcher:
+        """An independent matcher in the same state (cheap: the history is a list of ints)."""
+        twin = GrammarMatcher.__new__(GrammarMatcher)
+        twin.__dict__.update(self.__dict__)
+        twin._history = list(self._history)
+        return twin
+
+    def find_jump_forward_bytes(self) -> bytes:
+        """The longest byte string the grammar forces from here (empty if there is a choice).
+
+        Stops where the input could also end, since ending is a choice too.
+        """
+        state = self._history[-1]
+        if state == TERMINATED:
+            return b""
+        out = bytearray()
+        while len(out) < MAX_JUMP_FORWARD_BYTES and not self._core.can_end(state):
+            allowed = np.flatnonzero(self._core.allowed_symbols(state))
+            if len(allowed) != 1:
+                break
+            byte = int(allowed[0])
+            out.append(byte)
+            state = self._core.step(state, byte)
+        return bytes(out)
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def _check_open(self, what: str) -> None:
+        if self.is_terminated():
+            raise MatcherError(f"{what}: the matcher has terminated (a stop token was accepted); "
+                               "roll back or reset it first")
+
+    def _check_token_id(self, token_id: int) -> int:
+        if isinstance(token_id, bool) or not isinstance(token_id, int | np.integer):
+            raise MatcherError(f"token id must be an int, got {type(token_id).__name__}")
+        token_id = int(token_id)
+        if not 0 <= token_id < self._vocab.vocab_size:
+            raise MatcherError(f"token id {token_id} is outside the vocabulary (size {self._vocab.vocab_size})")
+        return token_id
+
+
+def _row_view(bitmask: Any, row: int) -> np.ndarray:
+    """A writable numpy view of one row of a CPU bitmask (torch tensor or numpy array)."""
+    if isinstance(bitmask, np.ndarray):
+        arr = bitmask
+    else:
+        if getattr(bitmask, "device", None) is not None and bitmask.device.type != "cpu":
+            raise ValueError("fill the bitmask on the CPU (allocate_token_bitmask) and copy it to the device")
+        arr = bitmask.numpy()
+    if arr.dtype != np.int32:
+        raise ValueError(f"bitmask must be int32, got {arr.dtype}")
+    return arr[row] if arr.ndim == 2 else arr

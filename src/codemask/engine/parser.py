@@ -1,0 +1,196 @@
+"""The parser over a recursive transition network, with interned states and memoised steps.
+
+A *stack* is a persistent linked list of RTN states (top first), interned to an integer id, so
+equal stacks are one object and sharing is free. A *parser state* is the set of stacks a
+non-deterministic parse can be in after closure (calls pushed, finished rules popped), reduced to
+the stacks that wait on a byte, plus one flag: whether a stack reached the bottom. Parser states
+are interned to integer ids too, and ``table[state, byte]`` memoises transitions, so that:
+
+- a matcher's history is a list of ints: ``rollback`` and ``fork`` cost nothing;
+- the mask computation walks many tokens at once with numpy gathers over ``table``, computing in
+  Python only the (state, byte) pairs it has never seen.
+
+Two bottoms exist. ``ROOT`` is the bottom of a real parse: reaching it means the input may end.
+``FRAME`` is the bottom used when the mask cache analyses one rule frame in isolation: reaching
+it means the frame's rule has ended and the rest belongs to whatever called it (an *exit*).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from codemask.engine.automaton import RTN
+from codemask.errors import GrammarError
+
+ROOT = -1
+FRAME = -2
+DEAD = -1
+UNKNOWN = -2
+# A closure that creates more stacks than this is a grammar too ambiguous to parse byte by byte.
+MAX_STACKS = 20_000
+
+
+class ParserCore:
+    """Interned stacks and parser states of one compiled grammar, shared by all its matchers."""
+
+    def __init__(self, rtn: RTN) -> None:
+        self.rtn = rtn
+        self.alphabet = rtn.trans.shape[1]
+        self._trans = rtn.trans
+        self._scanning = rtn.scanning
+        self._accepting = [bool(a) for a in rtn.accepting]
+        pure_final = rtn.pure_final
+        self._calls = [
+            tuple((int(rtn.rule_start[callee]), ret, bool(pure_final[ret])) for callee, ret in calls)
+            for calls in rtn.calls
+        ]
+        self.node_state: list[int] = []
+        self.node_parent: list[int] = []
+        self._node_index: dict[tuple[int, int], int] = {}
+        self.state_stacks: list[tuple[int, ...]] = []
+        self.state_flag: list[bool] = []
+        self._state_index: dict[tuple[tuple[int, ...], bool], int] = {}
+        self.table = np.full((64, self.alphabet), UNKNOWN, dtype=np.int32)
+        # per parser state, as arrays for vectorised walks: the bottom flag, and whether any stack
+        # still waits on input (a state with only the flag refuses every further byte)
+        self.flags = np.zeros(64, dtype=bool)
+        self.has_stacks = np.zeros(64, dtype=bool)
+        self.lock = threading.RLock()
+        self.initial = self.closure([self.node(int(rtn.rule_start[rtn.start_rule]), ROOT)])
+
+    # -- interning ---------------------------------------------------------------------------
+
+    def node(self, state: int, parent: int) -> int:
+        """The id of the stack ``state`` on top of stack ``parent``."""
+        key = (state, parent)
+        found = self._node_index.get(key)
+        if found is None:
+            found = self._node_index[key] = len(self.node_state)
+            self.node_state.append(state)
+            self.node_parent.append(parent)
+        return found
+
+    def _intern_state(self, stacks: tuple[int, ...], flag: bool) -> int:
+        key = (stacks, flag)
+        found = self._state_index.get(key)
+        if found is None:
+            found = self._state_index[key] = len(self.state_stacks)
+            self.state_stacks.append(stacks)
+            self.state_flag.append(flag)
+            if found >= len(self.table):
+                self._grow()
+            self.flags[found] = flag
+            self.has_stacks[found] = bool(stacks)
+        return found
+
+    def _grow(self) -> None:
+        size = 2 * len(self.table)
+        table = np.full((size, self.alphabet), UNKNOWN, dtype=np.int32)
+        table[: len(self.table)] = self.table
+        self.flags = np.concatenate([self.flags, np.zeros(size - len(self.flags), dtype=bool)])
+        self.has_stacks = np.concatenate([self.has_stacks, np.zeros(size - len(self.has_stacks), dtype=bool)])
+        self.table = table
+
+    @property
+    def num_states(self) -> int:
+        return len(self.state_stacks)
+
+    # -- closure and steps -------------------------------------------------------------------
+
+    def closure(self, stacks: list[int]) -> int:
+        """Intern the parser state reached from ``stacks`` by pushing calls and popping ends.
+
+        Returns `DEAD` when nothing is left (no stack waits on input and no bottom was reached).
+        """
+        seen: set[int] = set()
+        todo = list(stacks)
+        scanning: list[int] = []
+        flag = False
+        node_state, node_parent = self.node_state, self.node_parent
+        while todo:
+            s = todo.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            if len(seen) > MAX_STACKS:
+                raise GrammarError("grammar is too ambiguous: a parser state exceeds "
+                                   f"{MAX_STACKS} stacks")
+            q = node_state[s]
+            parent = node_parent[s]
+            if self._scanning[q]:
+                scanning.append(s)
+            for callee_start, ret, tail in self._calls[q]:
+                base = parent if tail else self.node(ret, parent)
+                todo.append(self.node(callee_start, base))
+            if self._accepting[q]:
+                if parent < 0:
+                    flag = True
+                else:
+                    todo.append(parent)
+        if not scanning and not flag:
+            return DEAD
+        return self._intern_state(tuple(sorted(scanning)), flag)
+
+    def step(self, state: int, symbol: int) -> int:
+        """The parser state after one symbol (memoised); `DEAD` if the symbol is not allowed."""
+        nxt = int(self.table[state, symbol])
+        if nxt != UNKNOWN:
+            return nxt
+        with self.lock:
+            nxt = self._compute_step(state, symbol)
+            self.table[state, symbol] = nxt
+        return nxt
+
+    def _compute_step(self, state: int, symbol: int) -> int:
+        trans = self._trans
+        moved = []
+        for s in self.state_stacks[state]:
+            t = int(trans[self.node_state[s], symbol])
+            if t >= 0:
+                moved.append(self.node(t, self.node_parent[s]))
+        return self.closure(moved) if moved else DEAD
+
+    def advance(self, states: np.ndarray, symbols: np.ndarray) -> np.ndarray:
+        """Vectorised `step` for arrays of live states and symbols."""
+        nxt = self.table[states, symbols]
+        unknown = nxt == UNKNOWN
+        if unknown.any():
+            with self.lock:
+                pairs = np.unique(np.stack([states[unknown], symbols[unknown]]), axis=1)
+                for st, sy in pairs.T.tolist():
+                    if self.table[st, sy] == UNKNOWN:
+                        self.table[st, sy] = self._compute_step(st, sy)
+                nxt = self.table[states, symbols]
+        return nxt
+
+    def walk(self, state: int, data: bytes) -> int:
+        """The state after a byte string (`DEAD` as soon as a byte is refused)."""
+        for b in data:
+            state = self.step(state, b)
+            if state < 0:
+                return DEAD
+        return state
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def can_end(self, state: int) -> bool:
+        """Whether the input may end here (a real-parse state reached the bottom)."""
+        return self.state_flag[state]
+
+    def allowed_symbols(self, state: int) -> np.ndarray:
+        """Boolean mask of the symbols that keep the parse alive."""
+        tops = [self.node_state[s] for s in self.state_stacks[state]]
+        if not tops:
+            return np.zeros(self.alphabet, dtype=bool)
+        return (self._trans[tops] >= 0).any(axis=0)
+
+    def frame_state(self, position: int) -> int:
+        """The frame-local state at RTN state ``position``, for the mask cache's analysis."""
+        return self.closure([self.node(position, FRAME)])
+
+    def exit_state(self, stack: int) -> int:
+        """The real-parse state after the top frame of ``stack`` ends: its caller resumes."""
+        parent = self.node_parent[stack]
+        return DEAD if parent < 0 else self.closure([parent])

@@ -1,0 +1,115 @@
+"""The vocabulary as a byte trie laid out level by level, for vectorised walks.
+
+Tokens are sorted by their bytes; every distinct prefix of length ``d`` is one node of level
+``d``. A node knows its byte, its parent on the level above, the contiguous range of sorted tokens
+that start with it, the token that *is* that prefix (if any) and the contiguous range of its
+children on the level below. Walking the trie from a parser state is then one numpy gather per
+level over the live nodes only: common prefixes are parsed once, and a prefix the grammar rejects
+removes its whole subtree at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class ByteVocabulary(Protocol):
+    """What the engine needs from a vocabulary (see `codemask.vocab.Vocabulary`)."""
+
+    vocab_size: int
+    token_bytes: list[bytes]
+    special_ids: frozenset[int]
+    stop_token_ids: frozenset[int]
+    fingerprint: str
+
+
+@dataclass
+class TrieLevel:
+    """The nodes at one depth (all arrays have one entry per node)."""
+
+    byte: np.ndarray  # uint8: the node's last byte
+    parent: np.ndarray  # int32: index of the parent node on the level above
+    lo: np.ndarray  # int32: first sorted token with this prefix
+    hi: np.ndarray  # int32: one past the last sorted token with this prefix
+    token: np.ndarray  # int32: sorted index of the token equal to this prefix, or -1
+    child_lo: np.ndarray  # int32: first child on the next level
+    child_hi: np.ndarray  # int32: one past the last child on the next level
+
+
+class TokenTrie:
+    """Sorted vocabulary and its level-by-level trie (tokens with bytes that grammars may use)."""
+
+    def __init__(self, token_bytes: list[bytes], excluded: frozenset[int] | set[int]) -> None:
+        ids = [i for i, b in enumerate(token_bytes) if b and i not in excluded]
+        ids.sort(key=token_bytes.__getitem__)
+        self.order = np.array(ids, dtype=np.int32)  # sorted index -> token id
+        self.lengths = np.array([len(token_bytes[i]) for i in ids], dtype=np.int32)
+        self.max_len = int(self.lengths.max()) if ids else 0
+        self.matrix = np.zeros((len(ids), max(self.max_len, 1)), dtype=np.uint8)
+        for row, i in enumerate(ids):
+            data = token_bytes[i]
+            self.matrix[row, : len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self.levels = self._build_levels()
+        self.root_children = (0, len(self.levels[0].byte)) if self.levels else (0, 0)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.order)
+
+    def _build_levels(self) -> list[TrieLevel]:
+        n = len(self.order)
+        levels: list[TrieLevel] = []
+        node_of_row = np.zeros(n, dtype=np.int64)  # node index at the previous level, per row
+        for depth in range(1, self.max_len + 1):
+            rows = np.flatnonzero(self.lengths >= depth)
+            prev_node = node_of_row[rows]
+            byte = self.matrix[rows, depth - 1]
+            new = np.ones(len(rows), dtype=bool)
+            new[1:] = (prev_node[1:] != prev_node[:-1]) | (byte[1:] != byte[:-1])
+            starts = np.flatnonzero(new)
+            first_rows = rows[starts]
+            ends = np.append(starts[1:], len(rows)) - 1
+            node_ids = np.cumsum(new) - 1
+            node_of_row[rows] = node_ids
+            token = np.where(self.lengths[first_rows] == depth, first_rows, -1).astype(np.int32)
+            levels.append(
+                TrieLevel(
+                    byte=byte[starts].astype(np.uint8),
+                    parent=prev_node[starts].astype(np.int32),
+                    lo=first_rows.astype(np.int32),
+                    hi=(rows[ends] + 1).astype(np.int32),
+                    token=token,
+                    child_lo=np.zeros(len(starts), dtype=np.int32),
+                    child_hi=np.zeros(len(starts), dtype=np.int32),
+                )
+            )
+        for upper, lower in zip(levels, levels[1:]):
+            ids = np.arange(len(upper.byte))
+            upper.child_lo = np.searchsorted(lower.parent, ids, side="left").astype(np.int32)
+            upper.child_hi = np.searchsorted(lower.parent, ids, side="right").astype(np.int32)
+        return levels
+
+
+def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Concatenate ``arange(lo[i], hi[i])`` for all i, without a Python loop."""
+    counts = hi - lo
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts) + np.repeat(lo.astype(np.int64), counts)
+
+
+_TRIE_CACHE: dict[str, TokenTrie] = {}
+
+
+def token_trie(vocab: ByteVocabulary) -> TokenTrie:
+    """The trie of a vocabulary, built once per vocabulary fingerprint."""
+    trie = _TRIE_CACHE.get(vocab.fingerprint)
+    if trie is None:
+        trie = TokenTrie(vocab.token_bytes, vocab.special_ids | vocab.stop_token_ids)
+        _TRIE_CACHE[vocab.fingerprint] = trie
+    return trie

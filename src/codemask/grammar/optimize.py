@@ -1,0 +1,401 @@
+"""Grammar normalisation before compilation.
+
+The engine matches a grammar as a set of per-rule automata with calls between them (a recursive
+transition network). That works for any context-free grammar except left recursion, whose
+closure would push frames forever, and it is fastest when as few rules as possible remain
+separate (a call is a frame the mask cache cannot see through). So before compiling we:
+
+1. check that every referenced rule exists and drop rules the start rule cannot reach;
+2. drop rules that derive no finite string at all (they can only reject);
+3. remove left recursion (Lark grammars are full of ``sum: sum "+" product | product``), by
+   Paull's substitution and the classic ``A: A a | b  =>  A: b a*`` rewrite;
+4. inline every non-recursive rule that is small enough into its callers, so that only
+   recursion (and very large regular rules) remain as calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from codemask.errors import GrammarError
+from codemask.grammar.ir import (
+    NOTHING,
+    ByteClass,
+    CharClass,
+    Choice,
+    Expr,
+    GrammarIR,
+    Literal,
+    Repeat,
+    Rule,
+    RuleRef,
+    Sequence,
+    TerminalRef,
+    choice,
+    references,
+    seq,
+)
+
+# Rules whose inlined body would exceed this weight stay separate rules.
+INLINE_WEIGHT_LIMIT = 4000
+
+
+def optimize(ir: GrammarIR) -> GrammarIR:
+    """Return an equivalent grammar ready for automaton construction (see module docstring)."""
+    check_references(ir)
+    rules = reachable_rules(ir.rules, ir.start)
+    rules = drop_unproductive(rules, ir.start)
+    rules = eliminate_left_recursion(rules, ir.start)
+    rules = inline_rules(rules, ir.start)
+    return GrammarIR(rules=rules, start=ir.start, terminals=ir.terminals, ignore=ir.ignore)
+
+
+def check_references(ir: GrammarIR) -> None:
+    """Raise `GrammarError` naming the first undefined rule or terminal."""
+    for rule in ir.rules.values():
+        for name in sorted(references(rule.body)):
+            if name not in ir.rules:
+                raise GrammarError(f"rule {rule.name!r} references undefined rule {name!r}")
+        for name in sorted(_terminal_refs(rule.body)):
+            if name not in ir.terminals:
+                raise GrammarError(f"rule {rule.name!r} references undefined terminal {name!r}")
+
+
+def _terminal_refs(expr: Expr) -> set[str]:
+    found: set[str] = set()
+    _walk(expr, lambda node: found.add(node.name) if isinstance(node, TerminalRef) else None)
+    return found
+
+
+def _walk(expr: Expr, visit: Callable[[Expr], object]) -> None:
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        visit(node)
+        if isinstance(node, Sequence):
+            stack.extend(node.items)
+        elif isinstance(node, Choice):
+            stack.extend(node.alternatives)
+        elif isinstance(node, Repeat):
+            stack.append(node.item)
+
+
+def reachable_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
+    """The rules reachable from ``start``, in a stable order."""
+    seen = {start}
+    order = [start]
+    for name in order:
+        for ref in sorted(references(rules[name].body)):
+            if ref not in seen:
+                seen.add(ref)
+                order.append(ref)
+    return {name: rules[name] for name in order}
+
+
+def drop_unproductive(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
+    """Replace references to rules that derive no finite string by the empty choice."""
+    productive: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, rule in rules.items():
+            if name not in productive and _productive(rule.body, productive):
+                productive.add(name)
+                changed = True
+    if start not in productive:
+        raise GrammarError(f"the start rule {start!r} matches no finite string")
+    if len(productive) == len(rules):
+        return rules
+    return {
+        name: Rule(name, _substitute(rule.body, lambda ref: None if ref in productive else NOTHING), rule.lookahead)
+        for name, rule in rules.items()
+        if name in productive
+    }
+
+
+def _productive(expr: Expr, productive: set[str]) -> bool:
+    if isinstance(expr, RuleRef):
+        return expr.name in productive
+    if isinstance(expr, Sequence):
+        return all(_productive(item, productive) for item in expr.items)
+    if isinstance(expr, Choice):
+        return any(_productive(alt, productive) for alt in expr.alternatives)
+    if isinstance(expr, Repeat):
+        return expr.min == 0 or _productive(expr.item, productive)
+    if isinstance(expr, CharClass):
+        return bool(expr.ranges) or expr.negated
+    if isinstance(expr, ByteClass):
+        return bool(expr.ranges)
+    return True
+
+
+def _substitute(expr: Expr, replace: Callable[[str], Expr | None]) -> Expr:
+    """Rebuild ``expr`` with rule references replaced where ``replace`` returns an expression."""
+    if isinstance(expr, RuleRef):
+        new = replace(expr.name)
+        return expr if new is None else new
+    if isinstance(expr, Sequence):
+        items = [_substitute(item, replace) for item in expr.items]
+        return NOTHING if any(item == NOTHING for item in items) else seq(*items)
+    if isinstance(expr, Choice):
+        alts = [a for a in (_substitute(alt, replace) for alt in expr.alternatives) if a != NOTHING]
+        return choice(*alts) if alts else NOTHING
+    if isinstance(expr, Repeat):
+        item = _substitute(expr.item, replace)
+        if item == NOTHING:
+            return seq() if expr.min == 0 else NOTHING
+        return Repeat(item, expr.min, expr.max)
+    return expr
+
+
+# ----------------------------------------------------------------------------- nullability
+
+def nullable_rules(rules: dict[str, Rule]) -> set[str]:
+    """Rules that derive the empty string."""
+    nullable: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, rule in rules.items():
+            if name not in nullable and is_nullable(rule.body, nullable):
+                nullable.add(name)
+                changed = True
+    return nullable
+
+
+def is_nullable(expr: Expr, nullable: set[str]) -> bool:
+    if isinstance(expr, Literal):
+        return not expr.value
+    if isinstance(expr, RuleRef):
+        return expr.name in nullable
+    if isinstance(expr, Sequence):
+        return all(is_nullable(item, nullable) for item in expr.items)
+    if isinstance(expr, Choice):
+        return any(is_nullable(alt, nullable) for alt in expr.alternatives)
+    if isinstance(expr, Repeat):
+        return expr.min == 0 or is_nullable(expr.item, nullable)
+    return False  # classes and terminals consume input
+
+
+def left_calls(expr: Expr, nullable: set[str]) -> set[str]:
+    """Rules that ``expr`` may call before consuming any input."""
+    if isinstance(expr, RuleRef):
+        return {expr.name}
+    if isinstance(expr, Sequence):
+        found: set[str] = set()
+        for item in expr.items:
+            found |= left_calls(item, nullable)
+            if not is_nullable(item, nullable):
+                break
+        return found
+    if isinstance(expr, Choice):
+        return set().union(*(left_calls(alt, nullable) for alt in expr.alternatives)) if expr.alternatives else set()
+    if isinstance(expr, Repeat):
+        return left_calls(expr.item, nullable) if expr.max != 0 else set()
+    return set()
+
+
+# ----------------------------------------------------------------------------- left recursion
+
+def eliminate_left_recursion(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
+    """Rewrite left-recursive rules into equivalent right-iterative ones.
+
+    Only the language matters to the engine (it builds no parse trees), so ``A: A a | b`` becomes
+    ``A: b a*``; indirect cycles are first turned into direct ones by substituting the earlier
+    rules of the cycle (Paull's algorithm). Left recursion hidden behind a nullable prefix that
+    this cannot untangle raises `GrammarError` naming the rule.
+    """
+    nullable = nullable_rules(rules)
+    cycles = [c for c in _strongly_connected(rules, lambda r: left_calls(rules[r].body, nullable))
+              if len(c) > 1 or c[0] in left_calls(rules[c[0]].body, nullable)]
+    if not cycles:
+        return rules
+    out = dict(rules)
+    for component in cycles:
+        members = sorted(component, key=list(rules).index)
+        for i, name in enumerate(members):
+            alts = _alternatives(out[name].body, name)
+            for earlier in members[:i]:
+                alts = _substitute_leading(alts, earlier, _alternatives(out[earlier].body, earlier))
+            out[name] = Rule(name, _remove_direct(name, alts, nullable), out[name].lookahead)
+    nullable = nullable_rules(out)
+    for name in out:
+        if name in left_calls(out[name].body, nullable) or _left_reaches(out, name, nullable):
+            raise GrammarError(
+                f"rule {name!r} is left-recursive through a rule that can match the empty string; "
+                "rewrite it without left recursion"
+            )
+    return out
+
+
+def _left_reaches(rules: dict[str, Rule], name: str, nullable: set[str]) -> bool:
+    seen: set[str] = set()
+    todo = list(left_calls(rules[name].body, nullable))
+    while todo:
+        cur = todo.pop()
+        if cur == name:
+            return True
+        if cur in seen or cur not in rules:
+            continue
+        seen.add(cur)
+        todo.extend(left_calls(rules[cur].body, nullable))
+    return False
+
+
+def _alternatives(expr: Expr, rule: str) -> list[tuple[Expr, ...]]:
+    """The body as alternatives of item sequences, distributing leading choices and repeats."""
+    result: list[tuple[Expr, ...]] = []
+    for alt in expr.alternatives if isinstance(expr, Choice) else (expr,):
+        items = alt.items if isinstance(alt, Sequence) else (alt,)
+        result.extend(_expand_leading(items, depth=0, rule=rule))
+    return result
+
+
+def _expand_leading(items: tuple[Expr, ...], depth: int, rule: str) -> list[tuple[Expr, ...]]:
+    if not items or depth > 8:
+        return [items]
+    head, rest = items[0], items[1:]
+    if isinstance(head, Sequence):
+        return _expand_leading(head.items + rest, depth + 1, rule)
+    if isinstance(head, Choice):
+        out: list[tuple[Expr, ...]] = []
+        for alt in head.alternatives:
+            alt_items = alt.items if isinstance(alt, Sequence) else (alt,)
+            out.extend(_expand_leading(alt_items + rest, depth + 1, rule))
+        return out
+    if isinstance(head, Repeat) and head.max != 0:
+        # x{m,n} rest  =  x x{m-1,n-1} rest  |  rest (when m == 0)
+        lower = max(head.min - 1, 0)
+        upper = None if head.max is None else head.max - 1
+        tail = (Repeat(head.item, lower, upper),) if upper != 0 else ()
+        out = _expand_leading((head.item, *tail, *rest), depth + 1, rule)
+        if head.min == 0:
+            out += _expand_leading(rest, depth + 1, rule)
+        return out
+    return [items]
+
+
+def _substitute_leading(
+    alts: list[tuple[Expr, ...]], name: str, replacement: list[tuple[Expr, ...]]
+) -> list[tuple[Expr, ...]]:
+    out: list[tuple[Expr, ...]] = []
+    for items in alts:
+        if items and items[0] == RuleRef(name):
+            out.extend(rep + items[1:] for rep in replacement)
+        else:
+            out.append(items)
+    return out
+
+
+def _remove_direct(name: str, alts: list[tuple[Expr, ...]], nullable: set[str]) -> Expr:
+    recursive = [items[1:] for items in alts if items and items[0] == RuleRef(name)]
+    base = [items for items in alts if not (items and items[0] == RuleRef(name))]
+    if not recursive:
+        return choice(*(seq(*items) for items in base)) if base else NOTHING
+    if not base:
+        raise GrammarError(f"rule {name!r} is left-recursive with no non-recursive alternative: it matches nothing")
+    tails = [seq(*items) for items in recursive if items]
+    head = choice(*(seq(*items) for items in base))
+    return seq(head, Repeat(choice(*tails), 0, None)) if tails else head
+
+
+def _strongly_connected(rules: dict[str, Rule], edges: Callable[[str], set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components (iterative), over rule names."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in rules:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(e for e in edges(root) if e in rules)))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(e for e in edges(child) if e in rules))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(component)
+    return components
+
+
+# ----------------------------------------------------------------------------- inlining
+
+def recursive_rules(rules: dict[str, Rule]) -> set[str]:
+    """Rules that can (directly or indirectly) call themselves."""
+    found: set[str] = set()
+    for component in _strongly_connected(rules, lambda r: references(rules[r].body)):
+        if len(component) > 1 or component[0] in references(rules[component[0]].body):
+            found.update(component)
+    return found
+
+
+def expr_weight(expr: Expr) -> int:
+    """A rough size of the automaton an expression turns into."""
+    if isinstance(expr, Literal):
+        return max(len(expr.value), 1)
+    if isinstance(expr, CharClass | ByteClass):
+        return 1 + len(expr.ranges)
+    if isinstance(expr, Sequence):
+        return 1 + sum(expr_weight(i) for i in expr.items)
+    if isinstance(expr, Choice):
+        return 1 + sum(expr_weight(a) for a in expr.alternatives)
+    if isinstance(expr, Repeat):
+        copies = max(expr.min, 1) if expr.max is None else max(expr.max, 1)
+        return 1 + copies * expr_weight(expr.item)
+    return 1
+
+
+def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
+    """Inline non-recursive rules (bottom-up) unless they grow beyond `INLINE_WEIGHT_LIMIT`.
+
+    Rules with a lookahead assertion keep their identity (their lookahead belongs to them).
+    """
+    keep = recursive_rules(rules) | {start} | {n for n, r in rules.items() if r.lookahead is not None}
+    bodies: dict[str, Expr] = {}
+    order = _topological(rules)
+
+    def replace(name: str) -> Expr | None:
+        return None if name in keep else bodies[name]
+
+    for name in order:
+        body = _substitute(rules[name].body, replace)
+        bodies[name] = body
+        if name not in keep and expr_weight(body) > INLINE_WEIGHT_LIMIT:
+            keep.add(name)
+    return {name: Rule(name, bodies[name], rules[name].lookahead) for name in rules if name in keep}
+
+
+def _topological(rules: dict[str, Rule]) -> list[str]:
+    """Rules ordered so that non-recursive callees come before their callers."""
+    order: list[str] = []
+    for component in _strongly_connected(rules, lambda r: references(rules[r].body)):
+        order.extend(component)
+    return order
