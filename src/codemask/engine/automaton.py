@@ -394,6 +394,30 @@ class RTN:
         no_calls = np.array([not c for c in self.calls], dtype=bool)
         return self.accepting & ~self.scanning & no_calls
 
+    def rules_with_callers(self) -> set[int]:
+        """Rules whose frames can sit on top of another rule's frame.
+
+        A rule called only in tail position by rules that themselves have no caller always runs
+        at the bottom of the stack: when it ends, the input ends, so nothing can follow it.
+        """
+        pure_final = self.pure_final
+        owners = self.state_rule
+        found: set[int] = set()
+        tail_edges: dict[int, set[int]] = {}
+        for state, calls in enumerate(self.calls):
+            for callee, ret in calls:
+                if pure_final[ret]:
+                    tail_edges.setdefault(int(owners[state]), set()).add(callee)
+                else:
+                    found.add(callee)
+        todo = list(found)
+        while todo:
+            for callee in tail_edges.get(todo.pop(), ()):
+                if callee not in found:
+                    found.add(callee)
+                    todo.append(callee)
+        return found
+
 
 def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
               terminal_index: dict[str, int] | None = None) -> RTN:

@@ -77,12 +77,16 @@ def build_position_masks(core: ParserCore, trie: TokenTrie, vocab_size: int,
     row_of_state[positions] = np.arange(len(positions), dtype=np.int32)
     accepted = np.zeros((len(positions), num_words(vocab_size)), dtype=np.uint32)
     uncertain: list[Uncertain | None] = []
+    with_callers = core.rtn.rules_with_callers()
     bar = tqdm(positions, desc=progress or "compiling grammar", unit="pos", delay=1.0, leave=False,
                disable=progress is None)
     for row, position in enumerate(bar):
         ok_sorted, unc_sorted, unc_k = classify_position(core, trie, int(position))
         accepted[row] = pack_ids(trie.order[ok_sorted], vocab_size)
-        uncertain.append(_uncertain_entry(trie, token_bytes, unc_sorted, unc_k))
+        if int(core.rtn.state_rule[position]) in with_callers:
+            uncertain.append(_uncertain_entry(trie, token_bytes, unc_sorted, unc_k))
+        else:
+            uncertain.append(None)  # leaving this frame ends the input: the residual is refused
     bar.close()
     return PositionMasks(row_of_state=row_of_state, accepted=accepted, uncertain=uncertain)
 
