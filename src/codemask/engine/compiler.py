@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codemask.engine.automaton import RTN, build_rtn
+from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, build_terminal_automata
+from codemask.engine.lexer_masks import LexerMaskComputer
 from codemask.engine.mask_cache import MaskComputer, PositionMasks, build_position_masks
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import ByteVocabulary, token_trie
-from codemask.errors import GrammarError
 from codemask.grammar.grammar import Grammar
+from codemask.grammar.ir import GrammarIR, Terminal
 from codemask.grammar.optimize import optimize
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
@@ -36,10 +38,15 @@ def default_cache_dir() -> Path:
 
 @dataclass
 class CompiledArtifacts:
-    """What compilation produces and the disk cache stores."""
+    """What compilation produces and the disk cache stores.
+
+    Byte-level grammars carry the position masks; lexer-mode grammars carry the terminal
+    automata instead (their masks are keyed by lexer state and computed when first needed).
+    """
 
     rtn: RTN
-    masks: PositionMasks
+    masks: PositionMasks | None = None
+    terminals: TerminalAutomata | None = None
 
 
 @dataclass
@@ -49,13 +56,18 @@ class CompiledGrammar:
     grammar: Grammar
     vocab: ByteVocabulary
     artifacts: CompiledArtifacts
-    core: ParserCore = field(init=False)
-    masks: MaskComputer = field(init=False)
+    core: ParserCore | LexParserCore = field(init=False)
+    masks: MaskComputer | LexerMaskComputer = field(init=False)
 
     def __post_init__(self) -> None:
-        self.core = ParserCore(self.artifacts.rtn)
-        self.masks = MaskComputer(self.core, self.artifacts.masks, self.vocab.vocab_size,
-                                  self.vocab.stop_token_ids)
+        artifacts = self.artifacts
+        if artifacts.terminals is not None:
+            self.core = LexParserCore(ParserCore(artifacts.rtn), LexerCore(artifacts.terminals))
+            self.masks = LexerMaskComputer(self.core, self.vocab)
+        else:
+            assert artifacts.masks is not None
+            self.core = ParserCore(artifacts.rtn)
+            self.masks = MaskComputer(self.core, artifacts.masks, self.vocab.vocab_size, self.vocab.stop_token_ids)
 
     @property
     def vocab_size(self) -> int:
@@ -113,7 +125,7 @@ class GrammarCompiler:
     def _build(self, grammar: Grammar) -> CompiledArtifacts:
         ir = optimize(grammar.ir)
         if ir.lexer_mode:
-            raise GrammarError("lexer-mode grammars are not supported by this engine version")
+            return _build_lexer_mode(ir)
         rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start)
         core = ParserCore(rtn)
         trie = token_trie(self.vocab)
@@ -146,3 +158,21 @@ class GrammarCompiler:
             os.replace(f.name, path)
         except OSError:
             pass  # the disk cache is an optimisation: a read-only home must not break compiling
+
+
+def terminal_rank_key(terminal: Terminal) -> tuple[object, ...]:
+    """Order of preference between terminals matching the same text (lower wins).
+
+    Higher priority first; then terminals written as strings (keywords, punctuation) before
+    regular expressions, as Lark resolves keywords against names; then the name, for determinism.
+    """
+    return (-terminal.priority, terminal.literal is None, terminal.name)
+
+
+def _build_lexer_mode(ir: GrammarIR) -> CompiledArtifacts:
+    terminals = list(ir.terminals.values())
+    index = {t.name: i for i, t in enumerate(terminals)}
+    automata = build_terminal_automata(terminals, set(ir.ignore), [terminal_rank_key(t) for t in terminals])
+    rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start,
+                    alphabet=max(len(terminals), 1), terminal_index=index)
+    return CompiledArtifacts(rtn=rtn, terminals=automata)

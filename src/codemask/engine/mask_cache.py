@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from tqdm import tqdm
@@ -84,7 +85,7 @@ def build_position_masks(core: ParserCore, trie: TokenTrie, vocab_size: int,
         ok_sorted, unc_sorted, unc_k = classify_position(core, trie, int(position))
         accepted[row] = pack_ids(trie.order[ok_sorted], vocab_size)
         if int(core.rtn.state_rule[position]) in with_callers:
-            uncertain.append(_uncertain_entry(trie, token_bytes, unc_sorted, unc_k))
+            uncertain.append(uncertain_entry(trie, token_bytes, unc_sorted, unc_k))
         else:
             uncertain.append(None)  # leaving this frame ends the input: the residual is refused
     bar.close()
@@ -137,7 +138,7 @@ def classify_position(core: ParserCore, trie: TokenTrie, position: int) -> tuple
     return np.flatnonzero(ok), empty, empty
 
 
-def _uncertain_entry(trie: TokenTrie, token_bytes: list[bytes], sorted_idx: np.ndarray,
+def uncertain_entry(trie: TokenTrie, token_bytes: list[bytes], sorted_idx: np.ndarray,
                      offsets: np.ndarray) -> Uncertain | None:
     if not len(sorted_idx):
         return None
@@ -153,6 +154,23 @@ def _uncertain_entry(trie: TokenTrie, token_bytes: list[bytes], sorted_idx: np.n
         residuals[row, : len(data)] = np.frombuffer(data, dtype=np.uint8)
     return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of,
                      residuals=residuals, residual_len=lengths)
+
+
+class Walker(Protocol):
+    """Anything with memoised, vectorised byte transitions over interned states."""
+
+    def advance(self, states: np.ndarray, symbols: np.ndarray) -> np.ndarray: ...
+
+
+def resolve_residuals(core: Walker, unc: Uncertain, start_state: int) -> np.ndarray:
+    """The uncertain tokens whose residual bytes are accepted from ``start_state``."""
+    states = np.full(len(unc.residual_len), start_state, dtype=np.int64)
+    for col in range(unc.residuals.shape[1]):
+        active = np.flatnonzero((unc.residual_len > col) & (states >= 0))
+        if not len(active):
+            break
+        states[active] = core.advance(states[active], unc.residuals[active, col])
+    return unc.token_ids[(states >= 0)[unc.residual_of]]
 
 
 class MaskComputer:
@@ -189,17 +207,8 @@ class MaskComputer:
             if unc is not None:
                 exit_state = core.exit_state(stack)
                 if exit_state != DEAD:
-                    set_bits(words, self._resolve(unc, exit_state))
+                    set_bits(words, resolve_residuals(core, unc, exit_state))
         if core.can_end(state):
             np.bitwise_or(words, self.stop_words, out=words)
         return words
 
-    def _resolve(self, unc: Uncertain, exit_state: int) -> np.ndarray:
-        """The uncertain tokens whose residuals the caller (at ``exit_state``) accepts."""
-        states = np.full(len(unc.residual_len), exit_state, dtype=np.int64)
-        for col in range(unc.residuals.shape[1]):
-            active = np.flatnonzero((unc.residual_len > col) & (states >= 0))
-            if not len(active):
-                break
-            states[active] = self.core.advance(states[active], unc.residuals[active, col])
-        return unc.token_ids[(states >= 0)[unc.residual_of]]

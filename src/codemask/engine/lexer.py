@@ -1,0 +1,282 @@
+"""Lexer-mode matching: a longest-match contextual lexer under the RTN parser, byte by byte.
+
+Lark grammars are defined over *terminals* matched by a lexer, not over bytes: at each point the
+lexer considers the terminals the parser can accept next (plus ignored ones), takes the longest
+match, breaks ties by rank, and hands the terminal to the parser. A string the lexer splits
+differently is a different string, so a byte-level engine must reproduce those semantics exactly.
+
+The combined state is an ordered tuple of *configurations* ``(parser state, lexer state)``. The
+first is the current lexeme being extended; the others are fallbacks: where the current lexeme
+last matched a terminal and then kept going through non-matching bytes, the fallback is "that
+terminal ended there, and these bytes started the next lexeme". A fallback only matters if the
+current lexeme dies before matching again (longest match), so it is dropped as soon as the
+current lexeme matches at a longer length. Lexing is deterministic, so in steady state there is a
+single configuration.
+
+Lexer states are sets of live terminal-automaton states (one automaton per terminal, numbered
+globally), interned like parser states; all transitions are memoised in numpy tables so token
+walks are vectorised exactly as in byte mode.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from codemask.engine.automaton import BYTE_ALPHABET, compile_expr
+from codemask.engine.parser import DEAD, UNKNOWN, ParserCore
+from codemask.errors import GrammarError
+from codemask.grammar.ir import Terminal
+
+Config = tuple[int, int]  # (parser state, lexer state)
+
+
+@dataclass
+class TerminalAutomata:
+    """Every terminal's byte DFA in one global numbering, plus the tie-break rank of terminals."""
+
+    trans: np.ndarray  # [S, 256] int32
+    accepting: np.ndarray  # [S] bool
+    terminal_of: np.ndarray  # [S] int32
+    start_of: np.ndarray  # [T] int32
+    rank: np.ndarray  # [T] int32: lower wins a tie between terminals matching the same text
+    names: list[str]
+    ignore: frozenset[int]
+
+
+def build_terminal_automata(terminals: list[Terminal], ignore: set[str],
+                            rank_key: list[tuple[object, ...]]) -> TerminalAutomata:
+    """Compile each terminal's regular expression to a DFA and number them globally."""
+    parts, accepting, owners, starts = [], [], [], []
+    offset = 0
+    for t, term in enumerate(terminals):
+        dfa = compile_expr(term.body, {}, BYTE_ALPHABET)
+        if dfa.accepting[dfa.start]:
+            raise GrammarError(f"terminal {term.name!r} matches the empty string, which a lexer cannot use")
+        parts.append(np.where(dfa.trans >= 0, dfa.trans + offset, -1).astype(np.int32))
+        accepting.append(dfa.accepting)
+        owners.append(np.full(len(dfa.accepting), t, dtype=np.int32))
+        starts.append(offset + dfa.start)
+        offset += len(dfa.accepting)
+    order = sorted(range(len(terminals)), key=lambda i: rank_key[i])
+    rank = np.empty(len(terminals), dtype=np.int32)
+    rank[order] = np.arange(len(terminals), dtype=np.int32)
+    names = [t.name for t in terminals]
+    return TerminalAutomata(
+        trans=np.concatenate(parts) if parts else np.zeros((0, BYTE_ALPHABET), dtype=np.int32),
+        accepting=np.concatenate(accepting) if accepting else np.zeros(0, dtype=bool),
+        terminal_of=np.concatenate(owners) if owners else np.zeros(0, dtype=np.int32),
+        start_of=np.array(starts, dtype=np.int32),
+        rank=rank,
+        names=names,
+        ignore=frozenset(names.index(n) for n in ignore),
+    )
+
+
+class _Interner:
+    """Interned keys with a memo table ``table[id, byte]`` of transitions (grown on demand)."""
+
+    def __init__(self) -> None:
+        self.keys: list[object] = []
+        self._index: dict[object, int] = {}
+        self.table = np.full((64, BYTE_ALPHABET), UNKNOWN, dtype=np.int32)
+        self.lock = threading.RLock()
+
+    def intern(self, key: object) -> int:
+        found = self._index.get(key)
+        if found is None:
+            found = self._index[key] = len(self.keys)
+            self.keys.append(key)
+            if found >= len(self.table):
+                grown = np.full((2 * len(self.table), BYTE_ALPHABET), UNKNOWN, dtype=np.int32)
+                grown[: len(self.table)] = self.table
+                self.table = grown
+            self._on_new(found, key)
+        return found
+
+    def _on_new(self, ident: int, key: object) -> None:
+        """Hook for subclasses keeping per-state arrays."""
+
+    def _compute(self, state: int, byte: int) -> int:
+        raise NotImplementedError
+
+    def step(self, state: int, byte: int) -> int:
+        nxt = int(self.table[state, byte])
+        if nxt == UNKNOWN:
+            with self.lock:
+                nxt = self._compute(state, byte)
+                self.table[state, byte] = nxt
+        return nxt
+
+    def advance(self, states: np.ndarray, symbols: np.ndarray) -> np.ndarray:
+        """Vectorised `step` over arrays of live states and bytes."""
+        nxt = self.table[states, symbols]
+        unknown = nxt == UNKNOWN
+        if unknown.any():
+            with self.lock:
+                pairs = np.unique(np.stack([states[unknown], symbols[unknown]]), axis=1)
+                for st, sy in pairs.T.tolist():
+                    if self.table[st, sy] == UNKNOWN:
+                        self.table[st, sy] = self._compute(st, sy)
+                nxt = self.table[states, symbols]
+        return nxt
+
+    def walk(self, state: int, data: bytes) -> int:
+        for b in data:
+            state = self.step(state, b)
+            if state < 0:
+                return DEAD
+        return state
+
+
+class LexerCore(_Interner):
+    """Lexer states: the set of live terminal-automaton states of the current lexeme.
+
+    A key is ``(states, fresh)``; ``fresh`` marks a lexeme that has consumed nothing yet.
+    """
+
+    def __init__(self, automata: TerminalAutomata) -> None:
+        self.automata = automata
+        self.winner_of = np.full(64, -1, dtype=np.int32)
+        super().__init__()
+        self._starts: dict[frozenset[int], int] = {}
+
+    def _on_new(self, ident: int, key: object) -> None:
+        if ident >= len(self.winner_of):
+            self.winner_of = np.concatenate([self.winner_of, np.full(len(self.winner_of), -1, dtype=np.int32)])
+        states, _fresh = key  # type: ignore[misc]
+        self.winner_of[ident] = self._winner(states)
+
+    def _winner(self, states: tuple[int, ...]) -> int:
+        auto = self.automata
+        matching = [int(auto.terminal_of[s]) for s in states if auto.accepting[s]]
+        return min(matching, key=lambda t: auto.rank[t]) if matching else -1
+
+    def start(self, candidates: frozenset[int]) -> int:
+        """The fresh lexer state over the candidate terminals."""
+        found = self._starts.get(candidates)
+        if found is None:
+            states = tuple(sorted(int(self.automata.start_of[t]) for t in candidates))
+            found = self._starts[candidates] = self.intern((states, True))
+        return found
+
+    def winner(self, state: int) -> int:
+        """The terminal the lexeme would be if it ended here, or -1."""
+        return int(self.winner_of[state])
+
+    def is_fresh(self, state: int) -> bool:
+        return bool(self.keys[state][1])  # type: ignore[index]
+
+    def _compute(self, state: int, byte: int) -> int:
+        states, _ = self.keys[state]  # type: ignore[misc]
+        trans = self.automata.trans
+        moved = tuple(sorted({int(t) for t in (trans[s, byte] for s in states) if t >= 0}))
+        return self.intern((moved, False)) if moved else DEAD
+
+
+class LexParserCore(_Interner):
+    """Combined lexer + parser states (tuples of configurations), with byte transitions."""
+
+    def __init__(self, parser: ParserCore, lexer: LexerCore) -> None:
+        self.parser = parser
+        self.lexer = lexer
+        self._candidates: dict[int, frozenset[int]] = {}
+        self._ends: dict[Config, Config | None] = {}
+        self._can_end = np.zeros(64, dtype=bool)
+        super().__init__()
+        self.initial = self.intern((self.fresh(parser.initial),))
+
+    def _on_new(self, ident: int, key: object) -> None:
+        if ident >= len(self._can_end):
+            self._can_end = np.concatenate([self._can_end, np.zeros(len(self._can_end), dtype=bool)])
+        self._can_end[ident] = self._configs_can_end(key)  # type: ignore[arg-type]
+
+    # -- configurations ----------------------------------------------------------------------
+
+    def candidates(self, pid: int) -> frozenset[int]:
+        """Terminals the lexer considers at parser state ``pid``: acceptable ones plus ignored."""
+        found = self._candidates.get(pid)
+        if found is None:
+            allowed = np.flatnonzero(self.parser.allowed_symbols(pid))
+            found = self._candidates[pid] = frozenset(int(t) for t in allowed) | self.lexer.automata.ignore
+        return found
+
+    def fresh(self, pid: int) -> Config:
+        return (pid, self.lexer.start(self.candidates(pid)))
+
+    def end_lexeme(self, config: Config) -> Config | None:
+        """End the current lexeme as its winning terminal and start a fresh one (None: refused)."""
+        found = self._ends.get(config, ...)
+        if found is not ...:
+            return found  # type: ignore[return-value]
+        pid, lid = config
+        terminal = self.lexer.winner(lid)
+        result: Config | None = None
+        if terminal >= 0:
+            nxt = pid if terminal in self.lexer.automata.ignore else self.parser.step(pid, terminal)
+            if nxt != DEAD:
+                result = self.fresh(nxt)
+        self._ends[config] = result
+        return result
+
+    def _step_configs(self, configs: tuple[Config, ...], byte: int) -> list[Config]:
+        if not configs:
+            return []
+        (pid, lid), rest = configs[0], configs[1:]
+        lexer = self.lexer
+        out: list[Config] = []
+        grown = lexer.step(lid, byte)
+        if grown != DEAD:
+            out.append((pid, grown))
+            if lexer.winner(grown) >= 0:
+                return out  # a longer match: every older fallback is void
+        if lexer.winner(lid) >= 0:
+            ended = self.end_lexeme((pid, lid))
+            if ended is not None:
+                restarted = lexer.step(ended[1], byte)
+                if restarted != DEAD:
+                    out.append((ended[0], restarted))
+            return out  # the current lexeme matched here: older fallbacks are void
+        return out + [c for c in self._step_configs(rest, byte) if c not in out]
+
+    def _compute(self, state: int, byte: int) -> int:
+        configs = self._step_configs(self.keys[state], byte)  # type: ignore[arg-type]
+        return self.intern(tuple(configs)) if configs else DEAD
+
+    def _configs_can_end(self, configs: tuple[Config, ...]) -> bool:
+        for pid, lid in configs:
+            if self.lexer.is_fresh(lid):
+                return self.parser.can_end(pid)
+            if self.lexer.winner(lid) >= 0:
+                ended = self.end_lexeme((pid, lid))
+                return ended is not None and self.parser.can_end(ended[0])
+        return False
+
+    # -- queries (the interface GrammarMatcher uses) -----------------------------------------
+
+    def can_end(self, state: int) -> bool:
+        return bool(self._can_end[state])
+
+    def allowed_symbols(self, state: int) -> np.ndarray:
+        """Boolean mask of the bytes that keep the parse alive."""
+        nxt = self.advance(np.full(BYTE_ALPHABET, state, dtype=np.int64), np.arange(BYTE_ALPHABET))
+        return nxt >= 0
+
+    def configs(self, state: int) -> tuple[Config, ...]:
+        return self.keys[state]  # type: ignore[return-value]
+
+    def fallback_state(self, state: int) -> int:
+        """The state that takes over when the current lexeme dies without matching again."""
+        configs = self.configs(state)
+        first, rest = configs[0], configs[1:]
+        if self.lexer.winner(first[1]) >= 0:
+            ended = self.end_lexeme(first)
+            return DEAD if ended is None else self.intern((ended,))
+        return self.intern(rest) if rest else DEAD
+
+    def resumed_state(self, pid: int, terminal: int) -> int:
+        """The state after the lexeme ended as ``terminal`` at parser state ``pid``."""
+        nxt = pid if terminal in self.lexer.automata.ignore else self.parser.step(pid, terminal)
+        return DEAD if nxt == DEAD else self.intern((self.fresh(nxt),))
