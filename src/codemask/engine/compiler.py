@@ -75,8 +75,10 @@ class CompiledGrammar:
 
     def __repr__(self) -> str:
         rtn = self.artifacts.rtn
+        masks = self.artifacts.masks
+        detail = f"uncertain={masks.num_uncertain}" if masks is not None else "lexer"
         return (f"CompiledGrammar({self.grammar.kind}, rules={len(rtn.rule_names)}, states={rtn.num_states}, "
-                f"uncertain={self.artifacts.masks.num_uncertain}, vocab={self.vocab_size})")
+                f"{detail}, vocab={self.vocab_size})")
 
 
 class GrammarCompiler:
