@@ -16,6 +16,7 @@ sequences that encode them, so the engine itself only ever sees bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -280,7 +281,7 @@ def _partition_edges(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, 
         return []
     points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
     out = []
-    for lo, nxt in zip(points, points[1:]):
+    for lo, nxt in pairwise(points):
         targets = frozenset(t for a, b, t in edges if a <= lo and nxt - 1 <= b)
         if targets:
             out.append((lo, nxt - 1, targets))
@@ -313,7 +314,7 @@ def minimize(dfa: DFA) -> DFA:
     for s in [dfa.start, *range(n)]:
         order.setdefault(int(part[s]), len(order))
     remap = np.array([order[int(p)] for p in part], dtype=np.int32)
-    reps = {}
+    reps: dict[int, int] = {}
     for s in range(n):
         reps.setdefault(int(remap[s]), s)
     trans = np.full((count, dfa.trans.shape[1]), -1, dtype=np.int32)
@@ -386,13 +387,13 @@ class RTN:
     @property
     def scanning(self) -> np.ndarray:
         """States with at least one symbol transition (the tops a parser stack can wait on)."""
-        return (self.trans >= 0).any(axis=1)
+        return np.asarray((self.trans >= 0).any(axis=1))
 
     @property
     def pure_final(self) -> np.ndarray:
         """Accepting states with nothing after them: a call returning here is a tail call."""
         no_calls = np.array([not c for c in self.calls], dtype=bool)
-        return self.accepting & ~self.scanning & no_calls
+        return np.asarray(self.accepting & ~self.scanning & no_calls)
 
     def rules_with_callers(self) -> set[int]:
         """Rules whose frames can sit on top of another rule's frame.
@@ -426,8 +427,10 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     rule_index = {name: i for i, name in enumerate(names)}
     dfas = [compile_expr(rules[name], rule_index, alphabet, terminal_index) for name in names]
     offsets = np.cumsum([0] + [len(d.accepting) for d in dfas])
-    trans_parts, calls, owners = [], [], []
-    for r, (dfa, off) in enumerate(zip(dfas, offsets)):
+    trans_parts: list[np.ndarray] = []
+    calls: list[tuple[tuple[int, int], ...]] = []
+    owners: list[np.ndarray] = []
+    for r, (dfa, off) in enumerate(zip(dfas, offsets[:-1], strict=True)):
         trans_parts.append(np.where(dfa.trans >= 0, dfa.trans + off, -1).astype(np.int32))
         calls.extend(tuple((callee, int(t + off)) for callee, t in sorted(c.items())) for c in dfa.calls)
         owners.append(np.full(len(dfa.accepting), r, dtype=np.int32))
@@ -436,7 +439,7 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
         accepting=np.concatenate([d.accepting for d in dfas]),
         calls=calls,
         rule_names=names,
-        rule_start=np.array([off + d.start for d, off in zip(dfas, offsets)], dtype=np.int32),
+        rule_start=np.array([off + d.start for d, off in zip(dfas, offsets[:-1], strict=True)], dtype=np.int32),
         state_rule=np.concatenate(owners),
         start_rule=rule_index[start],
     )

@@ -88,7 +88,7 @@ class GrammarCompiler:
     ``progress`` shows a progress bar when a compilation takes more than a second.
     """
 
-    def __init__(self, vocab: ByteVocabulary, *, cache_dir: str | Path | None | bool = None,
+    def __init__(self, vocab: ByteVocabulary, *, cache_dir: str | Path | bool | None = None,
                  progress: bool = True) -> None:
         self.vocab = vocab
         self.cache_dir: Path | None

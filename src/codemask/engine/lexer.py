@@ -146,7 +146,7 @@ class LexerCore(_Interner):
     def _on_new(self, ident: int, key: object) -> None:
         if ident >= len(self.winner_of):
             self.winner_of = np.concatenate([self.winner_of, np.full(len(self.winner_of), -1, dtype=np.int32)])
-        states, _fresh = key  # type: ignore[misc]
+        states: tuple[int, ...] = key[0]  # type: ignore[index]
         self.winner_of[ident] = self._winner(states)
 
     def _winner(self, states: tuple[int, ...]) -> int:
@@ -170,7 +170,7 @@ class LexerCore(_Interner):
         return bool(self.keys[state][1])  # type: ignore[index]
 
     def _compute(self, state: int, byte: int) -> int:
-        states, _ = self.keys[state]  # type: ignore[misc]
+        states: tuple[int, ...] = self.keys[state][0]  # type: ignore[index]
         trans = self.automata.trans
         moved = tuple(sorted({int(t) for t in (trans[s, byte] for s in states) if t >= 0}))
         return self.intern((moved, False)) if moved else DEAD
@@ -208,9 +208,8 @@ class LexParserCore(_Interner):
 
     def end_lexeme(self, config: Config) -> Config | None:
         """End the current lexeme as its winning terminal and start a fresh one (None: refused)."""
-        found = self._ends.get(config, ...)
-        if found is not ...:
-            return found  # type: ignore[return-value]
+        if config in self._ends:
+            return self._ends[config]
         pid, lid = config
         terminal = self.lexer.winner(lid)
         result: Config | None = None

@@ -145,7 +145,7 @@ def uncertain_entry(trie: TokenTrie, token_bytes: list[bytes], sorted_idx: np.nd
     token_ids = trie.order[sorted_idx]
     index: dict[bytes, int] = {}
     residual_of = np.empty(len(token_ids), dtype=np.int32)
-    for i, (tid, k) in enumerate(zip(token_ids.tolist(), offsets.tolist())):
+    for i, (tid, k) in enumerate(zip(token_ids.tolist(), offsets.tolist(), strict=True)):
         residual_of[i] = index.setdefault(token_bytes[tid][k:], len(index))
     residual_list = list(index)
     lengths = np.array([len(r) for r in residual_list], dtype=np.int32)

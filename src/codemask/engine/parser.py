@@ -184,7 +184,7 @@ class ParserCore:
         tops = [self.node_state[s] for s in self.state_stacks[state]]
         if not tops:
             return np.zeros(self.alphabet, dtype=bool)
-        return (self._trans[tops] >= 0).any(axis=0)
+        return np.asarray((self._trans[tops] >= 0).any(axis=0))
 
     def frame_state(self, position: int) -> int:
         """The frame-local state at RTN state ``position``, for the mask cache's analysis."""

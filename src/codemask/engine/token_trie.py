@@ -11,6 +11,7 @@ removes its whole subtree at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Protocol
 
 import numpy as np
@@ -86,7 +87,7 @@ class TokenTrie:
                     child_hi=np.zeros(len(starts), dtype=np.int32),
                 )
             )
-        for upper, lower in zip(levels, levels[1:]):
+        for upper, lower in pairwise(levels):
             ids = np.arange(len(upper.byte))
             upper.child_lo = np.searchsorted(lower.parent, ids, side="left").astype(np.int32)
             upper.child_hi = np.searchsorted(lower.parent, ids, side="right").astype(np.int32)

@@ -18,7 +18,7 @@ accept, priorities, ignored terminals between lexemes) instead of plain byte-lev
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeAlias, Union
 
 MAX_CODE_POINT = 0x10FFFF
 
@@ -90,7 +90,7 @@ class Repeat:
     max: int | None = None
 
 
-Expr = Union[Literal, CharClass, ByteClass, RuleRef, TerminalRef, Sequence, Choice, Repeat]
+Expr: TypeAlias = Union[Literal, CharClass, ByteClass, RuleRef, TerminalRef, Sequence, Choice, Repeat]  # noqa: UP007
 
 EMPTY: Expr = Sequence(())
 NOTHING: Expr = Choice(())
