@@ -23,7 +23,7 @@ from codemask.engine.mask_cache import MaskComputer, PositionMasks, build_positi
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import ByteVocabulary, token_trie
 from codemask.grammar.grammar import Grammar
-from codemask.grammar.ir import GrammarIR, Terminal
+from codemask.grammar.ir import GrammarIR
 from codemask.grammar.optimize import optimize
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
@@ -162,19 +162,10 @@ class GrammarCompiler:
             pass  # the disk cache is an optimisation: a read-only home must not break compiling
 
 
-def terminal_rank_key(terminal: Terminal) -> tuple[object, ...]:
-    """Order of preference between terminals matching the same text (lower wins).
-
-    Higher priority first; then terminals written as strings (keywords, punctuation) before
-    regular expressions, as Lark resolves keywords against names; then the name, for determinism.
-    """
-    return (-terminal.priority, terminal.literal is None, terminal.name)
-
-
 def _build_lexer_mode(ir: GrammarIR) -> CompiledArtifacts:
     terminals = list(ir.terminals.values())
     index = {t.name: i for i, t in enumerate(terminals)}
-    automata = build_terminal_automata(terminals, set(ir.ignore), [terminal_rank_key(t) for t in terminals])
+    automata = build_terminal_automata(terminals, set(ir.ignore))
     rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start,
                     alphabet=max(len(terminals), 1), terminal_index=index)
     return CompiledArtifacts(rtn=rtn, terminals=automata)

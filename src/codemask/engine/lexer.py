@@ -35,19 +35,19 @@ Config = tuple[int, int]  # (parser state, lexer state)
 
 @dataclass
 class TerminalAutomata:
-    """Every terminal's byte DFA in one global numbering, plus the tie-break rank of terminals."""
+    """Every terminal's byte DFA in one global numbering, plus how the lexer chooses between them."""
 
     trans: np.ndarray  # [S, 256] int32
     accepting: np.ndarray  # [S] bool
     terminal_of: np.ndarray  # [S] int32
     start_of: np.ndarray  # [T] int32
-    rank: np.ndarray  # [T] int32: lower wins a tie between terminals matching the same text
+    rank: np.ndarray  # [T] int32: the order in which the lexer tries terminals (lower first)
+    unless: list[tuple[tuple[int, bool], ...]]  # per terminal: (string terminal, embedded) retypes
     names: list[str]
     ignore: frozenset[int]
 
 
-def build_terminal_automata(terminals: list[Terminal], ignore: set[str],
-                            rank_key: list[tuple[object, ...]]) -> TerminalAutomata:
+def build_terminal_automata(terminals: list[Terminal], ignore: set[str]) -> TerminalAutomata:
     """Compile each terminal's regular expression to a DFA and number them globally."""
     parts, accepting, owners, starts = [], [], [], []
     offset = 0
@@ -60,18 +60,21 @@ def build_terminal_automata(terminals: list[Terminal], ignore: set[str],
         owners.append(np.full(len(dfa.accepting), t, dtype=np.int32))
         starts.append(offset + dfa.start)
         offset += len(dfa.accepting)
-    order = sorted(range(len(terminals)), key=lambda i: rank_key[i])
+    order = sorted(range(len(terminals)), key=lambda i: (terminals[i].order, terminals[i].name))
     rank = np.empty(len(terminals), dtype=np.int32)
     rank[order] = np.arange(len(terminals), dtype=np.int32)
     names = [t.name for t in terminals]
+    index = {name: i for i, name in enumerate(names)}
+    unless = [tuple((index[s], embedded) for s, embedded in t.unless if s in index) for t in terminals]
     return TerminalAutomata(
         trans=np.concatenate(parts) if parts else np.zeros((0, BYTE_ALPHABET), dtype=np.int32),
         accepting=np.concatenate(accepting) if accepting else np.zeros(0, dtype=bool),
         terminal_of=np.concatenate(owners) if owners else np.zeros(0, dtype=np.int32),
         start_of=np.array(starts, dtype=np.int32),
         rank=rank,
+        unless=unless,
         names=names,
-        ignore=frozenset(names.index(n) for n in ignore),
+        ignore=frozenset(index[n] for n in ignore),
     )
 
 
@@ -131,10 +134,19 @@ class _Interner:
         return state
 
 
-class LexerCore(_Interner):
-    """Lexer states: the set of live terminal-automaton states of the current lexeme.
+LexerKey = tuple[tuple[int, ...], tuple[int, ...], int, bool, bool]
 
-    A key is ``(states, fresh)``; ``fresh`` marks a lexeme that has consumed nothing yet.
+
+class LexerCore(_Interner):
+    """Lexer states of the current lexeme, with Lark's choice between terminals.
+
+    Lark tries the candidate terminals in a fixed order and takes the first that matches, with
+    its longest match. Streaming that: once terminal ``best`` has matched, terminals tried after
+    it can never win and are dropped; terminals tried before it stay alive, and one of them
+    matching later becomes the new ``best``. A key is ``(alternatives, trackers, best, matched,
+    fresh)``: the live automaton states of the candidate terminals, the live states of *embedded*
+    string terminals (kept only to retype ``best`` when its text equals theirs), the best terminal
+    so far (-1: none), whether it matches at exactly this point, and whether nothing was consumed.
     """
 
     def __init__(self, automata: TerminalAutomata) -> None:
@@ -146,34 +158,54 @@ class LexerCore(_Interner):
     def _on_new(self, ident: int, key: object) -> None:
         if ident >= len(self.winner_of):
             self.winner_of = np.concatenate([self.winner_of, np.full(len(self.winner_of), -1, dtype=np.int32)])
-        states: tuple[int, ...] = key[0]  # type: ignore[index]
-        self.winner_of[ident] = self._winner(states)
+        self.winner_of[ident] = self._winner(key)  # type: ignore[arg-type]
 
-    def _winner(self, states: tuple[int, ...]) -> int:
+    def _winner(self, key: LexerKey) -> int:
+        alternatives, trackers, best, matched, _fresh = key
+        if not matched:
+            return -1
         auto = self.automata
-        matching = [int(auto.terminal_of[s]) for s in states if auto.accepting[s]]
-        return min(matching, key=lambda t: auto.rank[t]) if matching else -1
+        matching = {int(auto.terminal_of[s]) for s in alternatives + trackers if auto.accepting[s]}
+        for string_terminal, _embedded in auto.unless[best]:
+            if string_terminal in matching:
+                return string_terminal
+        return best
 
     def start(self, candidates: frozenset[int]) -> int:
         """The fresh lexer state over the candidate terminals."""
         found = self._starts.get(candidates)
         if found is None:
-            states = tuple(sorted(int(self.automata.start_of[t]) for t in candidates))
-            found = self._starts[candidates] = self.intern((states, True))
+            auto = self.automata
+            embedded = {s for r in candidates for s, emb in auto.unless[r] if emb and s in candidates}
+            alternatives = tuple(sorted(int(auto.start_of[t]) for t in candidates - embedded))
+            trackers = tuple(sorted(int(auto.start_of[t]) for t in embedded))
+            found = self._starts[candidates] = self.intern((alternatives, trackers, -1, False, True))
         return found
 
     def winner(self, state: int) -> int:
-        """The terminal the lexeme would be if it ended here, or -1."""
+        """The terminal the lexeme is if it ends here, or -1."""
         return int(self.winner_of[state])
 
     def is_fresh(self, state: int) -> bool:
-        return bool(self.keys[state][1])  # type: ignore[index]
+        return bool(self.keys[state][4])  # type: ignore[index]
 
     def _compute(self, state: int, byte: int) -> int:
-        states: tuple[int, ...] = self.keys[state][0]  # type: ignore[index]
-        trans = self.automata.trans
-        moved = tuple(sorted({int(t) for t in (trans[s, byte] for s in states) if t >= 0}))
-        return self.intern((moved, False)) if moved else DEAD
+        alternatives, trackers, best, _matched, _fresh = self.keys[state]  # type: ignore[misc]
+        auto = self.automata
+        trans = auto.trans
+        moved = {int(t) for t in (trans[s, byte] for s in alternatives) if t >= 0}
+        matching = [int(auto.terminal_of[s]) for s in moved if auto.accepting[s]]
+        matched = False
+        if matching:
+            first = min(matching, key=lambda t: auto.rank[t])
+            if best < 0 or auto.rank[first] <= auto.rank[best]:
+                best, matched = first, True
+        if best >= 0:
+            moved = {s for s in moved if auto.rank[auto.terminal_of[s]] <= auto.rank[best]}
+        if not moved:
+            return DEAD
+        tracked = tuple(sorted({int(t) for t in (trans[s, byte] for s in trackers) if t >= 0}))
+        return self.intern((tuple(sorted(moved)), tracked, best, matched, False))
 
 
 class LexParserCore(_Interner):

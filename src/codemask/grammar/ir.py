@@ -109,15 +109,20 @@ class Rule:
 class Terminal:
     """A lexer terminal (lexer mode): a regular expression with a priority.
 
-    ``literal`` holds the terminal's text when it was written as a string (keywords and
-    punctuation); the lexer gives such terminals precedence over regex terminals that match the
-    same text, as Lark does.
+    The lexer tries the candidate terminals in ``order`` (lower first; Lark sorts by priority,
+    then maximal width, then pattern length, then name) and takes the first that matches, with
+    its longest match. ``literal`` holds the text of terminals written as strings. ``unless``
+    lists, for a regex terminal, the string terminals it *retypes* to when its match equals
+    their text (Lark's keywords-versus-names rule), each with whether the string is *embedded*
+    (then it is not tried on its own when this regex terminal is also a candidate).
     """
 
     name: str
     body: Expr
     priority: int = 0
     literal: bytes | None = None
+    order: int = 0
+    unless: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -241,7 +246,8 @@ def grammar_text(ir: GrammarIR) -> str:
         lines.append(f"{name} ::= {to_text(rule.body)}{look}")
     for name in sorted(ir.terminals):
         term = ir.terminals[name]
-        lines.append(f"%{name}.{term.priority} ::= {to_text(term.body)} lit={term.literal!r}")
+        lines.append(f"%{name}.{term.priority} ::= {to_text(term.body)} lit={term.literal!r} "
+                     f"order={term.order} unless={term.unless!r}")
     if ir.ignore:
         lines.append("%ignore " + " ".join(ir.ignore))
     return "\n".join(lines)
