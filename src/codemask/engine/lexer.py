@@ -21,7 +21,9 @@ walks are vectorised exactly as in byte mode.
 from __future__ import annotations
 
 import threading
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -78,16 +80,19 @@ def build_terminal_automata(terminals: list[Terminal], ignore: set[str]) -> Term
     )
 
 
-class _Interner:
+K = TypeVar("K", bound=Hashable)
+
+
+class _Interner(Generic[K]):
     """Interned keys with a memo table ``table[id, byte]`` of transitions (grown on demand)."""
 
     def __init__(self) -> None:
-        self.keys: list[object] = []
-        self._index: dict[object, int] = {}
+        self.keys: list[K] = []
+        self._index: dict[K, int] = {}
         self.table = np.full((64, BYTE_ALPHABET), UNKNOWN, dtype=np.int32)
         self.lock = threading.RLock()
 
-    def intern(self, key: object) -> int:
+    def intern(self, key: K) -> int:
         found = self._index.get(key)
         if found is None:
             found = self._index[key] = len(self.keys)
@@ -99,7 +104,7 @@ class _Interner:
             self._on_new(found, key)
         return found
 
-    def _on_new(self, ident: int, key: object) -> None:
+    def _on_new(self, ident: int, key: K) -> None:
         """Hook for subclasses keeping per-state arrays."""
 
     def _compute(self, state: int, byte: int) -> int:
@@ -137,7 +142,7 @@ class _Interner:
 LexerKey = tuple[tuple[int, ...], tuple[int, ...], int, bool, bool]
 
 
-class LexerCore(_Interner):
+class LexerCore(_Interner[LexerKey]):
     """Lexer states of the current lexeme, with Lark's choice between terminals.
 
     Lark tries the candidate terminals in a fixed order and takes the first that matches, with
@@ -155,10 +160,10 @@ class LexerCore(_Interner):
         super().__init__()
         self._starts: dict[frozenset[int], int] = {}
 
-    def _on_new(self, ident: int, key: object) -> None:
+    def _on_new(self, ident: int, key: LexerKey) -> None:
         if ident >= len(self.winner_of):
             self.winner_of = np.concatenate([self.winner_of, np.full(len(self.winner_of), -1, dtype=np.int32)])
-        self.winner_of[ident] = self._winner(key)  # type: ignore[arg-type]
+        self.winner_of[ident] = self._winner(key)
 
     def _winner(self, key: LexerKey) -> int:
         alternatives, trackers, best, matched, _fresh = key
@@ -187,10 +192,10 @@ class LexerCore(_Interner):
         return int(self.winner_of[state])
 
     def is_fresh(self, state: int) -> bool:
-        return bool(self.keys[state][4])  # type: ignore[index]
+        return self.keys[state][4]
 
     def _compute(self, state: int, byte: int) -> int:
-        alternatives, trackers, best, _matched, _fresh = self.keys[state]  # type: ignore[misc]
+        alternatives, trackers, best, _matched, _fresh = self.keys[state]
         auto = self.automata
         trans = auto.trans
         moved = {int(t) for t in (trans[s, byte] for s in alternatives) if t >= 0}
@@ -208,7 +213,7 @@ class LexerCore(_Interner):
         return self.intern((tuple(sorted(moved)), tracked, best, matched, False))
 
 
-class LexParserCore(_Interner):
+class LexParserCore(_Interner[tuple[Config, ...]]):
     """Combined lexer + parser states (tuples of configurations), with byte transitions."""
 
     def __init__(self, parser: ParserCore, lexer: LexerCore) -> None:
@@ -220,10 +225,10 @@ class LexParserCore(_Interner):
         super().__init__()
         self.initial = self.intern((self.fresh(parser.initial),))
 
-    def _on_new(self, ident: int, key: object) -> None:
+    def _on_new(self, ident: int, key: tuple[Config, ...]) -> None:
         if ident >= len(self._can_end):
             self._can_end = np.concatenate([self._can_end, np.zeros(len(self._can_end), dtype=bool)])
-        self._can_end[ident] = self._configs_can_end(key)  # type: ignore[arg-type]
+        self._can_end[ident] = self._configs_can_end(key)
 
     # -- configurations ----------------------------------------------------------------------
 
@@ -273,7 +278,7 @@ class LexParserCore(_Interner):
         return out + [c for c in self._step_configs(rest, byte) if c not in out]
 
     def _compute(self, state: int, byte: int) -> int:
-        configs = self._step_configs(self.keys[state], byte)  # type: ignore[arg-type]
+        configs = self._step_configs(self.keys[state], byte)
         return self.intern(tuple(configs)) if configs else DEAD
 
     def _configs_can_end(self, configs: tuple[Config, ...]) -> bool:
@@ -296,7 +301,7 @@ class LexParserCore(_Interner):
         return nxt >= 0
 
     def configs(self, state: int) -> tuple[Config, ...]:
-        return self.keys[state]  # type: ignore[return-value]
+        return self.keys[state]
 
     def fallback_state(self, state: int) -> int:
         """The state that takes over when the current lexeme dies without matching again."""
