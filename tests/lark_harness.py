@@ -316,8 +316,8 @@ class SentenceGenerator:
     each non-terminal picks an expansion at random, beyond it (or past ``max_tokens``) the
     expansion with the fewest terminals. Each terminal becomes a random string of its pattern.
     Tokens are joined with nothing, with an ignorable separator between word characters, or with
-    a separator everywhere (the first variant Lark accepts is kept): the lexer must cut the text
-    back into the same tokens, and only Lark can say whether it does.
+    a separator everywhere (tried in random order, the first variant Lark accepts is kept): the
+    lexer must cut the text back into a sentence, and only Lark can say whether it does.
     """
 
     def __init__(self, case: LarkCase, seed: int = 0, max_depth: int = 12, max_tokens: int = 60) -> None:
@@ -351,7 +351,9 @@ class SentenceGenerator:
         tokens = self.render(names)
         if tokens is None:
             return None
-        for candidate in self._joinings(names, tokens):
+        joinings = list(dict.fromkeys(self._joinings(tokens)))
+        self.rng.shuffle(joinings)
+        for candidate in joinings:
             if lark_accepts(self.case, candidate):
                 return candidate
         return None
@@ -410,7 +412,7 @@ class SentenceGenerator:
             sampler = self._samplers[name] = RegexSampler(pattern.to_regexp())
         return sampler.sample(self.rng)
 
-    def _joinings(self, names: list[str], tokens: list[str]) -> Iterator[str]:
+    def _joinings(self, tokens: list[str]) -> Iterator[str]:
         yield "".join(tokens)
         sep = self.separator
         if sep is None:
@@ -462,10 +464,20 @@ class SentenceGenerator:
 # Corpora and mutants
 # --------------------------------------------------------------------------------------------
 
+LARK_SYNTAX_CASES = ("lark-parser/lark", "llguidance/lark")
+
+
 def load_corpus(name: str) -> list[str]:
-    """The hand-written documents for grammar ``name`` (e.g. ``"syncode/sql"``), sorted by file."""
-    folder = CORPUS_DIR / name
-    return [p.read_text(encoding="utf-8") for p in sorted(folder.iterdir()) if p.is_file()]
+    """Real documents for grammar ``name`` (e.g. ``"syncode/sql"``), in a stable order.
+
+    Hand-written snippets live in ``tests/data/lark_corpus/<name>/``; the grammars of Lark's own
+    syntax get every shared ``.lark`` file instead.
+    """
+    if name in LARK_SYNTAX_CASES:
+        paths = sorted(SHARED_LARK.glob("*/*.lark"))
+    else:
+        paths = sorted(p for p in (CORPUS_DIR / name).iterdir() if p.is_file())
+    return [p.read_text(encoding="utf-8") for p in paths]
 
 
 _EDIT_CHARS = " \n\t(){}[]<>;:,.\"'=+-*/_#0123456789abcdefxyzABCXYZ\\é"

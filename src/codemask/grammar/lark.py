@@ -1,0 +1,238 @@
+"""The Lark front-end: a Lark grammar, resolved by Lark's own loader, as a lexer-mode IR.
+
+Lark's grammar language has many conveniences (``%import``, templates, ``?rule``/``_rule``,
+aliases, ``[x]``, ``%override``/``%extend``, terminals built from other terminals). Rather than
+re-implement them, we let ``lark.load_grammar`` resolve everything and compile the grammar to what
+Lark's own parsers see: BNF rules over terminal and non-terminal symbols, plus one
+``TerminalDef`` (a string or a Python regex, with flags and a priority) per terminal. We then
+translate that one-to-one, so that the engine matches exactly the language Lark's LALR parser
+with its contextual lexer accepts (docs/lark-semantics.md is the normative description).
+
+Conventions of the produced IR (until the IR has fields for them):
+
+- ``ir.terminals`` is ordered the way Lark's lexer tries terminals (priority, then longest
+  possible match, then longest pattern text, then name): dict order is the lexer's tie-break.
+- A terminal that is only ``%declare``d (produced by a post-lexer such as Lark's ``Indenter``,
+  never by the text) has the body ``NOTHING`` and a name starting with :data:`DECLARED_PREFIX`;
+  rules refer to it by that name. :func:`lark_name` recovers Lark's name.
+- ``Terminal.literal`` is set for string terminals (``"if"``, ``"select"i``); a case-insensitive
+  one has a regex body that differs from ``Literal(literal)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from lark.exceptions import GrammarError as LarkGrammarError
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.grammar import Rule as LarkRule
+from lark.lexer import PatternStr, TerminalDef
+from lark.load_grammar import Grammar as LarkGrammar
+from lark.load_grammar import load_grammar
+
+from codemask.errors import CodemaskError, GrammarError, GrammarSyntaxError
+from codemask.grammar.ir import (
+    NOTHING,
+    Choice,
+    Expr,
+    GrammarIR,
+    Literal,
+    Rule,
+    RuleRef,
+    Sequence,
+    Terminal,
+    TerminalRef,
+)
+
+DECLARED_PREFIX = "declared:"
+"""Prefix of the IR name of a terminal that is ``%declare``d but has no pattern."""
+
+_FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "u": re.UNICODE, "x": re.VERBOSE,
+              "l": re.LOCALE}
+
+
+def parse_lark(text: str, start: str = "start", source: str = "<lark>",
+               import_paths: list[str] | None = None) -> GrammarIR:
+    """Translate a Lark grammar into the IR (lexer mode), starting from rule ``start``.
+
+    ``source`` names the grammar in error messages and anchors relative imports
+    (``%import .other.X``) when it is a file path; ``import_paths`` are searched first for
+    ``%import name.X``, before the grammar's folder and Lark's bundled grammars (``common``…).
+    """
+    grammar = _load(text, source, import_paths or [])
+    try:
+        terminal_defs, lark_rules, ignore = grammar.compile([start], set())
+    except (LarkError, AssertionError) as exc:
+        raise GrammarError(f"{source}: {_first_paragraph(exc)}") from exc
+    if not any(rule.origin.name == start for rule in lark_rules):
+        defined = sorted({str(name) for name, params, _tree, _opts in grammar.rule_defs if not params})
+        raise GrammarError(f"{source}: start rule {start!r} is not defined (rules: {', '.join(defined) or 'none'})")
+    defined_names = {td.name for td in terminal_defs}
+    declared = sorted(_used_terminals(lark_rules) - defined_names)
+    for td in terminal_defs:
+        _check_lexable(td, source)
+    terminals = _terminals(lexer_order(terminal_defs), source)
+    for name in declared:
+        terminals[DECLARED_PREFIX + name] = Terminal(DECLARED_PREFIX + name, NOTHING)
+    missing_ignored = [name for name in ignore if name not in defined_names]
+    if missing_ignored:
+        raise GrammarError(f"{source}: %ignore names terminals without a pattern: {', '.join(missing_ignored)}")
+    rename = {name: DECLARED_PREFIX + name for name in declared}
+    return GrammarIR(rules=_rules(lark_rules, start, rename), start=start, terminals=terminals,
+                     ignore=tuple(dict.fromkeys(ignore)))
+
+
+def lark_name(ir_name: str) -> str:
+    """Lark's name of an IR terminal (strips :data:`DECLARED_PREFIX`)."""
+    return ir_name.removeprefix(DECLARED_PREFIX)
+
+
+def is_declared(terminal: Terminal) -> bool:
+    """Whether ``terminal`` is a ``%declare``d terminal that no text can produce."""
+    return terminal.name.startswith(DECLARED_PREFIX)
+
+
+def lexer_order(terminal_defs: Iterable[TerminalDef]) -> list[TerminalDef]:
+    """Terminals in the order Lark's lexer tries them (``lark.lexer.BasicLexer.__init__``).
+
+    Higher priority first, then the larger maximal match width, then the longer pattern text,
+    then the name. Lark joins them into one Python alternation in this order, so the first
+    terminal whose regex matches wins, even when a later one would match more text.
+    """
+    return sorted(terminal_defs,
+                  key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name))
+
+
+def _load(text: str, source: str, import_paths: list[str]) -> LarkGrammar:
+    """Lark's grammar loader, with its errors turned into codemask's."""
+    try:
+        grammar, _used_files = load_grammar(text, source, import_paths, False)
+    except LarkGrammarError as exc:
+        context = exc.__context__
+        if isinstance(context, UnexpectedInput) and _points_into(context, text):
+            raise _syntax_error(context, _reason(exc, context), text, source) from exc
+        raise GrammarError(f"{source}: {_first_paragraph(exc)}") from exc
+    except UnexpectedInput as exc:  # Lark re-raises a parse error it has no friendlier message for
+        if _points_into(exc, text):
+            raise _syntax_error(exc, _reason(None, exc), text, source) from exc
+        raise GrammarError(f"{source}: syntax error in an imported grammar: {_first_paragraph(exc)}") from exc
+    except OSError as exc:  # %import of a grammar that is on no import path
+        missing = getattr(exc, "filename", None) or str(exc)
+        raise GrammarError(f"{source}: cannot find imported grammar {missing!r} (searched the import paths, "
+                           "the grammar's folder and Lark's bundled grammars)") from exc
+    except (LarkError, AssertionError) as exc:
+        raise GrammarError(f"{source}: {_first_paragraph(exc)}") from exc
+    return grammar
+
+
+def _points_into(error: UnexpectedInput, text: str) -> bool:
+    """Whether a grammar-syntax error is located in ``text`` (and not in an imported file).
+
+    Lark parses ``text + "\\n"``; an error found while loading an imported grammar carries that
+    file's positions, which we recognise because the offending text is not at that position here.
+    """
+    full = text + "\n"
+    pos = _error_offset(error, full)
+    if pos is None:
+        return False
+    if isinstance(error, UnexpectedCharacters):
+        return full[pos:pos + 1] == error.char
+    if isinstance(error, UnexpectedToken):
+        value = str(error.token)
+        return full[pos:pos + len(value)] == value
+    return False
+
+
+def _error_offset(error: UnexpectedInput, full: str) -> int | None:
+    pos = getattr(error, "pos_in_stream", None)
+    if isinstance(pos, int) and 0 <= pos <= len(full):
+        return pos
+    line, column = getattr(error, "line", None), getattr(error, "column", None)
+    if not isinstance(line, int) or not isinstance(column, int) or line < 1:
+        return None
+    lines = full.split("\n")
+    if line > len(lines):
+        return None
+    return sum(len(row) + 1 for row in lines[:line - 1]) + column - 1
+
+
+def _reason(wrapper: LarkGrammarError | None, error: UnexpectedInput) -> str:
+    """A one-line reason: Lark's own explanation ("Unclosed parenthesis", …) where it has one."""
+    if wrapper is not None:
+        message = str(wrapper)
+        head = message.split(", at line", 1)[0]
+        if head != message and not head.startswith("Unexpected input"):
+            return head
+    if isinstance(error, UnexpectedCharacters):
+        return f"unexpected character {error.char!r}"
+    if isinstance(error, UnexpectedToken):
+        expected = ", ".join(sorted(error.expected)) if error.expected else "nothing"
+        return f"unexpected {error.token.type} {str(error.token)!r} (expected one of: {expected})"
+    return _first_paragraph(error)
+
+
+def _syntax_error(error: UnexpectedInput, reason: str, text: str, source: str) -> GrammarSyntaxError:
+    offset = _error_offset(error, text + "\n") or 0
+    return GrammarSyntaxError(reason, text, min(offset, len(text)), source)
+
+
+def _first_paragraph(exc: BaseException) -> str:
+    return str(exc).strip().split("\n\n", 1)[0] or type(exc).__name__
+
+
+def _used_terminals(rules: list[LarkRule]) -> set[str]:
+    return {str(sym.name) for rule in rules for sym in rule.expansion if sym.is_term}
+
+
+def _check_lexable(td: TerminalDef, source: str) -> None:
+    """Refuse what Lark's lexer refuses (``BasicLexer.__init__``): bad regexes, empty matches."""
+    try:
+        re.compile(td.pattern.to_regexp())
+    except re.error as exc:
+        raise GrammarError(f"{source}: terminal {td.name}: invalid regular expression "
+                           f"{td.pattern.to_regexp()!r}: {exc}") from exc
+    if td.pattern.min_width == 0:
+        raise GrammarError(f"{source}: terminal {td.name} can match the empty string "
+                           f"({td.pattern.to_regexp()!r}); Lark's lexer does not allow zero-width terminals")
+
+
+def _terminals(terminal_defs: list[TerminalDef], source: str) -> dict[str, Terminal]:
+    """IR terminals; every terminal the regex front-end refuses is named in one error."""
+    terminals: dict[str, Terminal] = {}
+    refused: list[str] = []
+    for td in terminal_defs:
+        try:
+            terminals[td.name] = _terminal(td)
+        except (CodemaskError, ValueError) as exc:
+            refused.append(f"terminal {td.name} /{td.pattern.to_regexp()}/: {exc}")
+    if refused:
+        raise GrammarError(f"{source}: {len(refused)} terminal(s) cannot be used (codemask matches Python regexes "
+                           "without lookaround or backreferences):\n  " + "\n  ".join(refused))
+    return terminals
+
+
+def _terminal(td: TerminalDef) -> Terminal:
+    from codemask.grammar.regex import regex_to_expr
+
+    pattern = td.pattern
+    flags = 0
+    for letter in sorted(pattern.flags):
+        flags |= _FLAG_BITS[letter]
+    if isinstance(pattern, PatternStr):
+        literal = pattern.value.encode("utf-8")
+        body = Literal(literal) if not flags else regex_to_expr(re.escape(pattern.value), flags)
+        return Terminal(td.name, body, td.priority, literal)
+    return Terminal(td.name, regex_to_expr(pattern.value, flags), td.priority)
+
+
+def _rules(lark_rules: list[LarkRule], start: str, rename: dict[str, str]) -> dict[str, Rule]:
+    """One IR rule per Lark non-terminal: a choice of its expansions, in Lark's order."""
+    expansions: dict[str, list[Expr]] = {start: []}
+    for rule in lark_rules:
+        items = tuple(
+            TerminalRef(rename.get(str(sym.name), str(sym.name))) if sym.is_term else RuleRef(str(sym.name))
+            for sym in rule.expansion
+        )
+        expansions.setdefault(str(rule.origin.name), []).append(Sequence(items))
+    return {name: Rule(name, Choice(tuple(alts))) for name, alts in expansions.items()}

@@ -1,0 +1,5 @@
+module counter(clk, rst, q);
+  input clk;
+  input rst;
+  output q;
+endmodule

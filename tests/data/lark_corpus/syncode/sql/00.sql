@@ -1,0 +1,1 @@
+SELECT id, name FROM users WHERE age > 21 ORDER BY name LIMIT 10;

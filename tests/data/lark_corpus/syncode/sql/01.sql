@@ -1,0 +1,1 @@
+select count(*) as n, country from customers group by country having count(*) > 5 order by n desc

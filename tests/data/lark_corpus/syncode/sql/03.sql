@@ -1,0 +1,1 @@
+SELECT DISTINCT city FROM stores WHERE city IS NOT NULL UNION SELECT city FROM warehouses

@@ -1,0 +1,1 @@
+SELECT name FROM products WHERE price BETWEEN 10 AND 20 AND category IN ('books', 'music') LIMIT 5 OFFSET 10
