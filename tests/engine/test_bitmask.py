@@ -245,6 +245,15 @@ def test_indices_allow_different_row_counts_and_duplicates():
     assert_bits_equal(wide_logits, expected)
 
 
+def test_gathered_strategy_for_accelerators_matches_reference():
+    """The gather/mask/scatter used for indices on accelerators, checked here on the CPU."""
+    logits = random_logits((6, 70), torch.bfloat16, 13)
+    mask = random_bitmask(6, 3, 13)
+    expected = reference_apply(logits, mask, indices=[5, 1, 1, 2], vocab_size=66)
+    bm._apply_gathered(logits, mask, torch.tensor([5, 1, 1, 2]), 66)
+    assert_bits_equal(logits, expected)
+
+
 def test_empty_indices_mask_nothing():
     logits = random_logits((2, 40), torch.float32, 6)
     original = logits.clone()
@@ -269,10 +278,11 @@ def test_non_contiguous_logits_are_masked_in_place():
     assert_bits_equal(strided, expected)
 
 
-@pytest.mark.parametrize(("batch", "vocab"), [(300, 1000), (3, 151_936), (2, 2**17 + 5)])
+@pytest.mark.parametrize(("batch", "vocab"), [(1200, 1000), (7, 151_936), (3, 2**19 + 5)])
 @pytest.mark.parametrize("use_indices", [False, True])
 def test_large_batches_and_vocabularies_match_numpy_unpacking(batch, vocab, use_indices):
     """Sizes that span several CPU row groups, checked against the independent numpy unpacking."""
+    assert batch > bm._CPU_TOKENS_PER_GROUP // vocab  # more than one group
     logits = random_logits((batch, vocab), torch.float32, batch)
     mask = random_bitmask(batch, bitmask_width(vocab), vocab, density=0.1)
     rows = list(range(batch - 1, -1, -2)) if use_indices else list(range(batch))
@@ -280,6 +290,15 @@ def test_large_batches_and_vocabularies_match_numpy_unpacking(batch, vocab, use_
     forbidden = torch.from_numpy(~unpack_bitmask(mask.numpy(), vocab))
     expected[rows] = expected[rows].masked_fill(forbidden[rows], NEG_INF)
     apply_token_bitmask_(logits, mask, indices=rows if use_indices else None)
+    assert_bits_equal(logits, expected)
+
+
+def test_row_groups_do_not_change_the_result(monkeypatch):
+    logits = random_logits((10, 100), torch.float16, 12)
+    mask = random_bitmask(10, 4, 12)
+    expected = reference_apply(logits, mask, indices=[9, 0, 4, 4, 7])
+    monkeypatch.setattr(bm, "_CPU_TOKENS_PER_GROUP", 250)  # groups of 2 rows
+    apply_token_bitmask_(logits, mask, indices=[9, 0, 4, 4, 7])
     assert_bits_equal(logits, expected)
 
 
@@ -362,6 +381,15 @@ def test_numpy_helpers_agree_with_the_torch_path_bit_for_bit():
         logits = torch.zeros(2, vocab)
         apply_token_bitmask_(logits, torch.from_numpy(random_words))
         assert np.array_equal(~torch.isneginf(logits).numpy(), unpack_bitmask(random_words, vocab))
+
+
+@pytest.mark.parametrize("vocab", [1, 31, 33, 100, 4097])
+def test_torch_unpacking_for_accelerators_matches_numpy(vocab):
+    """The unpacking used on devices numpy cannot read, checked here on the CPU."""
+    words = random_bitmask(3, bitmask_width(vocab) + 1, vocab)
+    unpacked = bm._allowed_tokens_torch(words, vocab)
+    assert unpacked.shape == (3, vocab)
+    assert np.array_equal(unpacked.numpy() != 0, unpack_bitmask(words.numpy(), vocab))
 
 
 def test_numpy_helpers_reject_wrong_inputs():
