@@ -8,10 +8,18 @@ Lark's own parsers see: BNF rules over terminal and non-terminal symbols, plus o
 translate that one-to-one, so that the engine matches exactly the language Lark's LALR parser
 with its contextual lexer accepts (docs/lark-semantics.md is the normative description).
 
+What the lexer needs besides each terminal's pattern and priority:
+
+- ``Terminal.order``: the position in which Lark's lexer tries the terminal (priority, then
+  longest possible match, then longest pattern text, then name); ``ir.terminals`` is in that
+  order too.
+- ``Terminal.unless``: for a regex terminal, the string terminals of the same priority whose
+  text its regex matches exactly (Python's ``re.match``, as ``lark.lexer._create_unless``
+  tests it), each with whether it is *embedded* (the string's flags are a subset of the
+  regex's: then the string is only reachable by retyping where both are candidates).
+
 Conventions of the produced IR (until the IR has fields for them):
 
-- ``ir.terminals`` is ordered the way Lark's lexer tries terminals (priority, then longest
-  possible match, then longest pattern text, then name): dict order is the lexer's tie-break.
 - A terminal that is only ``%declare``d (produced by a post-lexer such as Lark's ``Indenter``,
   never by the text) has the body ``NOTHING`` and a name starting with :data:`DECLARED_PREFIX`;
   rules refer to it by that name. :func:`lark_name` recovers Lark's name.
@@ -198,12 +206,12 @@ def _check_lexable(td: TerminalDef, source: str) -> None:
 
 
 def _terminals(terminal_defs: list[TerminalDef], source: str) -> dict[str, Terminal]:
-    """IR terminals; every terminal the regex front-end refuses is named in one error."""
+    """IR terminals, in lexer order; every terminal the regex front-end refuses is named in one error."""
     terminals: dict[str, Terminal] = {}
     refused: list[str] = []
-    for td in terminal_defs:
+    for order, td in enumerate(terminal_defs):
         try:
-            terminals[td.name] = _terminal(td)
+            terminals[td.name] = _terminal(td, order, _unless(td, terminal_defs))
         except (CodemaskError, ValueError) as exc:
             refused.append(f"terminal {td.name} /{td.pattern.to_regexp()}/: {exc}")
     if refused:
@@ -212,7 +220,7 @@ def _terminals(terminal_defs: list[TerminalDef], source: str) -> dict[str, Termi
     return terminals
 
 
-def _terminal(td: TerminalDef) -> Terminal:
+def _terminal(td: TerminalDef, order: int, unless: tuple[tuple[str, bool], ...]) -> Terminal:
     from codemask.grammar.regex import regex_to_expr
 
     pattern = td.pattern
@@ -222,8 +230,27 @@ def _terminal(td: TerminalDef) -> Terminal:
     if isinstance(pattern, PatternStr):
         literal = pattern.value.encode("utf-8")
         body = Literal(literal) if not flags else regex_to_expr(re.escape(pattern.value), flags)
-        return Terminal(td.name, body, td.priority, literal)
-    return Terminal(td.name, regex_to_expr(pattern.value, flags), td.priority)
+        return Terminal(td.name, body, td.priority, literal, order=order)
+    return Terminal(td.name, regex_to_expr(pattern.value, flags), td.priority, order=order, unless=unless)
+
+
+def _unless(regex_td: TerminalDef, terminal_defs: list[TerminalDef]) -> tuple[tuple[str, bool], ...]:
+    """The keyword strings a regex terminal retypes to (``lark.lexer._create_unless``), in lexer order.
+
+    A string terminal qualifies when it has the same priority and the regex, matched at the
+    start of the string alone, matches exactly all of it — Python's leftmost-first match, with
+    lookarounds seeing the end of that string, so this is computed with ``re`` itself.
+    """
+    if isinstance(regex_td.pattern, PatternStr):
+        return ()
+    regex = re.compile(regex_td.pattern.to_regexp())
+    found = []
+    for td in terminal_defs:
+        if isinstance(td.pattern, PatternStr) and td.priority == regex_td.priority:
+            match = regex.match(td.pattern.value)
+            if match is not None and match.group(0) == td.pattern.value:
+                found.append((td.name, set(td.pattern.flags) <= set(regex_td.pattern.flags)))
+    return tuple(found)
 
 
 def _rules(lark_rules: list[LarkRule], start: str, rename: dict[str, str]) -> dict[str, Rule]:
