@@ -1,5 +1,13 @@
 """codemask: constrained and structured code generation with exact token masks."""
 
+from codemask.engine import (
+    CompiledGrammar,
+    GrammarCompiler,
+    GrammarMatcher,
+    allocate_token_bitmask,
+    apply_token_bitmask_,
+    reset_token_bitmask,
+)
 from codemask.errors import (
     CodemaskError,
     GrammarError,
@@ -9,13 +17,21 @@ from codemask.errors import (
     UnsupportedSchemaError,
 )
 from codemask.grammar import Grammar
+from codemask.vocab import Vocabulary
 
 __all__ = [
     "CodemaskError",
+    "CompiledGrammar",
     "Grammar",
+    "GrammarCompiler",
     "GrammarError",
+    "GrammarMatcher",
     "GrammarSyntaxError",
     "InvalidSchemaError",
     "MatcherError",
     "UnsupportedSchemaError",
+    "Vocabulary",
+    "allocate_token_bitmask",
+    "apply_token_bitmask_",
+    "reset_token_bitmask",
 ]
