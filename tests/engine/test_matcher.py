@@ -1,0 +1,148 @@
+"""GrammarMatcher API behaviour with a real tokenizer: acceptance, masks, EOS, rollback, fork, misuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from codemask import GrammarMatcher, MatcherError, allocate_token_bitmask
+from tests.engine.conftest import compile_ebnf, encode, vocabulary
+
+GREETING = r'''
+root ::= "Hello, " name "!" ("\n" | "")
+name ::= [A-Z] [a-z]+
+'''
+
+
+def allowed(matcher: GrammarMatcher, token_id: int) -> bool:
+    return matcher.is_token_allowed(token_id)
+
+
+@pytest.fixture(scope="module")
+def greeting():
+    return compile_ebnf(GREETING)
+
+
+def test_accepts_a_sentence_token_by_token_and_allows_eos_only_at_the_end(greeting):
+    vocab = vocabulary("llama3")
+    matcher = GrammarMatcher(greeting)
+    ids = encode("llama3", "Hello, World!")
+    for tid in ids:
+        assert not allowed(matcher, vocab.eos_token_id)
+        assert allowed(matcher, tid)
+        assert matcher.accept_token(tid)
+    assert matcher.can_terminate()
+    assert allowed(matcher, vocab.eos_token_id)
+    assert matcher.accept_token(vocab.eos_token_id)
+    assert matcher.is_terminated()
+
+
+def test_refused_token_returns_false_and_keeps_the_state(greeting):
+    matcher = GrammarMatcher(greeting)
+    before = matcher.next_token_bitmask().copy()
+    bad = encode("llama3", "Goodbye")[0]
+    assert not allowed(matcher, bad)
+    assert not matcher.accept_token(bad)
+    assert matcher.num_accepted == 0
+    np.testing.assert_array_equal(matcher.next_token_bitmask(), before)
+
+
+def test_mask_agrees_with_accept_for_every_token(greeting):
+    """The mask (cache + residual walks) and accept_token (byte walk) are separate code paths."""
+    vocab = vocabulary("llama3")
+    matcher = GrammarMatcher(greeting)
+    for tid in encode("llama3", "Hello, Wor"):
+        assert matcher.accept_token(tid)
+    mask = matcher.next_token_bitmask()
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[: vocab.vocab_size].astype(bool)
+    for token_id in range(vocab.vocab_size):
+        twin = matcher.fork()
+        assert twin.accept_token(token_id) == bits[token_id], vocab.token_bytes[token_id]
+    assert bits.sum() > 10  # "ld", "ldwide", "m", … and the "!"-free lowercase runs
+
+
+def test_rollback_fork_reset(greeting):
+    matcher = GrammarMatcher(greeting)
+    ids = encode("llama3", "Hello, Ada!")
+    for tid in ids:
+        assert matcher.accept_token(tid)
+    twin = matcher.fork()
+    matcher.rollback(2)
+    assert matcher.num_accepted == len(ids) - 2
+    assert not matcher.can_terminate()
+    assert twin.can_terminate()  # the fork is independent
+    for tid in ids[-2:]:
+        assert matcher.accept_token(tid)
+    assert matcher.can_terminate()
+    matcher.reset()
+    assert matcher.num_accepted == 0
+
+
+def test_misuse_raises_and_leaves_the_state(greeting):
+    vocab = vocabulary("llama3")
+    matcher = GrammarMatcher(greeting)
+    with pytest.raises(MatcherError):
+        matcher.rollback(1)
+    with pytest.raises(MatcherError):
+        matcher.accept_token(vocab.vocab_size)
+    with pytest.raises(MatcherError):
+        matcher.accept_token(-1)
+    for tid in encode("llama3", "Hello, Bo!"):
+        matcher.accept_token(tid)
+    assert matcher.accept_token(vocab.eos_token_id)
+    with pytest.raises(MatcherError):
+        matcher.accept_token(encode("llama3", "\n")[0])
+    assert matcher.is_terminated()
+    matcher.rollback(1)
+    assert not matcher.is_terminated() and matcher.can_terminate()
+
+
+def test_after_termination_only_stop_tokens(greeting):
+    vocab = vocabulary("llama3")
+    matcher = GrammarMatcher(greeting)
+    for tid in encode("llama3", "Hello, Bo!"):
+        matcher.accept_token(tid)
+    matcher.accept_token(vocab.eos_token_id)
+    mask = matcher.next_token_bitmask()
+    bits = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[: vocab.vocab_size])
+    assert set(bits.tolist()) == set(vocab.stop_token_ids)
+
+
+def test_special_tokens_are_never_allowed(greeting):
+    vocab = vocabulary("llama3")
+    matcher = GrammarMatcher(greeting)
+    specials = [i for i in vocab.special_ids if i not in vocab.stop_token_ids][:50]
+    assert specials
+    assert not any(allowed(matcher, i) for i in specials)
+    assert not any(matcher.fork().accept_token(i) for i in specials)
+
+
+def test_jump_forward_returns_the_forced_continuation(greeting):
+    matcher = GrammarMatcher(greeting)
+    assert matcher.find_jump_forward_bytes() == b"Hello, "
+    assert matcher.accept_bytes(b"Hello, X")
+    assert matcher.find_jump_forward_bytes() == b""  # a lowercase letter: a real choice
+    assert matcher.accept_bytes(b"y!")
+    assert matcher.find_jump_forward_bytes() == b""  # may end, or add "\n"
+
+
+def test_accept_bytes_partial_utf8_and_refusal():
+    compiled = compile_ebnf('root ::= "é" [a-z]')
+    matcher = GrammarMatcher(compiled)
+    assert matcher.accept_bytes("é".encode()[:1])  # half a character is a viable prefix
+    assert not matcher.accept_bytes(b"x")
+    assert matcher.accept_bytes("é".encode()[1:] + b"q")
+    assert matcher.can_terminate()
+
+
+def test_fill_into_torch_bitmask_rows(greeting):
+    vocab = vocabulary("llama3")
+    bitmask = allocate_token_bitmask(2, vocab.vocab_size)
+    first, second = GrammarMatcher(greeting), GrammarMatcher(greeting)
+    second.accept_bytes(b"Hello, ")
+    first.fill_next_token_bitmask(bitmask, 0)
+    second.fill_next_token_bitmask(bitmask, 1)
+    np.testing.assert_array_equal(bitmask[0].numpy(), first.next_token_bitmask())
+    np.testing.assert_array_equal(bitmask[1].numpy(), second.next_token_bitmask())
+    assert not torch.equal(bitmask[0], bitmask[1])
