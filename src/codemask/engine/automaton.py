@@ -395,6 +395,40 @@ class RTN:
         no_calls = np.array([not c for c in self.calls], dtype=bool)
         return np.asarray(self.accepting & ~self.scanning & no_calls)
 
+    def follow_bytes(self) -> np.ndarray:
+        """``[rules, 256]`` bool: the bytes that can come right after each rule ends.
+
+        A token that leaves a rule's frame and continues with a byte outside this set is rejected
+        whatever the caller, which keeps the uncertain sets small (rules ending in optional
+        whitespace would otherwise make every space-prefixed token uncertain).
+        """
+        num_states, alphabet = self.trans.shape
+        rules = len(self.rule_names)
+        calls = [(q, callee, ret) for q, cs in enumerate(self.calls) for callee, ret in cs]
+        nullable = self.accepting.copy()  # the state can reach its rule's end without input
+        first = self.trans >= 0  # bytes the state can scan, possibly inside callees
+        changed = True
+        while changed:
+            changed = False
+            for q, callee, ret in calls:
+                start = self.rule_start[callee]
+                if nullable[start] and nullable[ret] and not nullable[q]:
+                    nullable[q] = changed = True
+                gained = first[start] | (first[ret] if nullable[start] else False)
+                if (gained & ~first[q]).any():
+                    first[q] |= gained
+                    changed = True
+        follow = np.zeros((rules, alphabet), dtype=bool)
+        changed = True
+        while changed:
+            changed = False
+            for q, callee, ret in calls:
+                gained = first[ret] | (follow[self.state_rule[q]] if nullable[ret] else False)
+                if (gained & ~follow[callee]).any():
+                    follow[callee] |= gained
+                    changed = True
+        return follow
+
     def rules_with_callers(self) -> set[int]:
         """Rules whose frames can sit on top of another rule's frame.
 

@@ -79,13 +79,16 @@ def build_position_masks(core: ParserCore, trie: TokenTrie, vocab_size: int,
     accepted = np.zeros((len(positions), num_words(vocab_size)), dtype=np.uint32)
     uncertain: list[Uncertain | None] = []
     with_callers = core.rtn.rules_with_callers()
+    follow = core.rtn.follow_bytes()
     bar = tqdm(positions, desc=progress or "compiling grammar", unit="pos", delay=1.0, leave=False,
                disable=progress is None)
     for row, position in enumerate(bar):
         ok_sorted, unc_sorted, unc_k = classify_position(core, trie, int(position))
         accepted[row] = pack_ids(trie.order[ok_sorted], vocab_size)
-        if int(core.rtn.state_rule[position]) in with_callers:
-            uncertain.append(uncertain_entry(trie, token_bytes, unc_sorted, unc_k))
+        rule = int(core.rtn.state_rule[position])
+        if rule in with_callers:
+            can_follow = follow[rule][trie.matrix[unc_sorted, unc_k]]
+            uncertain.append(uncertain_entry(trie, token_bytes, unc_sorted[can_follow], unc_k[can_follow]))
         else:
             uncertain.append(None)  # leaving this frame ends the input: the residual is refused
     bar.close()
