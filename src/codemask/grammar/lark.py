@@ -211,13 +211,46 @@ def _terminals(terminal_defs: list[TerminalDef], source: str) -> dict[str, Termi
     refused: list[str] = []
     for order, td in enumerate(terminal_defs):
         try:
+            _refuse_anchors(td)
             terminals[td.name] = _terminal(td, order, _unless(td, terminal_defs))
         except (CodemaskError, ValueError) as exc:
-            refused.append(f"terminal {td.name} /{td.pattern.to_regexp()}/: {exc}")
+            reason = f"{exc.reason} (column {exc.column})" if isinstance(exc, GrammarSyntaxError) else str(exc)
+            shown = f"/{td.pattern.value}/{''.join(sorted(td.pattern.flags))}"
+            refused.append(f"terminal {td.name} {shown}: {reason}")
     if refused:
         raise GrammarError(f"{source}: {len(refused)} terminal(s) cannot be used (codemask matches Python regexes "
-                           "without lookaround or backreferences):\n  " + "\n  ".join(refused))
+                           "without lookaround, backreferences or anchors):\n  " + "\n  ".join(refused))
     return terminals
+
+
+def _refuse_anchors(td: TerminalDef) -> None:
+    """Refuse ``^``, ``$``, ``\\A``, ``\\Z``, ``\\b``, ``\\B`` in a terminal.
+
+    Lark matches a terminal inside the whole text, so an anchor looks at the neighbouring tokens
+    or the end of the input (docs/lark-semantics.md §2.3), which a terminal's expression cannot
+    say; the regex front-end reads them under ``fullmatch``, where they hold at the edges.
+    Python's own regex parser finds them (``re._parser``, the parser ``re`` uses).
+    """
+    import re._constants as sre
+    import re._parser as sre_parse
+
+    stack = list(sre_parse.parse(td.pattern.to_regexp()).data)
+    while stack:
+        op, arg = stack.pop()
+        if op is sre.AT:
+            raise GrammarError(f"anchor {str(arg).removeprefix('AT_').lower()} depends on the text around the "
+                               "token in Lark's lexer")
+        if op is sre.BRANCH:
+            for branch in arg[1]:
+                stack.extend(branch)
+        elif op is sre.SUBPATTERN:
+            stack.extend(arg[3])
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+            stack.extend(arg[2])
+        elif op in (sre.ASSERT, sre.ASSERT_NOT):
+            stack.extend(arg[1])
+        elif op is sre.ATOMIC_GROUP:
+            stack.extend(arg)
 
 
 def _terminal(td: TerminalDef, order: int, unless: tuple[tuple[str, bool], ...]) -> Terminal:
