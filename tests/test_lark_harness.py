@@ -8,10 +8,13 @@ the lexer behaviours the engine has to reproduce (and that are easy to get wrong
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
-import lark_harness as H
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lark_harness as H  # the harness is a plain module in tests/, importable however pytest runs
 
 SEMANTICS_CASES = {
     # §2.2: a spurious LALR lookahead (XS, merged from the "b" context) wins the match after "ac"
