@@ -71,9 +71,11 @@ _WHITESPACE = frozenset(" \t\n\r\v\f")
 _DIGITS = frozenset("0123456789")
 _OCTAL = frozenset("01234567")
 _HEX = frozenset("0123456789abcdefABCDEF")
-_FLAG_LETTERS = {"i": re.IGNORECASE, "L": re.LOCALE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE,
-                 "a": re.ASCII, "u": re.UNICODE}
-_TYPE_FLAGS = re.ASCII | re.LOCALE | re.UNICODE
+# Plain ints: RegexFlag arithmetic goes through enum machinery, and the parser does a lot of it.
+_I, _L, _M, _S, _X, _A, _U = (int(f) for f in (re.IGNORECASE, re.LOCALE, re.MULTILINE, re.DOTALL, re.VERBOSE,
+                                                re.ASCII, re.UNICODE))
+_FLAG_LETTERS = {"i": _I, "L": _L, "m": _M, "s": _S, "x": _X, "a": _A, "u": _U}
+_TYPE_FLAGS = _A | _L | _U
 _SIMPLE_ESCAPES = {"a": 0x07, "f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09, "v": 0x0B, "\\": 0x5C}
 _HEX_WIDTH = {"x": 2, "u": 4, "U": 8}
 
@@ -119,7 +121,7 @@ def _validate(pattern: str, flags: int) -> int:
                                      _SOURCE) from exc
         except (ValueError, TypeError, OverflowError) as exc:
             raise GrammarError(f"invalid regular expression {pattern!r}: {exc}") from exc
-    return compiled.flags
+    return int(compiled.flags)
 
 
 # ------------------------------------------------------------------------------------------
@@ -155,7 +157,7 @@ def _scan(one_char_regex: str, flags: int) -> Ranges:
 
 
 def _category(letter: str, ascii_only: bool) -> Ranges:
-    return _scan("\\" + letter, re.ASCII if ascii_only else 0)
+    return _scan("\\" + letter, _A if ascii_only else 0)
 
 
 def _word_chars(ascii_only: bool) -> Ranges:
@@ -266,9 +268,9 @@ class _Parser:
             if char is None or char in "|)":
                 break
             self.pos += 1
-            if flags & re.VERBOSE and char in _WHITESPACE:
+            if flags & _X and char in _WHITESPACE:
                 continue
-            if flags & re.VERBOSE and char == "#":
+            if flags & _X and char == "#":
                 self._skip_through("\n")
                 continue
             if char in "*+?{":
@@ -329,11 +331,11 @@ class _Parser:
         if char == "(":
             return self._group(start, flags)
         if char == ".":
-            return _Set(_EVERYTHING if flags & re.DOTALL else _NOT_NEWLINE)
+            return _Set(_EVERYTHING if flags & _S else _NOT_NEWLINE)
         if char == "^":
-            return _Anchor("^m" if flags & re.MULTILINE else "^", start)
+            return _Anchor("^m" if flags & _M else "^", start)
         if char == "$":
-            return _Anchor("$m" if flags & re.MULTILINE else "$", start)
+            return _Anchor("$m" if flags & _M else "$", start)
         return self._char(ord(char), flags)
 
     def _escape(self, start: int, flags: int) -> _Node:
@@ -341,11 +343,11 @@ class _Parser:
         if letter in "AZ":
             return _Anchor(letter, start)
         if letter in "bB":
-            return _Anchor(letter, start, bool(flags & re.ASCII))
+            return _Anchor(letter, start, bool(flags & _A))
         if letter in "dDsSwW":
-            if flags & re.IGNORECASE:
-                return _Set(_scan("\\" + letter, flags & (re.IGNORECASE | re.ASCII)))
-            return _Set(_category(letter, bool(flags & re.ASCII)))
+            if flags & _I:
+                return _Set(_scan("\\" + letter, flags & (_I | _A)))
+            return _Set(_category(letter, bool(flags & _A)))
         if letter in "123456789":
             digits = letter
             if self._peek() in _DIGITS:
@@ -379,15 +381,15 @@ class _Parser:
         return ord(letter)
 
     def _char(self, code: int, flags: int) -> _Set:
-        if flags & re.IGNORECASE and not (code < 0x80 and not chr(code).isalpha()):
-            return _Set(_scan(f"\\U{code:08x}", flags & (re.IGNORECASE | re.ASCII)))
+        if flags & _I and not (code < 0x80 and not chr(code).isalpha()):
+            return _Set(_scan(f"\\U{code:08x}", flags & (_I | _A)))
         return _Set(_without_surrogates(((code, code),)))
 
     def _class(self, flags: int) -> _Set:
         negated = self._peek() == "^"
         if negated:
             self.pos += 1
-        items: list[tuple[int, int] | str] = []  # ranges, or category letters
+        items: list[int | tuple[int, int] | str] = []  # code points, ranges, category letters
         while True:
             char = self._next()
             if char == "]" and items:
@@ -397,33 +399,37 @@ class _Parser:
                 self.pos += 1
                 after = self._next()
                 if after == "]":
-                    items += [first, (0x2D, 0x2D)]
+                    items += [first, 0x2D]
                     break
                 last = self._class_item(after)
-                assert isinstance(first, tuple) and isinstance(last, tuple)  # re refuses category ranges
-                items.append((first[0], last[1]))
+                assert isinstance(first, int) and isinstance(last, int)  # re refuses category ranges
+                items.append((first, last))
             else:
                 items.append(first)
-        if flags & re.IGNORECASE:
-            body = "".join(f"\\{item}" if isinstance(item, str) else f"\\U{item[0]:08x}-\\U{item[1]:08x}"
-                           for item in items)
-            return _Set(_scan(f"[{'^' if negated else ''}{body}]", flags & (re.IGNORECASE | re.ASCII)))
+        if flags & _I:
+            # The same items, spelled canonically: re folds a range and a single character
+            # differently in corner cases, so each keeps its form.
+            body = "".join(f"\\{item}" if isinstance(item, str) else f"\\U{item:08x}" if isinstance(item, int)
+                           else f"\\U{item[0]:08x}-\\U{item[1]:08x}" for item in items)
+            return _Set(_scan(f"[{'^' if negated else ''}{body}]", flags & (_I | _A)))
         ranges: Ranges = ()
         for item in items:
-            ranges += _category(item, bool(flags & re.ASCII)) if isinstance(item, str) else (item,)
+            if isinstance(item, str):
+                ranges += _category(item, bool(flags & _A))
+            else:
+                ranges += ((item, item),) if isinstance(item, int) else (item,)
         ranges = normalize_ranges(ranges)
         return _Set(_complement(ranges) if negated else _without_surrogates(ranges))
 
-    def _class_item(self, char: str) -> tuple[int, int] | str:
-        """One class member starting with ``char``: a code point as a range, or a category letter."""
+    def _class_item(self, char: str) -> int | str:
+        """One class member starting with ``char``: a code point, or a category letter."""
         if char != "\\":
-            return (ord(char), ord(char))
+            return ord(char)
         start = self.pos - 1
         letter = self._next()
         if letter in "dDsSwW":
             return letter
-        code = self._code(letter, start, in_class=True)
-        return (code, code)
+        return self._code(letter, start, in_class=True)
 
     def _group(self, start: int, flags: int) -> _Node | None:
         if self._peek() != "?":
@@ -536,7 +542,13 @@ class _Side:
     def __or__(self, other: _Side) -> _Side:
         if self.open or other.open:
             return _UNKNOWN
-        return _Side(chars=_union(self.chars, other.chars), edge=self.edge or other.edge)
+        if not other.chars or other.chars == self.chars or self.chars == _EVERYTHING:
+            chars = self.chars
+        elif not self.chars or other.chars == _EVERYTHING:
+            chars = other.chars
+        else:
+            chars = _union(self.chars, other.chars)
+        return _Side(chars=chars, edge=self.edge or other.edge)
 
 
 _EDGE = _Side(edge=True)
@@ -566,6 +578,24 @@ def _anchor_holds(kind: str, left: str, right: str) -> bool:
 class _Converter:
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
+        self._sensitivity: dict[int, bool] = {}
+
+    def _sensitive(self, node: _Node) -> bool:
+        """Whether ``node`` contains an anchor, an atomic group or a possessive quantifier."""
+        key = id(node)
+        if key not in self._sensitivity:
+            if isinstance(node, (_Anchor, _Atomic)) or (isinstance(node, _Rep) and node.possessive):
+                found = True
+            elif isinstance(node, _Seq):
+                found = any(self._sensitive(item) for item in node.items)
+            elif isinstance(node, _Alt):
+                found = any(self._sensitive(alt) for alt in node.alternatives)
+            elif isinstance(node, _Rep):
+                found = self._sensitive(node.item)
+            else:
+                found = False
+            self._sensitivity[key] = found
+        return self._sensitivity[key]
 
     def convert(self, node: _Node, left: _Side, right: _Side) -> Expr:
         if isinstance(node, _Set):
@@ -598,8 +628,16 @@ class _Converter:
                                                right)
         index = first
         while index <= last:
+            item = items[index]
+            if not isinstance(item, _Anchor) and not self._sensitive(item):
+                # Only anchors, atomic groups and possessive quantifiers look at their
+                # neighbours; anything else only needs to know about an open end.
+                parts.append(self.convert(item, left if index == first else _UNKNOWN,
+                                          right if index == last else _UNKNOWN))
+                index += 1
+                continue
             before = left if index == first else self._side_before(items, index, left)
-            if isinstance(items[index], _Anchor):  # anchors between two characters
+            if isinstance(item, _Anchor):  # anchors between two characters
                 run_end = index
                 while isinstance(items[run_end], _Anchor):
                     run_end += 1
@@ -608,7 +646,7 @@ class _Converter:
                 index = run_end
                 continue
             after = right if index == last else self._side_after(items, index + 1, right)
-            parts.append(self.convert(items[index], before, after))
+            parts.append(self.convert(item, before, after))
             index += 1
         parts.append(trailing)
         return NOTHING if NOTHING in parts else seq(*parts)
