@@ -1,0 +1,2 @@
+int fibonacci(int n){/* Returns the n-th Fibonacci number,
+   computed bottom-up in two variables. */int previous = 0;int current = 1;if(n==0){return 0;}for(int i = 1; i<n; i = i+1){int next = previous+current;previous = current;current = next;}return current;}

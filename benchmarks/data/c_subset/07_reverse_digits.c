@@ -1,0 +1,1 @@
+int reverse_digits(int n){int reversed = 0;while(n>0){int digit = n-( n/10 )*10;reversed = reversed*10+digit;n = n/10;}return reversed;}

@@ -1,0 +1,1 @@
+int digit_sum(int n){int sum = 0;while(n>0){sum = sum+n-( n/10 )*10;n = n/10;}return sum;}int digital_root(int n){while(n>9){n = digit_sum(n);}return n;}

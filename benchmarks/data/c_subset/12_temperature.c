@@ -1,0 +1,1 @@
+float celsius_to_fahrenheit(float celsius){return celsius*9/5+32;}float fahrenheit_to_celsius(float fahrenheit){return ( fahrenheit-32 )*5/9;}

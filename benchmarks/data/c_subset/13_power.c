@@ -1,0 +1,2 @@
+int power_of_two(int exponent){// 2^exponent by repeated doubling.
+int result = 1;for(int i = 0; i<exponent; i = i+1){result = result*2;}return result;}int square(int x){return x*x;}int cube(int x){return x*square(x);}

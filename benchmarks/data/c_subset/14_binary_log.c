@@ -1,0 +1,1 @@
+int floor_log2(int n){/* Position of the highest set bit; -1 for n <= 0. */int log = -1;while(n>0){n = n/2;log = log+1;}return log;}

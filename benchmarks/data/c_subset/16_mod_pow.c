@@ -1,0 +1,2 @@
+int mod_pow(int base){// base^exponent mod modulus by square-and-multiply.
+int exponent = 13;int modulus = 497;int result = 1;base = base-( base/modulus )*modulus;while(exponent>0){if(exponent-( exponent/2 )*2==1){result = result*base;result = result-( result/modulus )*modulus;}base = base*base;base = base-( base/modulus )*modulus;exponent = exponent/2;}return result;}

@@ -1,0 +1,1 @@
+float mean_of_first(int n){float total = 0;for(int i = 1; i<=n; i = i+1){total = total+i;}if(n==0){return 0;}return total/n;}

@@ -1,0 +1,2 @@
+int is_leap_year(int year){// Gregorian rules: divisible by 4, except centuries not divisible by 400.
+if(year-( year/400 )*400==0){return 1;}if(year-( year/100 )*100==0){return 0;}if(year-( year/4 )*4==0){return 1;}return 0;}int days_in_year(int year){return 365+is_leap_year(year);}

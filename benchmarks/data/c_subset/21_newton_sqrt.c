@@ -1,0 +1,2 @@
+float newton_sqrt(float x){/* Newton iterations for the square root of x;
+   twenty steps are plenty for single precision. */float guess = x/2+1;for(int i = 0; i<20; i = i+1){guess = ( guess+x/guess )/2;}return guess;}

@@ -1,0 +1,1 @@
+int sign(int x){if(x>0){return 1;}else{if(x<0){return -1;}}return 0;}int max_with_zero(int x){if(sign(x)<0){return 0;}return x;}

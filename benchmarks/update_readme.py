@@ -1,0 +1,39 @@
+"""Put a benchmark's latest table into README.md, between ``<!-- bench:NAME -->`` markers.
+
+Shared by the benchmarks: each owns one section, replaced whole on every run; a missing section is
+appended at the end of the README. Usage: ``python benchmarks/update_readme.py NAME FILE.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def update_section(readme: Path, name: str, content: str) -> None:
+    """Replace the text between the ``name`` markers of ``readme`` by ``content`` (add the markers if absent)."""
+    begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{begin}\n{content.strip()}\n{end}"
+    text = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text.strip() else "") + block
+    readme.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", help="the benchmark's section name, e.g. mask_speed")
+    parser.add_argument("content", type=Path, help="a markdown file with the section's new content")
+    parser.add_argument("--readme", type=Path, default=README)
+    args = parser.parse_args(argv)
+    update_section(args.readme, args.name, args.content.read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()
