@@ -57,7 +57,10 @@ def build_terminal_automata(terminals: list[Terminal], ignore: set[str]) -> Term
         dfa = compile_expr(term.body, {}, BYTE_ALPHABET)
         if dfa.accepting[dfa.start]:
             raise GrammarError(f"terminal {term.name!r} matches the empty string, which a lexer cannot use")
-        parts.append(np.where(dfa.trans >= 0, dfa.trans + offset, -1).astype(np.int32))
+        trans = np.where(dfa.trans >= 0, dfa.trans + offset, -1).astype(np.int32)
+        if term.shortest:
+            trans[dfa.accepting] = -1  # a lazy terminal's match ends where it first can
+        parts.append(trans)
         accepting.append(dfa.accepting)
         owners.append(np.full(len(dfa.accepting), t, dtype=np.int32))
         starts.append(offset + dfa.start)
@@ -205,12 +208,17 @@ class LexerCore(_Interner[LexerKey]):
             first = min(matching, key=lambda t: auto.rank[t])
             if best < 0 or auto.rank[first] <= auto.rank[best]:
                 best, matched = first, True
+        tracked = {int(t) for t in (trans[s, byte] for s in trackers) if t >= 0}
         if best >= 0:
-            moved = {s for s in moved if auto.rank[auto.terminal_of[s]] <= auto.rank[best]}
+            # terminals tried after `best` can no longer win; the strings `best` retypes to stay
+            # tracked so that a match equal to their text can still take their name
+            retypes = {t for t, _embedded in auto.unless[best]}
+            losing = {s for s in moved if auto.rank[auto.terminal_of[s]] > auto.rank[best]}
+            tracked |= {s for s in losing if int(auto.terminal_of[s]) in retypes}
+            moved -= losing
         if not moved:
             return DEAD
-        tracked = tuple(sorted({int(t) for t in (trans[s, byte] for s in trackers) if t >= 0}))
-        return self.intern((tuple(sorted(moved)), tracked, best, matched, False))
+        return self.intern((tuple(sorted(moved)), tuple(sorted(tracked)), best, matched, False))
 
 
 class LexParserCore(_Interner[tuple[Config, ...]]):

@@ -84,8 +84,8 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
         if entry is not None:
             uncertain[int(terminal)] = entry
     return LexerPosition(
-        accepted=pack_ids(trie.order[np.flatnonzero(accepted)], vocab_size),
-        fail=pack_ids(trie.order[np.flatnonzero(fail)], vocab_size),
+        accepted=pack_ids(trie.token_ids(np.flatnonzero(accepted)), vocab_size),
+        fail=pack_ids(trie.token_ids(np.flatnonzero(fail)), vocab_size),
         uncertain=uncertain,
     )
 

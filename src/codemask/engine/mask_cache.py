@@ -84,7 +84,7 @@ def build_position_masks(core: ParserCore, trie: TokenTrie, vocab_size: int,
                disable=progress is None)
     for row, position in enumerate(bar):
         ok_sorted, unc_sorted, unc_k = classify_position(core, trie, int(position))
-        accepted[row] = pack_ids(trie.order[ok_sorted], vocab_size)
+        accepted[row] = pack_ids(trie.token_ids(ok_sorted), vocab_size)
         rule = int(core.rtn.state_rule[position])
         if rule in with_callers:
             can_follow = follow[rule][trie.matrix[unc_sorted, unc_k]]
@@ -145,7 +145,7 @@ def uncertain_entry(trie: TokenTrie, token_bytes: list[bytes], sorted_idx: np.nd
                      offsets: np.ndarray) -> Uncertain | None:
     if not len(sorted_idx):
         return None
-    token_ids = trie.order[sorted_idx]
+    token_ids, offsets = trie.expand_pairs(sorted_idx, offsets)
     index: dict[bytes, int] = {}
     residual_of = np.empty(len(token_ids), dtype=np.int32)
     for i, (tid, k) in enumerate(zip(token_ids.tolist(), offsets.tolist(), strict=True)):

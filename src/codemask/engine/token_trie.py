@@ -44,9 +44,19 @@ class TokenTrie:
     """Sorted vocabulary and its level-by-level trie (tokens with bytes that grammars may use)."""
 
     def __init__(self, token_bytes: list[bytes], excluded: frozenset[int] | set[int]) -> None:
-        ids = [i for i, b in enumerate(token_bytes) if b and i not in excluded]
-        ids.sort(key=token_bytes.__getitem__)
-        self.order = np.array(ids, dtype=np.int32)  # sorted index -> token id
+        all_ids = [i for i, b in enumerate(token_bytes) if b and i not in excluded]
+        all_ids.sort(key=lambda i: (token_bytes[i], i))
+        # Several ids can spell the same bytes (Gemma's "4" and its byte-fallback <0x34>): the
+        # trie holds each byte string once, and `token_ids` expands a row to all its ids.
+        ids = [i for n, i in enumerate(all_ids) if n == 0 or token_bytes[i] != token_bytes[all_ids[n - 1]]]
+        self.order = np.array(ids, dtype=np.int32)  # sorted index -> (first) token id
+        self._duplicates: dict[int, list[int]] = {}
+        row = -1
+        for n, i in enumerate(all_ids):
+            if n == 0 or token_bytes[i] != token_bytes[all_ids[n - 1]]:
+                row += 1
+            else:
+                self._duplicates.setdefault(row, []).append(i)
         self.lengths = np.array([len(token_bytes[i]) for i in ids], dtype=np.int32)
         self.max_len = int(self.lengths.max()) if ids else 0
         self.matrix = np.zeros((len(ids), max(self.max_len, 1)), dtype=np.uint8)
@@ -59,6 +69,25 @@ class TokenTrie:
     @property
     def num_tokens(self) -> int:
         return len(self.order)
+
+    def token_ids(self, rows: np.ndarray) -> np.ndarray:
+        """All token ids spelled by the given sorted rows (duplicates included)."""
+        ids = self.order[rows]
+        if not self._duplicates:
+            return ids
+        extra = [i for r in rows.tolist() for i in self._duplicates.get(r, ())]
+        return np.concatenate([ids, np.array(extra, dtype=np.int32)]) if extra else ids
+
+    def expand_pairs(self, rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of ``rows`` with ``values`` repeated alongside, duplicates included."""
+        ids = self.order[rows]
+        if not self._duplicates:
+            return ids, values
+        extra = [(i, v) for r, v in zip(rows.tolist(), values.tolist(), strict=True) for i in self._duplicates.get(r, ())]
+        if not extra:
+            return ids, values
+        more = np.array(extra, dtype=np.int64)
+        return np.concatenate([ids, more[:, 0].astype(np.int32)]), np.concatenate([values, more[:, 1]])
 
     def _build_levels(self) -> list[TrieLevel]:
         n = len(self.order)

@@ -115,6 +115,7 @@ class Terminal:
     lists, for a regex terminal, the string terminals it *retypes* to when its match equals
     their text (Lark's keywords-versus-names rule), each with whether the string is *embedded*
     (then it is not tried on its own when this regex terminal is also a candidate).
+    ``shortest`` marks a terminal whose match stops at its first possible end (a lazy regex).
     """
 
     name: str
@@ -123,6 +124,7 @@ class Terminal:
     literal: bytes | None = None
     order: int = 0
     unless: tuple[tuple[str, bool], ...] = ()
+    shortest: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,7 @@ def grammar_text(ir: GrammarIR) -> str:
     for name in sorted(ir.terminals):
         term = ir.terminals[name]
         lines.append(f"%{name}.{term.priority} ::= {to_text(term.body)} lit={term.literal!r} "
-                     f"order={term.order} unless={term.unless!r}")
+                     f"order={term.order} unless={term.unless!r} shortest={term.shortest}")
     if ir.ignore:
         lines.append("%ignore " + " ".join(ir.ignore))
     return "\n".join(lines)

@@ -30,7 +30,7 @@ Conventions of the produced IR (until the IR has fields for them):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from lark.exceptions import GrammarError as LarkGrammarError
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -223,23 +223,15 @@ def _terminals(terminal_defs: list[TerminalDef], source: str) -> dict[str, Termi
     return terminals
 
 
-def _refuse_anchors(td: TerminalDef) -> None:
-    """Refuse ``^``, ``$``, ``\\A``, ``\\Z``, ``\\b``, ``\\B`` in a terminal.
-
-    Lark matches a terminal inside the whole text, so an anchor looks at the neighbouring tokens
-    or the end of the input (docs/lark-semantics.md §2.3), which a terminal's expression cannot
-    say; the regex front-end reads them under ``fullmatch``, where they hold at the edges.
-    Python's own regex parser finds them (``re._parser``, the parser ``re`` uses).
-    """
+def _regex_nodes(regexp: str) -> Iterator[tuple[object, object]]:
+    """Every ``(op, argument)`` node of a Python regex, as ``re``'s own parser reads it."""
     import re._constants as sre
     import re._parser as sre_parse
 
-    stack = list(sre_parse.parse(td.pattern.to_regexp()).data)
+    stack = list(sre_parse.parse(regexp).data)
     while stack:
         op, arg = stack.pop()
-        if op is sre.AT:
-            raise GrammarError(f"anchor {str(arg).removeprefix('AT_').lower()} depends on the text around the "
-                               "token in Lark's lexer")
+        yield op, arg
         if op is sre.BRANCH:
             for branch in arg[1]:
                 stack.extend(branch)
@@ -253,6 +245,32 @@ def _refuse_anchors(td: TerminalDef) -> None:
             stack.extend(arg)
 
 
+def _refuse_anchors(td: TerminalDef) -> None:
+    """Refuse ``^``, ``$``, ``\\A``, ``\\Z``, ``\\b``, ``\\B`` in a terminal.
+
+    Lark matches a terminal inside the whole text, so an anchor looks at the neighbouring tokens
+    or the end of the input (docs/lark-semantics.md §2.3), which a terminal's expression cannot
+    say; the regex front-end reads them under ``fullmatch``, where they hold at the edges.
+    """
+    import re._constants as sre
+
+    for op, arg in _regex_nodes(td.pattern.to_regexp()):
+        if op is sre.AT:
+            raise GrammarError(f"anchor {str(arg).removeprefix('AT_').lower()} depends on the text around the "
+                               "token in Lark's lexer")
+
+
+def _is_lazy(regexp: str) -> bool:
+    """Whether a regex has a lazy quantifier: its match then stops at the first place it can.
+
+    That is exact for the shapes lazy terminals have in practice (``/\\*(.|\\n)*?\\*/``,
+    ``".*?"``): a lazy repeat followed by a fixed closing text.
+    """
+    import re._constants as sre
+
+    return any(op is sre.MIN_REPEAT for op, _ in _regex_nodes(regexp))
+
+
 def _terminal(td: TerminalDef, order: int, unless: tuple[tuple[str, bool], ...]) -> Terminal:
     from codemask.grammar.regex import regex_to_expr
 
@@ -264,7 +282,8 @@ def _terminal(td: TerminalDef, order: int, unless: tuple[tuple[str, bool], ...])
         literal = pattern.value.encode("utf-8")
         body = Literal(literal) if not flags else regex_to_expr(re.escape(pattern.value), flags)
         return Terminal(td.name, body, td.priority, literal, order=order)
-    return Terminal(td.name, regex_to_expr(pattern.value, flags), td.priority, order=order, unless=unless)
+    return Terminal(td.name, regex_to_expr(pattern.value, flags), td.priority, order=order, unless=unless,
+                    shortest=_is_lazy(pattern.value))
 
 
 def _unless(regex_td: TerminalDef, terminal_defs: list[TerminalDef]) -> tuple[tuple[str, bool], ...]:
