@@ -250,3 +250,19 @@ def test_shared_grammar_loads_or_fails_clearly(relpath: str) -> None:
     assert ir.ignore == grammar.ignore
     for name, lark_rules in grammar.rules_by_origin.items():
         assert len(ir.rules[name].body.alternatives) == len(lark_rules)
+
+
+def test_lookaround_idioms_match_exactly_what_python_matches() -> None:
+    """Each substituted regex gives the same `re.match` as the lookaround original, everywhere."""
+    import itertools
+    import re as std_re
+
+    from codemask.grammar.lark import LOOKAROUND_IDIOMS
+
+    alphabet = ['"', "\\", "a", "\n", "é"]
+    for original, equivalent in LOOKAROUND_IDIOMS.items():
+        for length in range(8):
+            for chars in itertools.product(alphabet, repeat=length):
+                text = "".join(chars)
+                a, b = std_re.match(original, text), std_re.match(equivalent, text)
+                assert (a and a.group(0)) == (b and b.group(0)), (original, text)

@@ -1,10 +1,13 @@
 """The parser over a recursive transition network, with interned states and memoised steps.
 
-A *stack* is a persistent linked list of RTN states (top first), interned to an integer id, so
-equal stacks are one object and sharing is free. A *parser state* is the set of stacks a
-non-deterministic parse can be in after closure (calls pushed, finished rules popped), reduced to
-the stacks that wait on a byte, plus one flag: whether a stack reached the bottom. Parser states
-are interned to integer ids too, and ``table[state, byte]`` memoises transitions, so that:
+A *stack node* is an RTN state on top of a set of parent nodes (a graph-structured stack, as in
+GLR parsing), interned to an integer id, so equal stacks are one object and sharing is free. A
+*parser state* is the set of nodes a non-deterministic parse can be in after closure (calls
+pushed, finished rules popped), reduced to the nodes that wait on a byte, with nodes of the same
+RTN state merged into one node whose parents are the union of theirs: an ambiguous grammar then
+costs a few more parents, not exponentially many stacks. Plus one flag: whether a stack reached
+the bottom. Parser states are interned to integer ids too, and ``table[state, byte]`` memoises
+transitions, so that:
 
 - a matcher's history is a list of ints: ``rollback`` and ``fork`` cost nothing;
 - the mask computation walks many tokens at once with numpy gathers over ``table``, computing in
@@ -28,8 +31,10 @@ ROOT = -1
 FRAME = -2
 DEAD = -1
 UNKNOWN = -2
-# A closure that creates more stacks than this is a grammar too ambiguous to parse byte by byte.
-MAX_STACKS = 20_000
+# A closure that visits more stack nodes than this is a grammar too ambiguous to parse byte by byte.
+MAX_STACKS = 50_000
+_ROOT_SET = frozenset((ROOT,))
+_FRAME_SET = frozenset((FRAME,))
 
 
 class ParserCore:
@@ -47,8 +52,8 @@ class ParserCore:
             for calls in rtn.calls
         ]
         self.node_state: list[int] = []
-        self.node_parent: list[int] = []
-        self._node_index: dict[tuple[int, int], int] = {}
+        self.node_parents: list[frozenset[int]] = []
+        self._node_index: dict[tuple[int, frozenset[int]], int] = {}
         self.state_stacks: list[tuple[int, ...]] = []
         self.state_flag: list[bool] = []
         self._state_index: dict[tuple[tuple[int, ...], bool], int] = {}
@@ -58,18 +63,18 @@ class ParserCore:
         self.flags = np.zeros(64, dtype=bool)
         self.has_stacks = np.zeros(64, dtype=bool)
         self.lock = threading.RLock()
-        self.initial = self.closure([self.node(int(rtn.rule_start[rtn.start_rule]), ROOT)])
+        self.initial = self.closure([self.node(int(rtn.rule_start[rtn.start_rule]), _ROOT_SET)])
 
     # -- interning ---------------------------------------------------------------------------
 
-    def node(self, state: int, parent: int) -> int:
-        """The id of the stack ``state`` on top of stack ``parent``."""
-        key = (state, parent)
+    def node(self, state: int, parents: frozenset[int]) -> int:
+        """The id of the stack node ``state`` on top of the nodes ``parents`` (or a bottom)."""
+        key = (state, parents)
         found = self._node_index.get(key)
         if found is None:
             found = self._node_index[key] = len(self.node_state)
             self.node_state.append(state)
-            self.node_parent.append(parent)
+            self.node_parents.append(parents)
         return found
 
     def _intern_state(self, stacks: tuple[int, ...], flag: bool) -> int:
@@ -106,32 +111,33 @@ class ParserCore:
         """
         seen: set[int] = set()
         todo = list(stacks)
-        scanning: list[int] = []
+        scanning: dict[int, set[int]] = {}  # RTN state -> parents of the nodes waiting there
         flag = False
-        node_state, node_parent = self.node_state, self.node_parent
+        node_state, node_parents = self.node_state, self.node_parents
         while todo:
             s = todo.pop()
             if s in seen:
                 continue
             seen.add(s)
             if len(seen) > MAX_STACKS:
-                raise GrammarError("grammar is too ambiguous: a parser state exceeds "
-                                   f"{MAX_STACKS} stacks")
+                raise GrammarError(f"grammar is too ambiguous: a parser state exceeds {MAX_STACKS} stack nodes")
             q = node_state[s]
-            parent = node_parent[s]
+            parents = node_parents[s]
             if self._scanning[q]:
-                scanning.append(s)
+                scanning.setdefault(q, set()).update(parents)
             for callee_start, ret, tail in self._calls[q]:
-                base = parent if tail else self.node(ret, parent)
+                base = parents if tail else frozenset((self.node(ret, parents),))
                 todo.append(self.node(callee_start, base))
             if self._accepting[q]:
-                if parent < 0:
-                    flag = True
-                else:
-                    todo.append(parent)
+                for parent in parents:
+                    if parent < 0:
+                        flag = True
+                    else:
+                        todo.append(parent)
         if not scanning and not flag:
             return DEAD
-        return self._intern_state(tuple(sorted(scanning)), flag)
+        merged = tuple(sorted(self.node(q, frozenset(ps)) for q, ps in scanning.items()))
+        return self._intern_state(merged, flag)
 
     def step(self, state: int, symbol: int) -> int:
         """The parser state after one symbol (memoised); `DEAD` if the symbol is not allowed."""
@@ -149,7 +155,7 @@ class ParserCore:
         for s in self.state_stacks[state]:
             t = int(trans[self.node_state[s], symbol])
             if t >= 0:
-                moved.append(self.node(t, self.node_parent[s]))
+                moved.append(self.node(t, self.node_parents[s]))
         return self.closure(moved) if moved else DEAD
 
     def advance(self, states: np.ndarray, symbols: np.ndarray) -> np.ndarray:
@@ -188,9 +194,9 @@ class ParserCore:
 
     def frame_state(self, position: int) -> int:
         """The frame-local state at RTN state ``position``, for the mask cache's analysis."""
-        return self.closure([self.node(position, FRAME)])
+        return self.closure([self.node(position, _FRAME_SET)])
 
     def exit_state(self, stack: int) -> int:
-        """The real-parse state after the top frame of ``stack`` ends: its caller resumes."""
-        parent = self.node_parent[stack]
-        return DEAD if parent < 0 else self.closure([parent])
+        """The real-parse state after the top frame of ``stack`` ends: its callers resume."""
+        parents = [p for p in self.node_parents[stack] if p >= 0]
+        return self.closure(parents) if parents else DEAD

@@ -223,6 +223,15 @@ def _terminals(terminal_defs: list[TerminalDef], source: str) -> dict[str, Termi
     return terminals
 
 
+# Lookaround regexes of widely shared terminals, with a lookaround-free regex that Python's
+# leftmost-first match makes equivalent (same matches at every position).
+LOOKAROUND_IDIOMS = {
+    # lark's common.ESCAPED_STRING: a quote, the shortest run of non-newlines, and a closing quote
+    # preceded by an even number of backslashes, i.e. a string whose backslashes escape one character
+    r'".*?(?<!\\)(\\\\)*?"': r'"(?:[^"\\\n]|\\[^\n])*"',
+}
+
+
 def _regex_nodes(regexp: str) -> Iterator[tuple[object, object]]:
     """Every ``(op, argument)`` node of a Python regex, as ``re``'s own parser reads it."""
     import re._constants as sre
@@ -282,8 +291,9 @@ def _terminal(td: TerminalDef, order: int, unless: tuple[tuple[str, bool], ...])
         literal = pattern.value.encode("utf-8")
         body = Literal(literal) if not flags else regex_to_expr(re.escape(pattern.value), flags)
         return Terminal(td.name, body, td.priority, literal, order=order)
-    return Terminal(td.name, regex_to_expr(pattern.value, flags), td.priority, order=order, unless=unless,
-                    shortest=_is_lazy(pattern.value))
+    regexp = LOOKAROUND_IDIOMS.get(pattern.value, pattern.value)
+    return Terminal(td.name, regex_to_expr(regexp, flags), td.priority, order=order, unless=unless,
+                    shortest=_is_lazy(regexp))
 
 
 def _unless(regex_td: TerminalDef, terminal_defs: list[TerminalDef]) -> tuple[tuple[str, bool], ...]:

@@ -294,8 +294,10 @@ def _remove_direct(name: str, alts: list[tuple[Expr, ...]], nullable: set[str]) 
         return choice(*(seq(*items) for items in base)) if base else NOTHING
     if not base:
         raise GrammarError(f"rule {name!r} is left-recursive with no non-recursive alternative: it matches nothing")
-    tails = [seq(*items) for items in recursive if items]
     head = choice(*(seq(*items) for items in base))
+    # A: A a A | b (a binary operator written ambiguously) is b (a b)*: replacing the trailing
+    # self-reference by the base keeps the language and removes an exponential ambiguity
+    tails = [seq(*items[:-1], head) if items[-1] == RuleRef(name) else seq(*items) for items in recursive if items]
     return seq(head, Repeat(choice(*tails), 0, None)) if tails else head
 
 
