@@ -16,12 +16,15 @@ from codemask.errors import (
     MatcherError,
     UnsupportedSchemaError,
 )
+from codemask.generate import GenerationResult, GenerationStats, constrained_generate
 from codemask.grammar import Grammar
 from codemask.vocab import Vocabulary
 
 __all__ = [
     "CodemaskError",
     "CompiledGrammar",
+    "GenerationResult",
+    "GenerationStats",
     "Grammar",
     "GrammarCompiler",
     "GrammarError",
@@ -33,5 +36,6 @@ __all__ = [
     "Vocabulary",
     "allocate_token_bitmask",
     "apply_token_bitmask_",
+    "constrained_generate",
     "reset_token_bitmask",
 ]

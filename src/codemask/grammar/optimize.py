@@ -15,6 +15,8 @@ separate (a call is a frame the mask cache cannot see through). So before compil
 
 from __future__ import annotations
 
+from collections import Counter
+
 from collections.abc import Callable
 
 from codemask.errors import GrammarError
@@ -38,6 +40,10 @@ from codemask.grammar.ir import (
 
 # Rules whose inlined body would exceed this weight stay separate rules.
 INLINE_WEIGHT_LIMIT = 4000
+# A rule used in several places stays separate above this weight: inlining would copy its automaton
+# (and the token-mask positions computed for every state of it) once per use. A keyword-excluding
+# identifier (grammars/python_function.ebnf) used in eight places took 12 s to compile inlined.
+SHARED_INLINE_WEIGHT_LIMIT = 500
 
 
 def optimize(ir: GrammarIR) -> GrammarIR:
@@ -381,6 +387,7 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     Rules with a lookahead assertion keep their identity (their lookahead belongs to them).
     """
     keep = recursive_rules(rules) | {start} | {n for n, r in rules.items() if r.lookahead is not None}
+    uses = Counter(ref for rule in rules.values() for ref in _references_with_repeats(rule.body))
     bodies: dict[str, Expr] = {}
     order = _topological(rules)
 
@@ -390,9 +397,23 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     for name in order:
         body = _substitute(rules[name].body, replace)
         bodies[name] = body
-        if name not in keep and expr_weight(body) > INLINE_WEIGHT_LIMIT:
+        limit = SHARED_INLINE_WEIGHT_LIMIT if uses[name] > 1 else INLINE_WEIGHT_LIMIT
+        if name not in keep and expr_weight(body) > limit:
             keep.add(name)
     return {name: Rule(name, bodies[name], rules[name].lookahead) for name in rules if name in keep}
+
+
+def _references_with_repeats(expr: Expr) -> list[str]:
+    """Every rule reference in ``expr``, once per occurrence."""
+    if isinstance(expr, RuleRef):
+        return [expr.name]
+    if isinstance(expr, Sequence):
+        return [r for item in expr.items for r in _references_with_repeats(item)]
+    if isinstance(expr, Choice):
+        return [r for alt in expr.alternatives for r in _references_with_repeats(alt)]
+    if isinstance(expr, Repeat):
+        return _references_with_repeats(expr.item)
+    return []
 
 
 def _topological(rules: dict[str, Rule]) -> list[str]:

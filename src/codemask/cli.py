@@ -1,0 +1,188 @@
+"""The ``codemask`` command: ``demo``, ``generate`` and ``check-grammar``."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from codemask.errors import CodemaskError
+
+DEMO_TASKS = (
+    # (title, grammar, user request, validator)
+    ("JSON object", "json",
+     "Describe the book 'Dune' as a JSON object with the keys title, author and year. Reply with JSON only.",
+     "json"),
+    ("Python function", "python_function",
+     "Write a Python function `area(width, height)` that returns the area of a rectangle. Reply with code only.",
+     "python"),
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``codemask`` console script; returns the exit status."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its threads
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except CodemaskError as error:
+        print(f"codemask: {error}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="codemask", description="Constrained generation with exact grammar masks.")
+    commands = parser.add_subparsers(required=True, metavar="command")
+
+    demo = commands.add_parser("demo", help="generate a JSON object and a Python function with a packaged model")
+    demo.add_argument("--model", default="smollm2", help="smollm2 | qwen-coder | gemma3 | a model folder")
+    demo.add_argument("--max-new-tokens", type=int, default=128)
+    demo.set_defaults(run=_run_demo)
+
+    gen = commands.add_parser("generate", help="generate text under a grammar or a regex")
+    gen.add_argument("prompt")
+    gen.add_argument("--model", default="smollm2", help="smollm2 | qwen-coder | gemma3 | a model folder")
+    source = gen.add_mutually_exclusive_group()
+    source.add_argument("--grammar", help="a builtin grammar name (json, python_function) or a grammar file")
+    source.add_argument("--regex", help="a Python regular expression the whole output must match")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--seed", type=int)
+    gen.add_argument("--stop", action="append", help="a stop string (repeatable)")
+    gen.add_argument("--raw", action="store_true", help="send the prompt as is, without the model's chat template")
+    gen.add_argument("--no-jump-forward", action="store_true", help="one forward pass per token, even when forced")
+    gen.set_defaults(run=_run_generate)
+
+    check = commands.add_parser("check-grammar", help="parse and compile a grammar file, reporting errors")
+    check.add_argument("file")
+    check.add_argument("--tokenizer", default="smollm2", help="packaged tokenizer name or a tokenizer folder")
+    check.set_defaults(run=_run_check_grammar)
+    return parser
+
+
+# -- commands --------------------------------------------------------------------------------
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from codemask.generate import constrained_generate
+
+    model, tokenizer = _load(args.model)
+    failures = 0
+    for title, grammar, request, validator in DEMO_TASKS:
+        compile_time = _timed_compile(tokenizer, model, grammar)
+        result = constrained_generate(model, tokenizer, _chat(tokenizer, request), grammar=grammar,
+                                      max_new_tokens=args.max_new_tokens)
+        verdict = _validate(validator, result.text)
+        failures += not verdict.startswith("valid")
+        print(f"\n== {title} (grammar {grammar!r}, compiled in {compile_time * 1000:.0f} ms) ==")
+        print(result.text.rstrip())
+        print(f"-- {verdict}; {_timing(result)}")
+    print("\nall outputs valid" if not failures else f"\n{failures} output(s) invalid")
+    return 1 if failures else 0
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from codemask.generate import constrained_generate
+    from codemask.grammar.grammar import Grammar
+
+    model, tokenizer = _load(args.model)
+    grammar: Any = Grammar.from_regex(args.regex) if args.regex else args.grammar
+    if grammar is not None:
+        _timed_compile(tokenizer, model, grammar)
+    prompt = args.prompt if args.raw else _chat(tokenizer, args.prompt)
+
+    def stream(_row: int, _tokens: list[int], text: str) -> None:
+        print(text, end="", flush=True)
+
+    result = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=args.max_new_tokens,
+                                  temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                  stop=args.stop, seed=args.seed, on_token=stream,
+                                  jump_forward=not args.no_jump_forward)
+    print(f"\n-- finished: {result.finish_reason}; {_timing(result)}", file=sys.stderr)
+    return 0
+
+
+def _run_check_grammar(args: argparse.Namespace) -> int:
+    from codemask.compilers import compiler_for
+    from codemask.grammar.grammar import Grammar
+
+    started = time.perf_counter()
+    grammar = Grammar.from_file(args.file)
+    parsed = time.perf_counter()
+    compiled = compiler_for(_load_tokenizer(args.tokenizer)).compile(grammar)
+    done = time.perf_counter()
+    print(f"{args.file}: ok ({grammar.kind}); parsed in {(parsed - started) * 1000:.0f} ms, "
+          f"compiled in {(done - parsed) * 1000:.0f} ms: {compiled!r}")
+    return 0
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def _load(name: str) -> tuple[Any, Any]:
+    from codemask.assets import MODEL_NAMES, load_model
+
+    print(f"loading model {name} ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    if name in MODEL_NAMES:
+        model, tokenizer = load_model(name), _load_tokenizer(name)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not os.path.isdir(name):
+            raise CodemaskError(f"--model {name!r} is neither a packaged model ({', '.join(MODEL_NAMES)}) nor a folder")
+        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True).eval()
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=True)
+    print(f"loaded in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    return model, tokenizer
+
+
+def _load_tokenizer(name: str) -> Any:
+    from codemask.assets import TOKENIZER_NAMES, load_tokenizer
+
+    if name in TOKENIZER_NAMES or not os.path.isdir(name):
+        return load_tokenizer(name)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name, local_files_only=True)
+
+
+def _timed_compile(tokenizer: Any, model: Any, grammar: Any) -> float:
+    from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+    from codemask.grammar.resolve import as_grammar
+
+    started = time.perf_counter()
+    compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model)).compile(as_grammar(grammar))
+    return time.perf_counter() - started
+
+
+def _chat(tokenizer: Any, request: str) -> str:
+    """The request wrapped in the model's chat template, when it has one."""
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": request}]
+        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    return request
+
+
+def _validate(kind: str, text: str) -> str:
+    checks: dict[str, Callable[[str], object]] = {
+        "json": json.loads,
+        "python": lambda source: compile(ast.parse(source), "<generated>", "exec"),
+    }
+    try:
+        checks[kind](text)
+    except (ValueError, SyntaxError) as error:
+        return f"INVALID ({type(error).__name__}: {error})"
+    return "valid" if kind != "json" else "valid (json.loads)"
+
+
+def _timing(result: Any) -> str:
+    s = result.stats
+    return (f"{s.generated_tokens} tokens in {s.wall_time_s:.2f} s ({s.tokens_per_s:.1f} tok/s), "
+            f"{s.forward_passes} forward passes, {s.forced_tokens} forced, mask {s.mask_time_s * 1000:.1f} ms, "
+            f"finish {result.finish_reason}")

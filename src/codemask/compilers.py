@@ -1,0 +1,54 @@
+"""One `GrammarCompiler` per (tokenizer, model vocabulary, stop tokens), shared by every entry point.
+
+Reading a tokenizer's vocabulary takes a noticeable fraction of a second on a 150k vocabulary and
+compiled grammars are cached per compiler, so `constrained_generate`, the Hugging Face processor and
+the CLI all go through :func:`compiler_for` rather than building their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from codemask.engine.compiler import GrammarCompiler
+from codemask.vocab import Vocabulary
+
+_LOCK = threading.Lock()
+# key -> (tokenizer kept alive so that its id is not reused, compiler)
+_COMPILERS: dict[tuple[int, int | None, frozenset[int]], tuple[Any, GrammarCompiler]] = {}
+
+
+def compiler_for(tokenizer: Any, vocab_size: int | None = None, extra_stop_ids: Iterable[int] = ()) -> GrammarCompiler:
+    """The shared compiler for ``tokenizer``, masks ``vocab_size`` wide, stopping also on ``extra_stop_ids``."""
+    extra = frozenset(int(i) for i in extra_stop_ids)
+    key = (id(tokenizer), vocab_size, extra)
+    with _LOCK:
+        found = _COMPILERS.get(key)
+        if found is not None and found[0] is tokenizer:
+            return found[1]
+        vocab = Vocabulary.from_tokenizer(tokenizer, vocab_size=vocab_size)
+        if not extra <= vocab.stop_token_ids:
+            vocab = Vocabulary.from_tokenizer(tokenizer, vocab_size=vocab_size,
+                                              stop_token_ids=vocab.stop_token_ids | extra)
+        compiler = GrammarCompiler(vocab)
+        _COMPILERS[key] = (tokenizer, compiler)
+        return compiler
+
+
+def model_stop_token_ids(model: Any) -> list[int]:
+    """The end-of-sequence ids a model's generation config declares (an int, a list, or nothing)."""
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(eos)] if isinstance(eos, int) else [int(i) for i in eos]
+
+
+def model_vocab_size(model: Any) -> int | None:
+    """The width of a model's logits, when it says."""
+    embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    return getattr(getattr(model, "config", None), "vocab_size", None)

@@ -1,0 +1,133 @@
+"""The decoding pipeline: stages that act on one step's ``[rows, vocab]`` logits on the model's device.
+
+A step of decoding is: start the stages' CPU work (:meth:`Stage.prepare`), run the model's forward
+pass, let every stage edit the logits in place (:meth:`Stage.apply`), pick tokens (a
+:class:`Selector`), and tell the stages what was chosen (:meth:`Stage.commit`). ``prepare`` comes
+*before* the forward pass so that a stage can compute on the CPU (the grammar stage computes its
+masks in a worker thread) while the accelerator — or, on a CPU, torch's own threads with the GIL
+released — runs the model.
+
+The interface is shaped by what must plug into it (DESIGN §4):
+
+- **Several rows per sequence.** A :class:`StepLayout` maps each logits row to a sequence and a
+  draft offset. Plain decoding has one row per sequence at offset 0; speculative verification
+  scores K drafted tokens in one forward and has K+1 rows per sequence, row ``j`` standing for the
+  state after the first ``j`` drafts. A stage computes each row for the state it stands for.
+- **Vetoes and re-ranking.** Stages only edit logits; the choice itself is a :class:`Selector`, which
+  may look ahead (AdaDec rolls candidates out through a callback the decoding loop provides) and
+  may use any logits the stages produced.
+- **External state.** A stage owns whatever it needs (a matcher per sequence, a language-server
+  session): it learns every accepted token through ``commit`` and every undone one through
+  ``rollback``, and decides itself when to degrade (a monitor whose server stalls applies nothing).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """Which logits row stands for which sequence, after how many drafted tokens.
+
+    Attributes:
+        sequences: per row, the index of its sequence in the batch.
+        offsets: per row, how many of its sequence's drafted tokens come before it (0 in plain decoding).
+        drafts: per sequence index, the drafted token ids being verified this step (absent: none).
+    """
+
+    sequences: tuple[int, ...]
+    offsets: tuple[int, ...]
+    drafts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.sequences) != len(self.offsets):
+            raise ValueError("sequences and offsets must have one entry per row")
+        for seq, offset in zip(self.sequences, self.offsets, strict=True):
+            if not 0 <= offset <= len(self.drafts.get(seq, ())):
+                raise ValueError(f"row offset {offset} exceeds the {len(self.drafts.get(seq, ()))} drafts of "
+                                 f"sequence {seq}")
+
+    @classmethod
+    def one_row_per_sequence(cls, sequences: Sequence[int]) -> StepLayout:
+        """Plain decoding: row ``r`` is sequence ``sequences[r]`` with nothing drafted."""
+        return cls(tuple(sequences), (0,) * len(sequences))
+
+    @classmethod
+    def verification(cls, drafts: dict[int, Sequence[int]]) -> StepLayout:
+        """Speculative verification: K+1 consecutive rows per sequence for its K drafted tokens."""
+        sequences: list[int] = []
+        offsets: list[int] = []
+        for seq, tokens in drafts.items():
+            for offset in range(len(tokens) + 1):
+                sequences.append(seq)
+                offsets.append(offset)
+        return cls(tuple(sequences), tuple(offsets), {s: tuple(t) for s, t in drafts.items()})
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.sequences)
+
+
+class Stage(ABC):
+    """One transformation of the logits, with whatever per-sequence state it needs."""
+
+    def prepare(self, layout: StepLayout) -> None:  # noqa: B027 - optional hook
+        """Start this step's CPU work; called just before the forward pass (default: nothing)."""
+
+    @abstractmethod
+    def apply(self, logits: torch.Tensor, layout: StepLayout) -> None:
+        """Edit ``logits`` (``[layout.num_rows, vocab]``, on the model's device) in place."""
+
+    def commit(self, sequence: int, token_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
+        """``token_ids`` were appended to ``sequence`` (default: nothing to track)."""
+
+    def rollback(self, sequence: int, num_tokens: int) -> None:  # noqa: B027 - optional hook
+        """The last ``num_tokens`` committed tokens of ``sequence`` were taken back (default: nothing)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (threads, subprocesses); the stage is not used afterwards."""
+
+
+class Selector(ABC):
+    """Picks one token per row from the processed logits (greedy, sampling, a re-ranker)."""
+
+    @abstractmethod
+    def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
+        """A long tensor of ``layout.num_rows`` token ids on the logits' device."""
+
+
+class Pipeline:
+    """Stages in order, then a selector. The decoding loop drives it; it holds no sequence state itself."""
+
+    def __init__(self, stages: Sequence[Stage], selector: Selector) -> None:
+        self.stages = list(stages)
+        self.selector = selector
+
+    def prepare(self, layout: StepLayout) -> None:
+        for stage in self.stages:
+            stage.prepare(layout)
+
+    def process(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
+        """Apply every stage to ``logits`` in place and return the selected token per row."""
+        if logits.shape[0] != layout.num_rows:
+            raise ValueError(f"logits have {logits.shape[0]} rows, the layout {layout.num_rows}")
+        for stage in self.stages:
+            stage.apply(logits, layout)
+        return self.selector.select(logits, layout)
+
+    def commit(self, sequence: int, token_ids: Sequence[int]) -> None:
+        for stage in self.stages:
+            stage.commit(sequence, token_ids)
+
+    def rollback(self, sequence: int, num_tokens: int) -> None:
+        for stage in self.stages:
+            stage.rollback(sequence, num_tokens)
+
+    def close(self) -> None:
+        for stage in self.stages:
+            stage.close()

@@ -1,0 +1,296 @@
+"""`constrained_generate`: codemask's own decoding loop, with a KV cache, batched, on the model's device.
+
+Why an own loop rather than ``model.generate``: jump-forward appends several tokens per step,
+speculative verification scores K+1 positions per sequence, and AdaDec rolls candidates out from
+the middle of a step — none of which a logits processor can do. The loop is plain: prefill the
+left-padded prompts, then per step start the stages' CPU work, run one forward pass over the new
+tokens of every row, let the pipeline mask and pick, and commit.
+
+Rows may receive different numbers of tokens in one step (a jump-forward on one row, one token on
+another). Each step's chunk is right-aligned per row and padded on the left with positions the
+attention mask hides, so the cache holds a few masked holes but every row's last position is
+real; position ids come from the attention mask, so the model sees each row's tokens contiguously.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+from codemask.decoding.grammar import GrammarStage
+from codemask.decoding.pipeline import Pipeline, StepLayout
+from codemask.decoding.sampling import SamplingParams, SamplingSelector
+from codemask.engine.compiler import GrammarCompiler
+from codemask.engine.matcher import GrammarMatcher
+from codemask.grammar.resolve import as_grammar
+from codemask.vocab import Vocabulary
+
+FinishReason = Literal["stop", "grammar_end", "length"]
+TokenCallback = Callable[[int, list[int], str], None]
+"""``on_token(row, token_ids, text)``: the tokens appended to a row this step and the text they complete."""
+
+
+@dataclass
+class GenerationStats:
+    """What one row's generation cost.
+
+    ``steps`` counts tokens chosen by the model; ``forced_tokens`` counts tokens appended without a
+    step of their own (jump-forward); ``forward_passes`` counts model calls while the row was
+    unfinished (prefill included); ``mask_time_s`` is CPU time spent computing this row's masks.
+    """
+
+    prompt_tokens: int
+    steps: int = 0
+    forward_passes: int = 0
+    generated_tokens: int = 0
+    forced_tokens: int = 0
+    mask_time_s: float = 0.0
+    wall_time_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+
+@dataclass
+class GenerationResult:
+    """One row's output: ``text`` (stop string and stop token excluded), its ``token_ids``, why it ended."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    stats: GenerationStats
+
+
+@dataclass
+class _Row:
+    prompt_ids: list[int]
+    matcher: GrammarMatcher | None
+    stats: GenerationStats
+    token_ids: list[int] = field(default_factory=list)
+    text: bytearray = field(default_factory=bytearray)
+    finish_reason: FinishReason | None = None
+    stop_at: int | None = None
+    stream: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
+
+
+def constrained_generate(
+    model: Any,
+    tokenizer: Any,
+    prompt: str | Sequence[str],
+    grammar: Any = None,
+    *,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    stop: str | Sequence[str] | None = None,
+    seed: int | None = None,
+    on_token: TokenCallback | None = None,
+    jump_forward: bool = True,
+    compiler: GrammarCompiler | None = None,
+) -> GenerationResult | list[GenerationResult]:
+    """Generate from ``prompt`` (one string, or a list for a batch) so that the output matches ``grammar``.
+
+    ``grammar`` is a Grammar, a builtin name, a grammar file, EBNF text or None (unconstrained); for a
+    batch, a list gives each row its own (None for no constraint). The output ends when the model
+    picks a stop token (``finish_reason`` ``"grammar_end"`` under a grammar, which allows it only
+    where the grammar may end; ``"stop"`` without one), when a ``stop`` string appears (``"stop"``,
+    the text cut before it) or after ``max_new_tokens`` (``"length"``). ``temperature=0`` is greedy;
+    ``seed`` makes sampling reproducible. ``jump_forward`` appends text the grammar forces without a
+    forward pass per token. Returns one result, or a list for a list of prompts.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    single = isinstance(prompt, str)
+    prompts = [prompt] if single else list(prompt)
+    if not prompts:
+        return []
+    specs = _grammar_per_row(grammar, len(prompts), single)
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if any(not s for s in stops):
+        raise ValueError("stop strings must be non-empty")
+
+    compiler = compiler or compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
+    vocab = compiler.vocab
+    matchers = [None if spec is None else GrammarMatcher(compiler.compile(as_grammar(spec))) for spec in specs]
+    rows = [_Row(ids, m, GenerationStats(prompt_tokens=len(ids)))
+            for ids, m in zip(_encode_prompts(tokenizer, prompts), matchers, strict=True)]
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    stage = GrammarStage(matchers, vocab.vocab_size)
+    pipeline = Pipeline([stage], SamplingSelector(SamplingParams(temperature, top_k, top_p), generator))
+    loop = _DecodingLoop(model, tokenizer, vocab, rows, pipeline, stage, device)
+    try:
+        loop.run(max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
+    finally:
+        pipeline.close()
+    results = [_result(row) for row in rows]
+    return results[0] if single else results
+
+
+def _grammar_per_row(grammar: Any, count: int, single: bool) -> list[Any]:
+    if not single and isinstance(grammar, list | tuple):
+        if len(grammar) != count:
+            raise ValueError(f"{len(grammar)} grammars for {count} prompts")
+        return list(grammar)
+    return [grammar] * count
+
+
+def _encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
+    encoded = [list(tokenizer(p)["input_ids"]) for p in prompts]
+    for p, ids in zip(prompts, encoded, strict=True):
+        if not ids:
+            raise ValueError(f"prompt {p!r} encodes to no tokens; give the model something to continue")
+    return encoded
+
+
+def _result(row: _Row) -> GenerationResult:
+    data = bytes(row.text if row.stop_at is None else row.text[: row.stop_at])
+    row.stats.generated_tokens = len(row.token_ids)
+    assert row.finish_reason is not None
+    return GenerationResult(data.decode("utf-8", errors="replace"), row.token_ids, row.finish_reason, row.stats)
+
+
+class _DecodingLoop:
+    """The state of one batched generation: the KV cache, its attention mask, and the rows."""
+
+    def __init__(self, model: Any, tokenizer: Any, vocab: Vocabulary, rows: list[_Row], pipeline: Pipeline,
+                 stage: GrammarStage, device: torch.device) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.rows = rows
+        self.pipeline = pipeline
+        self.stage = stage
+        self.device = device
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = pad if pad is not None else (vocab.eos_token_id or 0)
+        self.cache: Any = None
+        self.attention: torch.Tensor | None = None
+
+    def run(self, max_new_tokens: int, stops: list[bytes], jump_forward: bool, on_token: TokenCallback | None) -> None:
+        started = time.perf_counter()
+        feeds: list[list[int]] = [row.prompt_ids for row in self.rows]
+        for index, row in enumerate(self.rows):  # a grammar that allows nothing but the end
+            if self.stage.only_stop_allowed(index):
+                row.finish_reason = "grammar_end"
+        while True:
+            active = [i for i, row in enumerate(self.rows) if row.finish_reason is None]
+            if not active:
+                break
+            layout = StepLayout.one_row_per_sequence(active)
+            self.pipeline.prepare(layout)
+            logits = self._forward(feeds)
+            for i in active:
+                self.rows[i].stats.forward_passes += 1
+            chosen = self.pipeline.process(logits[active], layout).tolist()
+            feeds = [[self.pad_id] for _ in self.rows]
+            for i, token in zip(active, chosen, strict=True):
+                feeds[i] = self._advance(i, int(token), max_new_tokens, stops, jump_forward, on_token)
+                if self.rows[i].finish_reason is not None:
+                    self.rows[i].stats.wall_time_s = time.perf_counter() - started
+        for i, row in enumerate(self.rows):
+            row.stats.mask_time_s = self.stage.mask_time_s[i]
+            if row.stats.wall_time_s == 0.0:
+                row.stats.wall_time_s = time.perf_counter() - started
+
+    # -- one row, one step -------------------------------------------------------------------
+
+    def _advance(self, index: int, token: int, max_new_tokens: int, stops: list[bytes], jump_forward: bool,
+                 on_token: TokenCallback | None) -> list[int]:
+        """Commit the chosen ``token`` (and any forced continuation); return what to feed next."""
+        row = self.rows[index]
+        row.stats.steps += 1
+        if token in self.vocab.stop_token_ids:
+            if row.matcher is not None:
+                self.pipeline.commit(index, [token])
+            row.finish_reason = "grammar_end" if row.matcher is not None else "stop"
+            return [self.pad_id]
+        budget = max_new_tokens - len(row.token_ids)
+        tokens = self._jump_forward(row.matcher, token, budget) if jump_forward and row.matcher else [token]
+        self.pipeline.commit(index, tokens)
+        row.stats.forced_tokens += len(tokens) - 1
+        row.token_ids.extend(tokens)
+        before = len(row.text)
+        new_bytes = self.vocab.decode(tokens)
+        row.text += new_bytes
+        if on_token is not None:
+            on_token(index, tokens, row.stream.decode(new_bytes))
+        if self._hit_stop_string(row, before, stops):
+            row.finish_reason = "stop"
+        elif self.stage.only_stop_allowed(index):
+            row.finish_reason = "grammar_end"
+        elif len(row.token_ids) >= max_new_tokens:
+            row.finish_reason = "length"
+        return tokens
+
+    @staticmethod
+    def _hit_stop_string(row: _Row, before: int, stops: list[bytes]) -> bool:
+        for stop in stops:
+            at = row.text.find(stop, max(0, before - len(stop) + 1))
+            if at >= 0 and (row.stop_at is None or at < row.stop_at):
+                row.stop_at = at
+        return row.stop_at is not None
+
+    def _jump_forward(self, matcher: GrammarMatcher, token: int, budget: int) -> list[int]:
+        """``token`` followed by what the grammar forces, re-tokenised the way the tokenizer would.
+
+        The chosen token and the forced bytes are encoded together, so the boundary between them gets
+        the tokens the model would have produced itself; the last of those tokens is left to the model
+        (it could merge with what comes after the forced text). Anything that does not round-trip
+        exactly, or that the grammar would refuse, falls back to the chosen token alone.
+        """
+        probe = matcher.fork()
+        if not probe.accept_token(token):
+            return [token]
+        forced = probe.find_jump_forward_bytes()
+        if not forced:
+            return [token]
+        text = self.vocab.token_bytes[token] + forced
+        try:
+            retokenised = list(self.tokenizer.encode(text.decode("utf-8"), add_special_tokens=False))
+        except UnicodeDecodeError:
+            return [token]
+        if self.vocab.decode(retokenised) != text:
+            return [token]
+        keep = retokenised[:-1][:budget]
+        if len(self.vocab.decode(keep)) <= len(self.vocab.token_bytes[token]):
+            return [token]
+        probe = matcher.fork()
+        if not all(probe.accept_token(t) for t in keep):
+            return [token]
+        return keep
+
+    # -- the model ---------------------------------------------------------------------------
+
+    def _forward(self, feeds: list[list[int]]) -> torch.Tensor:
+        """Run the model on each row's new tokens (right-aligned); the last position's logits per row."""
+        width = max(len(f) for f in feeds)
+        ids = torch.full((len(feeds), width), self.pad_id, dtype=torch.long)
+        real = torch.zeros((len(feeds), width), dtype=torch.long)
+        for r, feed in enumerate(feeds):
+            ids[r, width - len(feed):] = torch.tensor(feed, dtype=torch.long)
+            if self.cache is None or self.rows[r].finish_reason is None:
+                real[r, width - len(feed):] = 1
+        ids, real = ids.to(self.device), real.to(self.device)
+        if self.cache is None:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache(config=self.model.config)
+            self.attention = real
+        else:
+            assert self.attention is not None
+            self.attention = torch.cat([self.attention, real], dim=1)
+        positions = (self.attention.cumsum(-1) - 1).clamp(min=0)[:, -width:]
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=self.attention, position_ids=positions,
+                             past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.cache = out.past_key_values
+        return out.logits[:, -1, :].float()

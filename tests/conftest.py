@@ -1,0 +1,25 @@
+"""Session fixtures shared across the test tree: the packaged models, loaded once."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its threads (DESIGN §6)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct and its tokenizer (installed by scripts/setup.sh)."""
+    from codemask import assets
+
+    return assets.load_model("smollm2"), assets.load_tokenizer("smollm2")
+
+
+def chat(tokenizer: Any, request: str) -> str:
+    """A user request in the model's chat template."""
+    messages = [{"role": "user", "content": request}]
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
