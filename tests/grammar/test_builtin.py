@@ -151,3 +151,34 @@ def test_json_samples_are_json() -> None:
     for _ in range(100):
         text = oracle.sample(ir, rng, max_depth=6).decode("utf-8")
         assert strict_loads(text), text
+
+
+# --------------------------------------------------------------------------------------------
+# python_function: every sentence is Python (ast.parse is the oracle)
+# --------------------------------------------------------------------------------------------
+
+
+def test_python_function_samples_are_python() -> None:
+    import ast
+
+    ir = Grammar.builtin("python_function").ir
+    rng = random.Random(5)
+    for _ in range(400):
+        source = oracle.sample(ir, rng, max_depth=8).decode("utf-8")
+        ast.parse(source)  # raises on any sentence that is not Python
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("def area(width, height):\n    return width * height\n", True),
+    ('def f(a, b=1):\n    """Doc."""\n    total = a + b\n    if total > 3:\n        return 0\n    return total\n',
+     True),
+    ("def iff(x):\n    return x.append(None)\n", True),
+    ("def if(x):\n    return x\n", False),  # keywords are not names
+    ("def f(return):\n    return 1\n", False),
+    ("def f(x):\n    y = lambda\n    return x\n", False),
+    ("def f(a=1, b):\n    return a\n", False),  # a default before a plain parameter
+    ("def f(x):\n    return x == not x\n", False),
+    ("def f(x):\n    return x", False),  # the return line ends the function
+])
+def test_python_function_names_and_shapes(source: str, expected: bool) -> None:
+    assert oracle.accepts(Grammar.builtin("python_function").ir, source.encode()) is expected

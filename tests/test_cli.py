@@ -1,0 +1,67 @@
+"""The `codemask` command: check-grammar, generate and the README's demo."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codemask.cli import main
+
+SHARED_GBNF = Path(__file__).resolve().parents[2] / "shared" / "data" / "grammars" / "gbnf"
+
+
+def test_check_grammar_accepts_a_real_grammar(capsys: pytest.CaptureFixture[str]) -> None:
+    path = next(SHARED_GBNF.glob("**/arithmetic.gbnf"))
+    assert main(["check-grammar", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{path}: ok" in out and "CompiledGrammar(" in out
+
+
+def test_check_grammar_reports_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "broken.gbnf"
+    path.write_text('root ::= item+\nitem ::= "a" | ("b"\n')
+    assert main(["check-grammar", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert re.search(rf"{re.escape(str(path))}:2:16: unclosed '\('", err), err
+    path.write_text("root ::= missing\n")
+    assert main(["check-grammar", str(path)]) == 1
+    assert "undefined rule 'missing'" in capsys.readouterr().err
+
+
+def test_the_console_script_is_installed() -> None:
+    script = shutil.which("codemask", path=str(Path(sys.executable).parent))
+    assert script is not None
+    done = subprocess.run([script, "--help"], capture_output=True, text=True, check=True)
+    for command in ("demo", "generate", "check-grammar"):
+        assert command in done.stdout
+
+
+@pytest.mark.slow
+def test_generate_with_a_regex(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "--regex", r"(yes|no)", "--max-new-tokens", "5", "Is the sky blue?"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() in {"yes", "no"}
+    assert "finished: grammar_end" in captured.err and "tok/s" in captured.err
+
+
+@pytest.mark.slow
+def test_generate_with_a_grammar_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "list.gbnf"
+    path.write_text('root ::= "[" item ("," item){0,4} "]"\nitem ::= [0-9]{1,3}\n')
+    assert main(["generate", "--grammar", str(path), "--max-new-tokens", "30", "Three small numbers as a JSON array:"]) == 0
+    assert isinstance(json.loads(capsys.readouterr().out.strip()), list)
+
+
+@pytest.mark.slow
+def test_demo_outputs_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "== JSON object" in out and "== Python function" in out
+    assert out.count("-- valid") == 2 and "all outputs valid" in out
+    assert "tok/s" in out and "forward passes" in out
