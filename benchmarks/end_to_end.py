@@ -23,18 +23,18 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
 
-import torch  # noqa: E402
+import torch
 
-from codemask import GenerationResult, constrained_generate  # noqa: E402
-from codemask.assets import load_model, load_tokenizer  # noqa: E402
+from codemask import GenerationResult, constrained_generate
+from codemask.assets import load_model, load_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -86,10 +86,14 @@ def run_mode(model: Any, tokenizer: Any, mode: str, max_new_tokens: int) -> dict
     for request, keys in RECORD_TASKS:
         grammar = {"unconstrained": None, "json": "json"}.get(mode, record_grammar(keys))
         stamps: list[float] = []
+
+        def stamp(*_: object, stamps: list[float] = stamps) -> None:
+            stamps.append(time.perf_counter())
+
         started = time.perf_counter()
         result = constrained_generate(model, tokenizer, chat(tokenizer, request), grammar=grammar,
                                       max_new_tokens=max_new_tokens, jump_forward=mode.endswith("+jf"),
-                                      on_token=lambda *_: stamps.append(time.perf_counter()))
+                                      on_token=stamp)
         assert isinstance(result, GenerationResult)
         results.append(result)
         step_times += [b - a for a, b in zip([started, *stamps], stamps, strict=False)][1:]  # skip prefill

@@ -22,7 +22,7 @@ def char_class(chars: set[str]) -> str:
 def rules(words: list[str], name: str = "name") -> list[str]:
     prefixes = {w[:i] for w in words for i in range(1, len(w) + 1)}
     out = [f"{name}_tail ::= [a-zA-Z0-9_]*"]
-    for prefix in [""] + sorted(prefixes):
+    for prefix in ["", *sorted(prefixes)]:
         children = sorted({w[len(prefix)] for w in words if w.startswith(prefix) and len(w) > len(prefix)})
         allowed = (IDENT_START if prefix == "" else IDENT_CHAR) - set(children)
         alternatives = [f"{char_class(allowed)} {name}_tail"]

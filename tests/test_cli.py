@@ -54,7 +54,8 @@ def test_generate_with_a_regex(capsys: pytest.CaptureFixture[str]) -> None:
 def test_generate_with_a_grammar_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "list.gbnf"
     path.write_text('root ::= "[" item ("," item){0,4} "]"\nitem ::= [0-9]{1,3}\n')
-    assert main(["generate", "--grammar", str(path), "--max-new-tokens", "30", "Three small numbers as a JSON array:"]) == 0
+    args = ["generate", "--grammar", str(path), "--max-new-tokens", "30", "Three small numbers as a JSON array:"]
+    assert main(args) == 0
     assert isinstance(json.loads(capsys.readouterr().out.strip()), list)
 
 

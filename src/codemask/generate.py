@@ -18,7 +18,7 @@ import codecs
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import torch
 
@@ -28,8 +28,8 @@ from codemask.decoding.pipeline import Pipeline, StepLayout
 from codemask.decoding.sampling import SamplingParams, SamplingSelector
 from codemask.engine.compiler import GrammarCompiler
 from codemask.engine.matcher import GrammarMatcher
+from codemask.engine.token_trie import ByteVocabulary
 from codemask.grammar.resolve import as_grammar
-from codemask.vocab import Vocabulary
 
 FinishReason = Literal["stop", "grammar_end", "length"]
 TokenCallback = Callable[[int, list[int], str], None]
@@ -80,6 +80,22 @@ class _Row:
     stream: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
 
 
+@overload
+def constrained_generate(model: Any, tokenizer: Any, prompt: str, grammar: Any = None, *, max_new_tokens: int = 256,
+                         temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                         stop: str | Sequence[str] | None = None, seed: int | None = None,
+                         on_token: TokenCallback | None = None, jump_forward: bool = True,
+                         compiler: GrammarCompiler | None = None) -> GenerationResult: ...
+
+
+@overload
+def constrained_generate(model: Any, tokenizer: Any, prompt: Sequence[str], grammar: Any = None, *,
+                         max_new_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                         stop: str | Sequence[str] | None = None, seed: int | None = None,
+                         on_token: TokenCallback | None = None, jump_forward: bool = True,
+                         compiler: GrammarCompiler | None = None) -> list[GenerationResult]: ...
+
+
 def constrained_generate(
     model: Any,
     tokenizer: Any,
@@ -109,7 +125,7 @@ def constrained_generate(
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     single = isinstance(prompt, str)
-    prompts = [prompt] if single else list(prompt)
+    prompts: list[str] = [prompt] if isinstance(prompt, str) else [str(p) for p in prompt]
     if not prompts:
         return []
     specs = _grammar_per_row(grammar, len(prompts), single)
@@ -161,7 +177,7 @@ def _result(row: _Row) -> GenerationResult:
 class _DecodingLoop:
     """The state of one batched generation: the KV cache, its attention mask, and the rows."""
 
-    def __init__(self, model: Any, tokenizer: Any, vocab: Vocabulary, rows: list[_Row], pipeline: Pipeline,
+    def __init__(self, model: Any, tokenizer: Any, vocab: ByteVocabulary, rows: list[_Row], pipeline: Pipeline,
                  stage: GrammarStage, device: torch.device) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -171,7 +187,7 @@ class _DecodingLoop:
         self.stage = stage
         self.device = device
         pad = getattr(tokenizer, "pad_token_id", None)
-        self.pad_id = pad if pad is not None else (vocab.eos_token_id or 0)
+        self.pad_id = pad if pad is not None else (getattr(vocab, "eos_token_id", None) or 0)
         self.cache: Any = None
         self.attention: torch.Tensor | None = None
 
@@ -219,7 +235,7 @@ class _DecodingLoop:
         row.stats.forced_tokens += len(tokens) - 1
         row.token_ids.extend(tokens)
         before = len(row.text)
-        new_bytes = self.vocab.decode(tokens)
+        new_bytes = self._bytes_of(tokens)
         row.text += new_bytes
         if on_token is not None:
             on_token(index, tokens, row.stream.decode(new_bytes))
@@ -258,15 +274,18 @@ class _DecodingLoop:
             retokenised = list(self.tokenizer.encode(text.decode("utf-8"), add_special_tokens=False))
         except UnicodeDecodeError:
             return [token]
-        if self.vocab.decode(retokenised) != text:
+        if self._bytes_of(retokenised) != text:
             return [token]
         keep = retokenised[:-1][:budget]
-        if len(self.vocab.decode(keep)) <= len(self.vocab.token_bytes[token]):
+        if len(self._bytes_of(keep)) <= len(self.vocab.token_bytes[token]):
             return [token]
         probe = matcher.fork()
         if not all(probe.accept_token(t) for t in keep):
             return [token]
         return keep
+
+    def _bytes_of(self, token_ids: list[int]) -> bytes:
+        return b"".join(self.vocab.token_bytes[t] for t in token_ids)
 
     # -- the model ---------------------------------------------------------------------------
 

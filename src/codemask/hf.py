@@ -28,7 +28,7 @@ except ImportError:  # transformers is optional: the processor is usable by anyt
 History = tuple[int, ...]
 
 
-class GrammarLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
+class GrammarLogitsProcessor(LogitsProcessor):
     """Masks ``model.generate``'s scores to the tokens ``compiled`` allows; reusable across calls.
 
     The model's end-of-sequence ids must be stop tokens of the compiled grammar's vocabulary (they

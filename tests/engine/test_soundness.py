@@ -53,13 +53,17 @@ def _c_corpus() -> list[str]:
 # name -> (grammar source, tokenizers, extra real strings)
 CASES: dict[str, tuple[str, tuple[str, ...], list[str]]] = {
     "builtin-json": ("builtin:json", ("llama3", "mistral", "gemma3"), _json_documents(12, 1)),
-    "gbnf-json": ("gbnf/llama.cpp/json.gbnf", ("qwen3", "gpt2"), [d for d in _json_documents(30, 2) if d.startswith("{")][:8]),
-    "gbnf-json_arr": ("gbnf/llama.cpp/json_arr.gbnf", ("llama3",), [d for d in _json_documents(40, 3) if d.startswith("[")][:5]),
-    "gbnf-arithmetic": ("gbnf/llama.cpp/arithmetic.gbnf", ("llama3", "o200k"), ["1+2*(3-4)/5= 1\n", "(12 - 3) * x= y\nab_1/2=3\n", "2*3+4*5=26\n"]),
+    "gbnf-json": ("gbnf/llama.cpp/json.gbnf", ("qwen3", "gpt2"),
+                  [d for d in _json_documents(30, 2) if d.startswith("{")][:8]),
+    "gbnf-json_arr": ("gbnf/llama.cpp/json_arr.gbnf", ("llama3",),
+                      [d for d in _json_documents(40, 3) if d.startswith("[")][:5]),
+    "gbnf-arithmetic": ("gbnf/llama.cpp/arithmetic.gbnf", ("llama3", "o200k"),
+                        ["1+2*(3-4)/5= 1\n", "(12 - 3) * x= y\nab_1/2=3\n", "2*3+4*5=26\n"]),
     "gbnf-chess": ("gbnf/llama.cpp/chess.gbnf", ("cl100k",), ["1. e4 e5 2. Nf3 Nc6 3. Bb5 a6\n"]),
     "gbnf-list": ("gbnf/llama.cpp/list.gbnf", ("llama3",), ["- apples\n- pears\n"]),
     "gbnf-c": ("gbnf/llama.cpp/c.gbnf", ("llama3", "deepseek_v3"), _c_corpus()),
-    "xgrammar-json": ("ebnf/xgrammar/builtin_json.ebnf", ("llama3",), [d for d in _json_documents(30, 4) if d[0] in "{["][:8]),
+    "xgrammar-json": ("ebnf/xgrammar/builtin_json.ebnf", ("llama3",),
+                      [d for d in _json_documents(30, 4) if d[0] in "{["][:8]),
     "vllm-sql": ("gbnf/llguidance/vllm-sql.gbnf", ("qwen3",), []),
 }
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from codemask.decoding.pipeline import Selector, StepLayout
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -61,12 +63,12 @@ def _keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, ordered)
 
 
-class SamplingSelector:
+class SamplingSelector(Selector):
     """The plain :class:`~codemask.decoding.pipeline.Selector`: greedy or sampled, per ``SamplingParams``."""
 
     def __init__(self, params: SamplingParams, generator: torch.Generator | None = None) -> None:
         self.params = params
         self.generator = generator
 
-    def select(self, logits: torch.Tensor, layout: object) -> torch.Tensor:
+    def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
         return select_tokens(logits, self.params, self.generator)

@@ -413,7 +413,7 @@ class RTN:
         whatever the caller, which keeps the uncertain sets small (rules ending in optional
         whitespace would otherwise make every space-prefixed token uncertain).
         """
-        num_states, alphabet = self.trans.shape
+        alphabet = self.trans.shape[1]
         rules = len(self.rule_names)
         calls = [(q, callee, ret) for q, cs in enumerate(self.calls) for callee, ret in cs]
         nullable = self.accepting.copy()  # the state can reach its rule's end without input

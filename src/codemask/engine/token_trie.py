@@ -83,7 +83,8 @@ class TokenTrie:
         ids = self.order[rows]
         if not self._duplicates:
             return ids, values
-        extra = [(i, v) for r, v in zip(rows.tolist(), values.tolist(), strict=True) for i in self._duplicates.get(r, ())]
+        pairs = zip(rows.tolist(), values.tolist(), strict=True)
+        extra = [(i, v) for r, v in pairs for i in self._duplicates.get(r, ())]
         if not extra:
             return ids, values
         more = np.array(extra, dtype=np.int64)

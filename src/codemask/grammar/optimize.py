@@ -16,7 +16,6 @@ separate (a call is a frame the mask cache cannot see through). So before compil
 from __future__ import annotations
 
 from collections import Counter
-
 from collections.abc import Callable
 
 from codemask.errors import GrammarError
