@@ -114,8 +114,9 @@ def constrained_generate(
 ) -> GenerationResult | list[GenerationResult]:
     """Generate from ``prompt`` (one string, or a list for a batch) so that the output matches ``grammar``.
 
-    ``grammar`` is a Grammar, a builtin name, a grammar file, EBNF text or None (unconstrained); for a
-    batch, a list gives each row its own (None for no constraint). The output ends when the model
+    ``grammar`` is a Grammar, a builtin name, a grammar file, EBNF text, a JSON Schema dict, a pydantic
+    model class or None (unconstrained); for a batch, a list gives each row its own (None for no
+    constraint). The output ends when the model
     picks a stop token (``finish_reason`` ``"grammar_end"`` under a grammar, which allows it only
     where the grammar may end; ``"stop"`` without one), when a ``stop`` string appears (``"stop"``,
     the text cut before it) or after ``max_new_tokens`` (``"length"``). ``temperature=0`` is greedy;

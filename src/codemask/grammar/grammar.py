@@ -8,9 +8,11 @@ which (with the vocabulary's fingerprint) keys the compile cache.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
-from codemask.errors import GrammarError
+from codemask.errors import GrammarError, InvalidSchemaError
 from codemask.grammar.ir import GrammarIR, grammar_text
 
 
@@ -54,6 +56,32 @@ class Grammar:
         from codemask.grammar.regex import regex_grammar
 
         return cls(regex_grammar(pattern), "regex")
+
+    @classmethod
+    def from_json_schema(cls, schema: Any, *, strict: bool = True, whitespace: str | int = "flexible") -> Grammar:
+        """The JSON documents valid against a JSON Schema (a dict, a bool, or JSON text).
+
+        ``whitespace``: ``"flexible"`` (any JSON whitespace), ``"compact"`` (none) or an indent
+        width (exactly ``json.dumps(value, indent=n)``'s layout). ``strict=True`` raises
+        :class:`~codemask.errors.UnsupportedSchemaError` (naming the keyword and its JSON pointer)
+        for what cannot be compiled exactly; ``strict=False`` warns and accepts a superset.
+        """
+        from codemask.grammar.json_schema import json_schema_ir
+
+        if isinstance(schema, (str, bytes)):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as exc:
+                raise InvalidSchemaError(f"the schema is not valid JSON: {exc}") from None
+        return cls(json_schema_ir(schema, strict=strict, whitespace=whitespace), "json_schema")
+
+    @classmethod
+    def from_pydantic(cls, model: Any, *, strict: bool = True, whitespace: str | int = "flexible") -> Grammar:
+        """The JSON a pydantic model validates, from its ``model_json_schema()``."""
+        schema_of = getattr(model, "model_json_schema", None)
+        if schema_of is None:
+            raise TypeError(f"from_pydantic takes a pydantic BaseModel class, not {model!r}")
+        return cls.from_json_schema(schema_of(), strict=strict, whitespace=whitespace)
 
     @classmethod
     def builtin(cls, name: str) -> Grammar:

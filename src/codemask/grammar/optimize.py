@@ -43,6 +43,9 @@ INLINE_WEIGHT_LIMIT = 4000
 # (and the token-mask positions computed for every state of it) once per use. A keyword-excluding
 # identifier (grammars/python_function.ebnf) used in eight places took 12 s to compile inlined.
 SHARED_INLINE_WEIGHT_LIMIT = 500
+# ... and above this total weight of all its copies (a JSON Schema object's member, referenced from
+# every required-keys state, would otherwise be copied into each of them).
+SHARED_INLINE_TOTAL_LIMIT = 4000
 
 
 def optimize(ir: GrammarIR) -> GrammarIR:
@@ -396,7 +399,9 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     for name in order:
         body = _substitute(rules[name].body, replace)
         bodies[name] = body
-        limit = SHARED_INLINE_WEIGHT_LIMIT if uses[name] > 1 else INLINE_WEIGHT_LIMIT
+        limit = INLINE_WEIGHT_LIMIT
+        if uses[name] > 1:
+            limit = min(SHARED_INLINE_WEIGHT_LIMIT, SHARED_INLINE_TOTAL_LIMIT // uses[name])
         if name not in keep and expr_weight(body) > limit:
             keep.add(name)
     return {name: Rule(name, bodies[name], rules[name].lookahead) for name in rules if name in keep}

@@ -9,10 +9,11 @@ from codemask.errors import GrammarError
 from codemask.grammar.builtin import SUFFIXES, available, load_builtin
 from codemask.grammar.grammar import Grammar
 
-GrammarSpec = Grammar | str | Path
+GrammarSpec = Grammar | str | Path | dict[str, Any] | bool | type
 """Accepted forms: a Grammar, a builtin name (``"json"``), a path to an ``.ebnf``/``.gbnf``/``.lark``
-file, or EBNF text (anything containing ``::=``). Regexes go through ``Grammar.from_regex`` and
-Lark text through ``Grammar.from_lark``, since a bare string cannot say which of the two it is."""
+file, EBNF text (anything containing ``::=``), a JSON Schema (a dict or a bool), or a pydantic model
+class. Regexes go through ``Grammar.from_regex`` and Lark text through ``Grammar.from_lark``, since a
+bare string cannot say which of the two it is."""
 
 
 def as_grammar(spec: Any) -> Grammar:
@@ -23,8 +24,12 @@ def as_grammar(spec: Any) -> Grammar:
         return Grammar.from_file(spec)
     if isinstance(spec, str):
         return _from_string(spec)
-    raise TypeError(f"grammar= takes a Grammar, a builtin name, a grammar file path or EBNF text, "
-                    f"not {type(spec).__name__}")
+    if isinstance(spec, (dict, bool)):
+        return Grammar.from_json_schema(spec)
+    if isinstance(spec, type) and hasattr(spec, "model_json_schema"):
+        return Grammar.from_pydantic(spec)
+    raise TypeError(f"grammar= takes a Grammar, a builtin name, a grammar file path, EBNF text, a JSON Schema "
+                    f"dict or a pydantic model class, not {type(spec).__name__}")
 
 
 def _from_string(spec: str) -> Grammar:

@@ -1,0 +1,873 @@
+"""Schema → grammar rules: one rule per distinct conjunction of subschemas (and depth, when indenting).
+
+The builder memoises on the *set* of nodes a value must satisfy, so a ``$ref`` used in many places
+is one rule, and a recursive reference meets its own rule name instead of unrolling. Each rule is
+the union of its alternatives (:func:`~codemask.grammar.json_schema.algebra.distribute`), and each
+alternative the union of the types it allows, each type compiled from the keyword-wise
+:class:`~codemask.grammar.json_schema.constraints.Constraints`.
+
+Objects accept their members **in any order** (schema order is not a JSON Schema constraint, and
+models write keys in the order they think of them). Required keys are tracked exactly as a set
+while there are few of them (a state per subset seen, times a member count when ``min``/
+``maxProperties`` ask); with many, they must appear in schema order. Known keys may repeat, which
+JSON allows and validators read as the last value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import re
+from fractions import Fraction
+from typing import Any
+
+from codemask.errors import GrammarSyntaxError, UnsupportedSchemaError
+from codemask.grammar.ir import (
+    EMPTY,
+    MAX_CODE_POINT,
+    NOTHING,
+    Expr,
+    Repeat,
+    RuleRef,
+    char_class,
+    choice,
+    literal,
+    seq,
+)
+from codemask.grammar.json_schema import numbers, strings
+from codemask.grammar.json_schema.algebra import Conjunction, distribute, flatten
+from codemask.grammar.json_schema.constraints import Constraints
+from codemask.grammar.json_schema.layout import MAX_INDENT_DEPTH, Layout
+from codemask.grammar.json_schema.nodes import Node, canonical, json_type
+from codemask.grammar.regex import UnsupportedRegexError
+
+MAX_REQUIRED_SET = 6
+MAX_OBJECT_STATES = 256
+MAX_ENUMERATED_MULTIPLES = 256
+MAX_MODULUS = 1000  # a divisibility automaton has one rule per remainder
+TYPE_ORDER = ("object", "array", "string", "integer", "fraction", "boolean", "null")
+_ANY_CODE_POINT = char_class([(0, MAX_CODE_POINT)])
+
+
+class SchemaBuilder:
+    """Builds the rules of one schema document."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.rules: dict[str, Expr] = {}
+        self._memo: dict[tuple[Any, ...], str] = {}
+        self._keep_alive: list[Conjunction] = []  # memo keys hold ids: keep their nodes alive
+
+    # -- values ------------------------------------------------------------------------------
+
+    def value(self, nodes: Conjunction, depth: int) -> Expr:
+        """A reference to the rule for values satisfying every node (built on first use)."""
+        if self.layout.depth_sensitive and depth > MAX_INDENT_DEPTH:
+            return NOTHING
+        key = (tuple(sorted(n.identity for n in nodes)), depth if self.layout.depth_sensitive else 0)
+        name = self._memo.get(key)
+        if name is None:
+            name = f"v{len(self._memo)}"
+            self._memo[key] = name
+            self._keep_alive.append(nodes)
+            self.rules[name] = NOTHING
+            self.rules[name] = choice(*(self._alternative(conj, depth) for conj in distribute(nodes)))
+        return RuleRef(name)
+
+    def new_rule(self, prefix: str, body: Expr) -> RuleRef:
+        name = f"{prefix}{len(self.rules)}"
+        self.rules[name] = body
+        return RuleRef(name)
+
+    def _alternative(self, conj: Conjunction, depth: int) -> Expr:
+        c = Constraints.of(conj)
+        if c.enum is not None:
+            return self._enum(c, conj, depth)
+        parts = []
+        types = c.types
+        for kind in TYPE_ORDER:
+            if kind not in types:
+                continue
+            if kind == "fraction" and "integer" in types:
+                kind = "number"
+            parts.append(self._typed(kind, c, conj, depth))
+        return choice(*parts)
+
+    def _typed(self, kind: str, c: Constraints, conj: Conjunction, depth: int) -> Expr:
+        excluded = [v for v in c.not_in if _type_matches(v, kind)]
+        if kind == "null":
+            return NOTHING if excluded else literal("null")
+        if kind == "boolean":
+            return choice(*(literal(t) for t in ("true", "false") if (t == "true") not in excluded))
+        if kind == "string":
+            return self._string(c, conj, excluded)
+        if kind in ("integer", "number", "fraction"):
+            return self._named("n", choice(*(self._number(kind, piece, conj) for piece in _split_at(c, excluded))))
+        if excluded:
+            conj[0].document.unsupported("not", conj[0].pointer, f"excluding particular {kind}s")
+        if kind == "array":
+            return self._array(c, conj, depth)
+        return self._object(c, conj, depth)
+
+    # -- enum and const ----------------------------------------------------------------------
+
+    def _enum(self, c: Constraints, conj: Conjunction, depth: int) -> Expr:
+        excluded = {canonical(v) for v in c.not_in}
+        values = [v for v in c.enum or [] if json_type(v) in c.types and canonical(v) not in excluded
+                  and all(satisfies(v, node) for node in conj)]
+        return choice(*(self.literal_value(v, depth) for v in values))
+
+    def literal_value(self, value: Any, depth: int) -> Expr:
+        """Every spelling of one JSON value (any key order and escapes; ``1`` also as ``1.0``)."""
+        if value is None or isinstance(value, bool):
+            return literal(_scalar_text(value))
+        if isinstance(value, (int, float)):
+            return _number_literal(value)
+        if isinstance(value, str):
+            return strings.string_literal(value)
+        lay = self.layout
+        if isinstance(value, list):
+            if not value:
+                return seq(literal("["), lay.empty(), literal("]"))
+            items = [self.literal_value(v, depth + 1) for v in value]
+            body = [items[0]]
+            for item in items[1:]:
+                body += [lay.comma(depth), item]
+            return seq(literal("["), lay.open(depth), *body, lay.close(depth), literal("]"))
+        members = [seq(strings.string_literal(k), lay.colon(), self.literal_value(v, depth + 1))
+                   for k, v in value.items()]
+        if not members:
+            return seq(literal("{"), lay.empty(), literal("}"))
+        return self._any_order(members, depth)
+
+    def _any_order(self, members: list[Expr], depth: int) -> Expr:
+        """An object holding each member exactly once, in any order (schema order when many)."""
+        lay = self.layout
+        if len(members) > 5:
+            orders = [members]
+        else:
+            import itertools
+            orders = [list(p) for p in itertools.permutations(members)]
+        spelled = []
+        for order in orders:
+            body: list[Expr] = [order[0]]
+            for member in order[1:]:
+                body += [lay.comma(depth), member]
+            spelled.append(seq(*body))
+        return seq(literal("{"), lay.open(depth), choice(*spelled), lay.close(depth), literal("}"))
+
+    # -- numbers -----------------------------------------------------------------------------
+
+    def _number(self, kind: str, c: Constraints, conj: Conjunction) -> Expr:
+        if not conj:
+            return numbers.number_range(None, True, None, True) if kind != "integer" else \
+                numbers.integer_valued(numbers.integer_range(None, None))
+        node = conj[0]
+        modulus = _integer_modulus(c.multiple_of, integer=kind == "integer")
+        if kind == "integer" or modulus is not None:
+            return numbers.integer_valued(self._integer(c, modulus or 1, node))
+        if kind == "fraction" and c.lo is None and c.hi is None and not c.multiple_of:
+            return numbers.NON_INTEGER
+        frac_digits = None
+        if c.multiple_of:
+            frac_digits = _fraction_digits(c.multiple_of)
+            if frac_digits is None:
+                node.document.unsupported("multipleOf", node.pointer, f"multipleOf {c.multiple_of[0]} on numbers")
+        lo, lo_inc = c.lo if c.lo is not None else (None, True)
+        hi, hi_inc = c.hi if c.hi is not None else (None, True)
+        return numbers.number_range(lo, lo_inc, hi, hi_inc, frac_digits, non_integer=kind == "fraction")
+
+    def _integer(self, c: Constraints, modulus: int, node: Node) -> Expr:
+        lo = None if c.lo is None else _ceil_bound(*c.lo)
+        hi = None if c.hi is None else _floor_bound(*c.hi)
+        if modulus == 1:
+            return numbers.integer_range(lo, hi)
+        if modulus > MAX_MODULUS and not (lo is not None and hi is not None
+                                          and (hi - lo) // modulus <= MAX_ENUMERATED_MULTIPLES):
+            node.document.unsupported("multipleOf", node.pointer, f"a multiple of {modulus} (over {MAX_MODULUS})")
+            return numbers.integer_range(lo, hi)
+        if lo is not None and hi is not None and (hi - lo) // modulus <= MAX_ENUMERATED_MULTIPLES:
+            return numbers.multiples_in_range(lo, hi, modulus)
+        natural, helpers = numbers.divisible_rules(f"m{modulus}_", modulus)
+        for name, body in helpers.items():
+            self.rules.setdefault(name, body)
+        alternatives = []
+        if (lo is None or lo <= 0) and hi is None:
+            alternatives.append(natural)
+        if lo is None and (hi is None or hi >= 0):
+            alternatives.append(seq(literal("-"), natural))
+        if not alternatives or (lo is not None and lo > 0) or (hi is not None and hi < 0) or (
+                lo is not None and hi is not None):
+            node.document.unsupported("multipleOf", node.pointer, "multipleOf with a wide one-sided range")
+            return numbers.integer_range(lo, hi)
+        return choice(*alternatives)
+
+    # -- strings -----------------------------------------------------------------------------
+
+    def _string(self, c: Constraints, conj: Conjunction, excluded: list[Any]) -> Expr:
+        content: Expr | None = None
+        origin: Node | None = None
+        for pattern, where in c.patterns:
+            if origin is not None:
+                where.document.unsupported("pattern", where.pointer, "more than one pattern on a string")
+                break
+            content, origin = _pattern_content(pattern, where), where
+        for name, where in c.formats:
+            if origin is None:
+                content, origin = strings.format_content(name), where
+        if content is None or origin is None:
+            if excluded:
+                return self._string_excluding([v for v in excluded if isinstance(v, str)], c)
+            return self._named("str", strings.string_of_length(c.min_length, c.max_length))
+        if excluded:
+            origin.document.unsupported("not", origin.pointer, "excluding particular strings with a pattern")
+        if c.min_length or c.max_length is not None:
+            bounded = strings.bounded_pattern(content, c.min_length, c.max_length)
+            if bounded is None:
+                keyword = "maxLength" if c.max_length is not None else "minLength"
+                origin.document.unsupported(keyword, origin.pointer, "a length bound together with this pattern")
+            else:
+                content = bounded
+        return seq(strings.QUOTE, self._shared(strings.content_to_json(content)), strings.QUOTE)
+
+    def _named(self, prefix: str, expr: Expr) -> RuleRef:
+        """One rule per distinct expression: object states and values then refer to it by name.
+
+        Keeping members, strings and numbers as rules keeps every rule's automaton small (the
+        engine builds one automaton per rule) and lets identical pieces share one.
+        """
+        key = ("expr", expr)
+        name = self._memo.get(key)
+        if name is None:
+            name = self._memo[key] = f"{prefix}{len(self._memo)}"
+            self.rules[name] = expr
+        return RuleRef(name)
+
+    def _shared(self, expr: Expr) -> Expr:
+        """A rule for a (possibly large) expression, shared by identical uses."""
+        return self.new_rule("s", expr) if not isinstance(expr, RuleRef) else expr
+
+    def _string_excluding(self, words: list[str], c: Constraints) -> Expr:
+        """Strings other than ``words`` (``not: {enum: [...]}``), with the length bounds."""
+        if c.min_length or c.max_length is not None:
+            return self._named("str", strings.string_of_length(c.min_length, c.max_length))
+        rest = self._named("chars", Repeat(strings.any_char(), 0, None))
+        return seq(strings.QUOTE, _trie_complement(sorted(set(words)), "", rest), strings.QUOTE)
+
+    # -- arrays ------------------------------------------------------------------------------
+
+    def _array(self, c: Constraints, conj: Conjunction, depth: int) -> Expr:
+        lay = self.layout
+        prefix_len, element_nodes, rest_nodes = _array_elements(c.array_nodes)
+        rest_open = rest_nodes is not None
+        max_items = c.max_items
+        if not rest_open:
+            max_items = prefix_len if max_items is None else min(max_items, prefix_len)
+        if max_items is not None and c.min_items > max_items:
+            return NOTHING
+        if c.contains:
+            return self._array_with_contains(c, conj, depth, prefix_len, element_nodes, rest_nodes or [])
+        elements = [self.value(nodes, depth + 1) for nodes in element_nodes]
+        rest = self.value(rest_nodes or [], depth + 1)
+        tail = self._items_from(0, elements, rest, c.min_items, max_items, depth)
+        empty = seq(literal("["), lay.empty(), literal("]"))
+        non_empty = seq(literal("["), lay.open(depth), tail, lay.close(depth), literal("]")) if tail != NOTHING \
+            else NOTHING
+        return choice(empty, non_empty) if c.min_items == 0 else non_empty
+
+    def _items_from(self, index: int, elements: list[Expr], rest: Expr, min_items: int, max_items: int | None,
+                    depth: int) -> Expr:
+        """Items ``index`` onwards of a non-empty array (item 0 has no comma before it)."""
+        lay = self.layout
+        sep = EMPTY if index == 0 else lay.comma(depth)
+        if index >= len(elements):
+            least = max(min_items - index, 1 if index == 0 else 0)
+            most = None if max_items is None else max_items - index
+            if most is not None and least > most:
+                return NOTHING
+            if index == 0:
+                more = Repeat(seq(lay.comma(depth), rest), max(least - 1, 0), None if most is None else most - 1)
+                return seq(rest, more)
+            return Repeat(seq(lay.comma(depth), rest), least, most)
+        if max_items is not None and index >= max_items:
+            return EMPTY
+        item = seq(sep, elements[index], self._items_from(index + 1, elements, rest, min_items, max_items, depth))
+        return choice(EMPTY, item) if index > 0 and index >= min_items else item
+
+    def _array_with_contains(self, c: Constraints, conj: Conjunction, depth: int, prefix_len: int,
+                             element_nodes: list[Conjunction], rest_nodes: Conjunction) -> Expr:
+        """Arrays where the count of items matching ``contains`` is within [minContains, maxContains]."""
+        from codemask.grammar.json_schema.algebra import negation_node
+
+        node = conj[0]
+        if prefix_len or len(c.contains) > 1 or c.max_items is not None:
+            node.document.unsupported("contains", node.pointer,
+                                      "contains with prefixItems, maxItems or another contains")
+        target, least, most = c.contains[0]
+        lay = self.layout
+        hit = self.value([*rest_nodes, target], depth + 1)
+        miss = self.value([*rest_nodes, negation_node(target)], depth + 1) if most is not None else \
+            self.value(rest_nodes, depth + 1)
+        cap = most if most is not None else least
+        # state k: k matches so far (saturating at cap when there is no maximum)
+        names = {k: f"c{len(self.rules)}_{k}" for k in range(cap + 1)}
+        for k in range(cap + 1):
+            after_hit = min(k + 1, cap) if most is None else k + 1
+            options: list[Expr] = []
+            if k >= least:
+                options.append(EMPTY)
+            options.append(seq(lay.comma(depth), miss, RuleRef(names[k])))
+            if after_hit <= cap:
+                options.append(seq(lay.comma(depth), hit, RuleRef(names[after_hit])))
+            self.rules[names[k]] = choice(*options)
+        first = [seq(miss, RuleRef(names[0]))]
+        if cap >= 1:
+            first.append(seq(hit, RuleRef(names[min(1, cap)])))
+        body = seq(literal("["), lay.open(depth), choice(*first), lay.close(depth), literal("]"))
+        if least == 0 and c.min_items == 0:
+            return choice(seq(literal("["), lay.empty(), literal("]")), body)
+        return body
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def _object(self, c: Constraints, conj: Conjunction, depth: int) -> Expr:
+        lay = self.layout
+        known = _known_keys(c)
+        for node in c.object_nodes:
+            if _unevaluated_only(node):
+                known += [k for k in sorted(statically_evaluated(node).keys) if k not in known]
+        members: list[tuple[str | None, Expr]] = []
+        for key in known:
+            value_nodes = _value_nodes_for(key, c.object_nodes)
+            if value_nodes is None or not _name_allowed(key, c.object_nodes):
+                if key in c.required:
+                    return NOTHING
+                continue
+            member = seq(strings.string_literal(key), lay.colon(), self.value(value_nodes, depth + 1))
+            members.append((key, self._named("m", member)))
+        for key_expr, value_nodes in self._other_keys(c, known):
+            members.append((None, self._named("m", seq(key_expr, lay.colon(), self.value(value_nodes, depth + 1)))))
+        return self._object_states(members, c, depth)
+
+    def _other_keys(self, c: Constraints, known: list[str]) -> list[tuple[Expr, Conjunction]]:
+        """(key, value nodes) for keys no ``properties`` names: patterns, then additional ones.
+
+        Without ``propertyNames``, the additional keys are exactly the strings that are not known
+        keys (in any spelling), so a known key can never dodge its own schema.
+        """
+        nodes = c.object_nodes
+        restrictive = [n for n in nodes if _restricts_others(n) and not (_unevaluated_only(n) and (
+            any(_evaluates_all(m) for m in nodes if m is not n) or statically_evaluated(n).open_ended
+            or statically_evaluated(n).patterns))]
+        names = self._property_names(c, known)
+        if not restrictive:
+            return [(names, [])]
+        node = restrictive[0]
+        if len(restrictive) > 1:
+            if all(not n.get("patternProperties") and _additional(n) is False for n in restrictive):
+                return []
+            node.document.unsupported("additionalProperties", node.pointer,
+                                      "additional or pattern properties constrained by several subschemas")
+            return [(names, [])]
+        out: list[tuple[Expr, Conjunction]] = []
+        for pattern, sub in (node.get("patternProperties") or {}).items():
+            content = _pattern_content(pattern, node)
+            if content is None:
+                content = Repeat(_ANY_CODE_POINT, 0, None)
+            key = seq(strings.QUOTE, self._shared(strings.content_to_json(content)), strings.QUOTE)
+            out.append((key, [node.child(sub, "patternProperties", pattern)]))
+        additional = _additional(node)
+        if additional is not False:
+            keyword = "additionalProperties" if "additionalProperties" in node.schema else "unevaluatedProperties"
+            out.append((names, [node.child(additional, keyword)]))
+        return out
+
+    def _property_names(self, c: Constraints, known: list[str]) -> Expr:
+        """Keys other than the known ones that ``propertyNames`` allows (it may let known ones through)."""
+        name_nodes = [n.child(n.schema["propertyNames"], "propertyNames") for n in c.object_nodes
+                      if "propertyNames" in n.schema]
+        if not name_nodes:
+            return self._other_names(tuple(sorted(known)))
+        options = []
+        for conj in distribute(name_nodes):
+            sub = Constraints.of(conj)
+            if "string" in sub.types:
+                if sub.enum is not None:
+                    options += [strings.string_literal(v) for v in sub.enum if isinstance(v, str)
+                                and all(satisfies(v, n) for n in conj)]
+                else:
+                    options.append(self._string(sub, conj, [v for v in sub.not_in if isinstance(v, str)]))
+        return choice(*options)
+
+    def _other_names(self, known: tuple[str, ...]) -> Expr:
+        """JSON strings other than the known keys: one shared rule per set of keys."""
+        key = ("names", known)
+        name = self._memo.get(key)
+        if name is None:
+            name = self._memo[key] = f"k{len(self._memo)}"
+            rest = self._named("chars", Repeat(strings.any_char(), 0, None))
+            self.rules[name] = seq(strings.QUOTE, _trie_complement(list(known), "", rest), strings.QUOTE)
+        return RuleRef(name)
+
+    def _object_states(self, members: list[tuple[str | None, Expr]], c: Constraints, depth: int) -> Expr:
+        """Members in any order until the required ones are all seen and the count is in range."""
+        lay = self.layout
+        # Up to MAX_REQUIRED_SET required keys are tracked as the set seen so far; beyond that the
+        # rest are not enforced (a superset: enforcing an order instead would refuse valid objects).
+        required = c.required[:MAX_REQUIRED_SET]
+        index = {k: i for i, k in enumerate(required)}
+        counted = c.min_properties > len(required) or c.max_properties is not None
+        cap = (c.max_properties if c.max_properties is not None else c.min_properties) if counted else 0
+        if 2 ** len(required) * (cap + 1) > MAX_OBJECT_STATES:
+            counted, cap = False, 0
+            node = c.object_nodes[0] if c.object_nodes else None
+            if node is not None:
+                node.document.unsupported("maxProperties", node.pointer, "a property count this large")
+        full = (1 << len(required)) - 1
+        base = f"o{len(self.rules)}_"
+
+        def advance(state: int, key: str | None) -> int | None:
+            return state if key is None or key not in index else state | (1 << index[key])
+
+        def ready(state: int, count: int) -> bool:
+            return state == full and count >= (c.min_properties if counted else 0)
+
+        built: set[tuple[int, int]] = set()
+        pending: list[tuple[int, int]] = []
+
+        def ref(state: int, count: int) -> RuleRef:
+            if (state, count) not in built:
+                built.add((state, count))
+                pending.append((state, count))
+            return RuleRef(f"{base}{state}_{count}")
+
+        def steps(state: int, count: int, lead: Expr) -> list[Expr]:
+            out: list[Expr] = []
+            if counted and c.max_properties is not None and count >= c.max_properties:
+                return out
+            nxt_count = min(count + 1, cap) if counted else 0
+            for key, member in members:
+                nxt = advance(state, key)
+                if nxt is not None:
+                    out.append(seq(lead, member, ref(nxt, nxt_count)))
+            return out
+
+        first = steps(0, 0, lay.open(depth))
+        while pending:
+            state, count = pending.pop()
+            options = steps(state, count, lay.comma(depth))
+            if ready(state, count):
+                options.append(lay.close(depth))
+            self.rules[f"{base}{state}_{count}"] = choice(*options)
+        alternatives = [seq(literal("{"), choice(*first), literal("}"))] if first else []
+        if ready(0, 0):
+            alternatives.append(seq(literal("{"), lay.empty(), literal("}")))
+        return choice(*alternatives)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Evaluated:
+    """What the in-place applicators under a node may evaluate, whichever branch holds.
+
+    ``unevaluatedProperties``/``unevaluatedItems`` only constrain what nothing else evaluated.
+    Following the branches that actually hold would need the instance; collecting from *every*
+    branch instead errs on the side of "evaluated", so the keyword is applied less, never wrongly.
+    """
+
+    keys: set[str] = dataclasses.field(default_factory=set)
+    patterns: set[str] = dataclasses.field(default_factory=set)
+    open_ended: bool = False  # some subschema evaluates every property
+    prefix: int = 0
+    all_items: bool = False
+
+    def covers(self, key: str) -> bool:
+        return self.open_ended or key in self.keys or any(_search(p, key) for p in self.patterns)
+
+
+_IN_PLACE = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_SINGLE = ("if", "then", "else")
+
+
+def statically_evaluated(node: Node) -> Evaluated:
+    """The properties and items a node's in-place applicators (``allOf``, ``$ref``, …) may evaluate."""
+    found = Evaluated()
+    root = Node(node.origin or node.schema, node.resolver, node.pointer, node.document)
+    stack, seen = [root], set()
+    while stack:
+        current = stack.pop()
+        schema = current.schema
+        if current.identity in seen or not isinstance(schema, dict):
+            continue
+        seen.add(current.identity)
+        _collect(found, current, is_root=current is root)
+        for keyword in _IN_PLACE:
+            stack += [current.child(sub, keyword, i) for i, sub in enumerate(schema.get(keyword, []))]
+        stack += [current.child(schema[k], k) for k in _IN_PLACE_SINGLE if k in schema]
+        stack += [current.child(sub, "dependentSchemas", k) for k, sub in schema.get("dependentSchemas", {}).items()]
+        for keyword in ("$ref", "$dynamicRef", "$recursiveRef"):
+            if keyword in schema:
+                with contextlib.suppress(UnsupportedSchemaError):
+                    target = current.resolve(keyword)
+                    if target is not None:
+                        stack.append(target)
+    return found
+
+
+def _collect(found: Evaluated, node: Node, is_root: bool) -> None:
+    schema = node.schema
+    found.keys |= set(schema.get("properties") or {})
+    found.patterns |= set(schema.get("patternProperties") or {})
+    if "additionalProperties" in schema or (not is_root and schema.get("unevaluatedProperties", False) is not False):
+        found.open_ended = True
+    found.prefix = max(found.prefix, _prefix_length(node))
+    rest = "items" in schema and not (node.document.tuple_items and isinstance(schema["items"], list))
+    if rest or "additionalItems" in schema or "contains" in schema or (
+            not is_root and schema.get("unevaluatedItems", False) is not False):
+        found.all_items = True
+
+
+def satisfies(value: Any, node: Node) -> bool:
+    """Whether a JSON value satisfies a node (``jsonschema`` for user schemas; ours for synthetic ones)."""
+    schema = node.schema
+    if isinstance(schema, bool):
+        return schema
+    if not _is_synthetic(schema):
+        validator = node.document.validator_class(schema, _resolver=node.resolver)
+        return bool(validator.is_valid(value))
+    alternatives = distribute([node])
+    for conj in alternatives:
+        c = Constraints.of(conj)
+        if json_type(value) not in c.types and not (json_type(value) == "integer" and "integer" in c.types):
+            continue
+        if canonical(value) in {canonical(v) for v in c.not_in}:
+            continue
+        if c.enum is not None and canonical(value) not in {canonical(v) for v in c.enum}:
+            continue
+        if all(_plain_satisfies(value, n) for n in conj):
+            return True
+    return False
+
+
+def _plain_satisfies(value: Any, node: Node) -> bool:
+    schema = node.schema
+    if not _is_synthetic(schema):
+        return satisfies(value, node)
+    c = Constraints.of([node])
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        x = Fraction(value)
+        if c.lo is not None and (x < c.lo[0] or (x == c.lo[0] and not c.lo[1])):
+            return False
+        if c.hi is not None and (x > c.hi[0] or (x == c.hi[0] and not c.hi[1])):
+            return False
+    if isinstance(value, str) and not c.min_length <= len(value) <= (c.max_length or len(value)):
+        return False
+    if isinstance(value, list):
+        if not c.min_items <= len(value) <= (len(value) if c.max_items is None else c.max_items):
+            return False
+        for target, least, _most in c.contains:
+            if sum(satisfies(v, target) for v in value) < least:
+                return False
+        if "x-items" in schema and not all(satisfies(v, node.child(schema["x-items"], "x-items")) for v in value):
+            return False
+    if isinstance(value, dict):
+        if any(k not in value for k in c.required):
+            return False
+        for key, sub in schema.get("properties", {}).items():
+            if key in value and not satisfies(value[key], node.child(sub, "properties", key)):
+                return False
+    return True
+
+
+def _is_synthetic(schema: Any) -> bool:
+    return isinstance(schema, dict) and (any(k.startswith("x-") and k in _INTERNAL for k in schema)
+                                         or _holds_nodes(schema))
+
+
+_INTERNAL = frozenset(["x-types", "x-not-in", "x-lo", "x-hi", "x-items"])
+
+
+def _holds_nodes(value: Any) -> bool:
+    if isinstance(value, Node):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_nodes(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_nodes(v) for v in value)
+    return False
+
+
+def _split_at(c: Constraints, excluded: list[Any]) -> list[Constraints]:
+    """The number constraints as pieces of range that avoid the excluded values (``not: {const: 3}``)."""
+    pieces = [c]
+    for value in sorted({Fraction(repr(v)) if isinstance(v, float) else Fraction(v) for v in excluded}):
+        out = []
+        for piece in pieces:
+            below = piece.hi is None or value < piece.hi[0] or (value == piece.hi[0] and piece.hi[1])
+            above = piece.lo is None or value > piece.lo[0] or (value == piece.lo[0] and piece.lo[1])
+            if below and above:
+                out += [dataclasses.replace(piece, hi=(value, False)), dataclasses.replace(piece, lo=(value, False))]
+            else:
+                out.append(piece)
+        pieces = out
+    return pieces
+
+
+def _type_matches(value: Any, kind: str) -> bool:
+    t = json_type(value)
+    return t == kind or (kind == "number" and t in ("integer", "fraction"))
+
+
+def _scalar_text(value: Any) -> str:
+    return "null" if value is None else ("true" if value else "false")
+
+
+def _number_literal(value: int | float) -> Expr:
+    """A number and its equal spellings: ``5``, ``5.0``, ``5.00``; ``-0`` for 0; ``0.50`` for 0.5."""
+    if isinstance(value, int) or value.is_integer():
+        n = int(value)
+        spelled = numbers.integer_valued(literal(str(n)))
+        return choice(spelled, numbers.integer_valued(literal("-0"))) if n == 0 else spelled
+    from decimal import Decimal
+
+    text = format(Decimal(repr(value)), "f")
+    return choice(seq(literal(text), Repeat(literal("0"), 0, None)), literal(repr(value)))
+
+
+def _integer_modulus(multiples: list[Fraction], integer: bool) -> int | None:
+    """The integer every value must be a multiple of, when the multipleOf values imply integers."""
+    if not multiples:
+        return None
+    if not integer and any(m.denominator != 1 for m in multiples):
+        return None
+    return functools.reduce(math.lcm, (m.numerator for m in multiples), 1)
+
+
+def _fraction_digits(multiples: list[Fraction]) -> int | None:
+    """k when every multipleOf is exactly 10**-k for one k (the common ``0.01``); else None."""
+    digits = set()
+    for m in multiples:
+        k = round(math.log10(m.denominator)) if m.numerator == 1 else -1
+        if k < 0 or Fraction(1, 10**k) != m:
+            return None
+        digits.add(k)
+    return max(digits) if len(digits) == 1 else None
+
+
+def _ceil_bound(value: Fraction, inclusive: bool) -> int:
+    n = math.ceil(value)
+    return n + 1 if n == value and not inclusive else n
+
+
+def _floor_bound(value: Fraction, inclusive: bool) -> int:
+    n = math.floor(value)
+    return n - 1 if n == value and not inclusive else n
+
+
+def _pattern_content(pattern: str, node: Node) -> Expr | None:
+    try:
+        return strings.pattern_content(pattern)
+    except UnsupportedRegexError as exc:
+        node.document.unsupported("pattern", node.pointer, f"{pattern!r}: {exc.reason}")
+    except (re.error, GrammarSyntaxError) as exc:
+        node.document.unsupported("pattern", node.pointer, f"{pattern!r} is not a regex Python reads: {exc}")
+    return None
+
+
+def _trie_complement(words: list[str], prefix: str, any_rest: Expr) -> Expr:
+    """JSON string contents whose raw spelling is none of ``words`` (all starting with ``prefix``).
+
+    ``any_rest`` matches any string content (a shared rule: it follows every branch).
+    """
+    depth = len(prefix)
+    here = [w for w in words if w.startswith(prefix)]
+    next_chars = sorted({w[depth] for w in here if len(w) > depth})
+    alternatives: list[Expr] = []
+    if prefix not in here:
+        alternatives.append(EMPTY)
+    others = [(ord(ch), ord(ch)) for ch in next_chars]
+    from codemask.grammar.ir import complement_ranges, normalize_ranges
+
+    rest_ranges = complement_ranges(normalize_ranges(others))
+    alternatives.append(seq(strings.raw_or_any_escape(rest_ranges), any_rest))
+    for ch in next_chars:
+        alternatives.append(seq(strings.literal_char(ch), _trie_complement(here, prefix + ch, any_rest)))
+    return choice(*alternatives)
+
+
+def _array_elements(nodes: list[Node]) -> tuple[int, list[Conjunction], Conjunction | None]:
+    """Per position, the nodes an item must satisfy; then those of the items after the prefix.
+
+    The rest is None when no item may follow the prefix (``items: false``).
+    """
+    length = max((_prefix_length(n) for n in nodes), default=0)
+    unevaluated_from = _unevaluated_items_start(nodes, length)
+    if unevaluated_from is not None:
+        length = max(length, unevaluated_from)
+    closed = [n for n in nodes if _closed(n, unevaluated_from)]
+    if closed:
+        length = min(length, min(_closed_at(n, unevaluated_from) for n in closed))
+    elements = [[x for n in nodes for x in _element_nodes(n, i, unevaluated_from)] for i in range(length)]
+    if closed:
+        return length, elements, None
+    return length, elements, [x for n in nodes for x in _element_nodes(n, _BEYOND_ANY_PREFIX, unevaluated_from)]
+
+
+_BEYOND_ANY_PREFIX = 1 << 62
+
+
+def _unevaluated_items_start(nodes: list[Node], prefix: int) -> int | None:
+    """Where ``unevaluatedItems`` starts to apply, or None where other keywords evaluate every item.
+
+    Items are evaluated by a prefix, by ``items``, or by ``contains`` (which we cannot follow, so
+    its presence switches ``unevaluatedItems`` off: a superset, never a false refusal).
+    """
+    start = prefix
+    for node in nodes:
+        schema = node.schema
+        rest_items = "items" in schema and not (node.document.tuple_items and isinstance(schema["items"], list))
+        if rest_items or "additionalItems" in schema or "x-items" in schema or "contains" in schema:
+            return None
+        if schema.get("unevaluatedItems") is True:
+            return None
+        if "unevaluatedItems" in schema:
+            evaluated = statically_evaluated(node)
+            if evaluated.all_items:
+                return None
+            start = max(start, evaluated.prefix)
+    return start
+
+
+def _prefix_length(node: Node) -> int:
+    schema = node.schema
+    if "prefixItems" in schema:
+        return len(schema["prefixItems"])
+    if node.document.tuple_items and isinstance(schema.get("items"), list):
+        return len(schema["items"])
+    return 0
+
+
+def _closed_at(node: Node, unevaluated_from: int | None) -> int:
+    """The position from which a closed node admits no item."""
+    own = _prefix_length(node)
+    schema = node.schema
+    closes_itself = ("items" in schema and "prefixItems" in schema) or "additionalItems" in schema or (
+        "items" in schema and not node.document.tuple_items and "prefixItems" not in schema)
+    if not closes_itself and unevaluated_from is not None:
+        return max(own, unevaluated_from)
+    return own
+
+
+def _closed(node: Node, unevaluated_from: int | None) -> bool:
+    return flatten(_element_nodes(node, _BEYOND_ANY_PREFIX, unevaluated_from)) is None
+
+
+def _element_nodes(node: Node, i: int, unevaluated_from: int | None) -> Conjunction:
+    """The nodes item ``i`` must satisfy under one node."""
+    schema = node.schema
+    if "prefixItems" in schema:
+        items = schema["prefixItems"]
+        if i < len(items):
+            return [node.child(items[i], "prefixItems", i)]
+        if "items" in schema:
+            return [node.child(schema["items"], "items")]
+    elif node.document.tuple_items and isinstance(schema.get("items"), list):
+        items = schema["items"]
+        if i < len(items):
+            return [node.child(items[i], "items", i)]
+        if "additionalItems" in schema:
+            return [node.child(schema["additionalItems"], "additionalItems")]
+    elif "items" in schema or "x-items" in schema:
+        keyword = "items" if "items" in schema else "x-items"
+        return [node.child(schema[keyword], keyword)]
+    if "unevaluatedItems" in schema and unevaluated_from is not None and i >= unevaluated_from:
+        return [node.child(schema["unevaluatedItems"], "unevaluatedItems")]
+    return []
+
+
+def _known_keys(c: Constraints) -> list[str]:
+    keys: list[str] = []
+    for node in c.object_nodes:
+        for key in node.get("properties") or {}:
+            if key not in keys:
+                keys.append(key)
+    for key in c.required:
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def _value_nodes_for(key: str, nodes: list[Node]) -> Conjunction | None:
+    """What the value of ``key`` must satisfy under every node; None when a node forbids the key."""
+    out: Conjunction = []
+    for node in nodes:
+        properties = node.get("properties") or {}
+        if key in properties:
+            out.append(node.child(properties[key], "properties", key))
+            continue
+        matched = [node.child(sub, "patternProperties", p) for p, sub in (node.get("patternProperties") or {}).items()
+                   if _search(p, key)]
+        if matched:
+            out += matched
+            continue
+        additional = _additional(node)
+        if additional is not True and not (_unevaluated_only(node) and (
+                _evaluated_elsewhere(key, node, nodes) or statically_evaluated(node).covers(key))):
+            keyword = "additionalProperties" if "additionalProperties" in node.schema else "unevaluatedProperties"
+            out.append(node.child(additional, keyword))
+    return None if flatten(out) is None else out
+
+
+def _unevaluated_only(node: Node) -> bool:
+    return "additionalProperties" not in node.schema and "unevaluatedProperties" in node.schema
+
+
+def _evaluates_all(node: Node) -> bool:
+    """Whether a node evaluates every property (so others' ``unevaluatedProperties`` see none left)."""
+    schema = node.schema
+    return "additionalProperties" in schema or schema.get("unevaluatedProperties", False) is not False
+
+
+def _evaluated_elsewhere(key: str, node: Node, nodes: list[Node]) -> bool:
+    """Whether another node of the conjunction evaluates ``key`` (names it, matches it, or takes all)."""
+    for other in nodes:
+        if other is node:
+            continue
+        if key in (other.get("properties") or {}) or _evaluates_all(other):
+            return True
+        if any(_search(p, key) for p in other.get("patternProperties") or {}):
+            return True
+    return False
+
+
+def _name_allowed(key: str, nodes: list[Node]) -> bool:
+    return all(satisfies(key, n.child(n.schema["propertyNames"], "propertyNames"))
+               for n in nodes if "propertyNames" in n.schema)
+
+
+def _additional(node: Node) -> Any:
+    schema = node.schema
+    if "additionalProperties" in schema:
+        return schema["additionalProperties"]
+    return schema.get("unevaluatedProperties", True)
+
+
+def _restricts_others(node: Node) -> bool:
+    return bool(node.get("patternProperties")) or _additional(node) is not True
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(strings._ecma_to_python(pattern))
+    except re.error:
+        return None
+
+
+def _search(pattern: str, key: str) -> bool:
+    compiled = _compiled(pattern)
+    return compiled is not None and compiled.search(key) is not None

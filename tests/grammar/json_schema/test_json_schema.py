@@ -1,0 +1,158 @@
+"""Grammar.from_json_schema: keywords, spellings, whitespace modes, strictness and errors."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+import jsonschema
+import pydantic
+import pytest
+
+from codemask.engine.recognizer import Recognizer
+from codemask.errors import InvalidSchemaError, UnsupportedSchemaError
+from codemask.grammar.grammar import Grammar
+from codemask.grammar.resolve import as_grammar
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "exclusiveMaximum": 150},
+        "email": {"type": "string", "format": "email"},
+        "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True, "maxItems": 3},
+        "score": {"type": "number", "multipleOf": 0.01, "minimum": -1, "maximum": 1},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+CASES: list[tuple[dict[str, Any], list[Any]]] = [
+    (PERSON, [{"name": "Ann", "age": 3}, {"age": 149, "name": "x" * 20, "tags": ["a", "c"], "score": -0.25},
+              {"name": "", "age": 3}, {"name": "Ann"}, {"name": "Ann", "age": 150}, {"name": "Ann", "age": 1, "x": 1},
+              {"name": "Ann", "age": 1, "score": 0.125}, {"name": "Ann", "age": 1, "email": "no-at-sign"},
+              {"name": "Ann", "age": 1, "email": "ann@example.org"}, {"name": "Ann", "age": 1.0}]),
+    ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, [1, 3, 2.5, "x", 1.5]),
+    ({"type": "object", "dependentRequired": {"a": ["b"]}}, [{"a": 1}, {"a": 1, "b": 2}, {"b": 2}, {}]),
+    ({"type": "array", "contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     [[1], [1, 1], [1, 2, 1, 1], [1, 1, 1, 1], [2, 3]]),
+    ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+     [["a"], ["a", 1], ["a", 1, 2], [1]]),
+    ({"not": {"enum": ["a", "ab"]}, "type": "string"}, ["a", "ab", "abc", "", "b"]),
+    ({"type": "string", "pattern": "^[a-z]+-[0-9]{2}$"}, ["ab-12", "ab-1", "AB-12", "ab-123"]),
+    ({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}, "v": {"type": "integer"}},
+                         "additionalProperties": False}}, "$ref": "#/$defs/node"},
+     [{"v": 1, "next": {"v": 2, "next": {}}}, {"next": {"v": "x"}}, {"w": 1}]),
+    ({"if": {"properties": {"kind": {"const": "circle"}}}, "then": {"required": ["radius"]},
+      "else": {"required": ["side"]}},
+     [{"kind": "circle", "radius": 1}, {"kind": "circle", "side": 1}, {"kind": "square", "side": 1}]),
+    ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+     [{"x-a": 1}, {"x-a": "s"}, {"y": 1}, {}]),
+    ({"const": {"a": [1, {"b": None}], "c": "é"}}, [{"c": "é", "a": [1, {"b": None}]}, {"a": [1, {"b": None}]}]),
+]
+
+
+def spellings(value: Any) -> list[str]:
+    return [json.dumps(value), json.dumps(value, separators=(",", ":")), json.dumps(value, indent=2),
+            json.dumps(value, ensure_ascii=False), json.dumps(value, indent="\t")]
+
+
+@pytest.mark.parametrize(("schema", "instances"), CASES, ids=range(len(CASES)))
+def test_accepts_exactly_what_jsonschema_validates(schema: dict[str, Any], instances: list[Any]) -> None:
+    recognizer = Recognizer(Grammar.from_json_schema(schema))
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    for instance in instances:
+        expected = validator.is_valid(instance)
+        for text in spellings(instance):
+            assert recognizer.accepts(text) == expected, (schema, text)
+
+
+def test_object_members_may_come_in_any_order_but_required_ones_must_come() -> None:
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abcd"}, "required": ["a", "c"]}
+    recognizer = Recognizer(Grammar.from_json_schema(schema))
+    assert recognizer.accepts('{"d": 1, "c": 2, "b": 3, "a": 4}')
+    assert recognizer.accepts('{"c": 2, "a": 4}')
+    assert not recognizer.accepts('{"d": 1, "b": 3, "a": 4}')
+    assert not recognizer.accepts('{"a": "x", "c": 2}')
+
+
+def test_escaped_spellings_of_keys_and_values_are_the_same_string() -> None:
+    """Non-ASCII and control characters in any spelling; printable ASCII raw (docs/json-schema.md)."""
+    schema = {"type": "object", "properties": {"é": {"const": "tab\there"}}, "required": ["é"],
+              "additionalProperties": False}
+    recognizer = Recognizer(Grammar.from_json_schema(schema))
+    assert recognizer.accepts('{"é": "tab\\there"}')
+    assert recognizer.accepts('{"\\u00e9": "tab\\u0009here"}')
+    assert recognizer.accepts('{"\\u00E9": "tab\\u0009here"}')
+    assert not recognizer.accepts('{"\\u00e8": "tab\\there"}')
+    assert not recognizer.accepts('{"\\u00e9": "t\\u0061b\\there"}')
+
+
+@pytest.mark.parametrize("whitespace", ["compact", 2, 4])
+def test_whitespace_modes_fix_the_layout(whitespace: str | int) -> None:
+    recognizer = Recognizer(Grammar.from_json_schema(PERSON, whitespace=whitespace))
+    value = {"name": "Ann", "age": 3, "tags": ["a", "b"]}
+    if whitespace == "compact":
+        exact = json.dumps(value, separators=(",", ":"))
+    else:
+        exact = json.dumps(value, indent=whitespace)
+    assert recognizer.accepts(exact)
+    assert not recognizer.accepts(json.dumps(value, indent=3))
+    assert not recognizer.accepts(json.dumps(value))
+
+
+def test_flexible_whitespace_accepts_any_json_layout() -> None:
+    recognizer = Recognizer(Grammar.from_json_schema(PERSON))
+    assert recognizer.accepts(' {\n\t"age" :3 ,"name":\r\n"Ann"}\n')
+
+
+def test_strict_mode_names_the_keyword_and_its_pointer() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=x)x"}}}
+    with pytest.raises(UnsupportedSchemaError) as caught:
+        Grammar.from_json_schema(schema)
+    assert caught.value.keyword == "pattern"
+    assert caught.value.pointer == "/properties/a"
+
+
+def test_lenient_mode_warns_and_accepts_a_superset() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=x)x"}}}
+    with pytest.warns(UserWarning, match="pattern"):
+        recognizer = Recognizer(Grammar.from_json_schema(schema, strict=False))
+    assert recognizer.accepts('{"a": "x"}')
+    assert recognizer.accepts('{"a": "anything"}')
+    assert not recognizer.accepts('{"a": 1}')
+
+
+def test_invalid_schemas_and_bad_arguments_get_clear_errors() -> None:
+    with pytest.raises(InvalidSchemaError, match="/properties/a"):
+        Grammar.from_json_schema({"properties": {"a": {"type": "strin"}}})
+    with pytest.raises(InvalidSchemaError, match="not valid JSON"):
+        Grammar.from_json_schema("{not json")
+    with pytest.raises(InvalidSchemaError, match="object or a boolean"):
+        Grammar.from_json_schema([1, 2])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="whitespace="):
+        Grammar.from_json_schema({}, whitespace="pretty")
+
+
+def test_uniqueitems_is_documented_as_a_superset() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: the superset is the documented reading
+        recognizer = Recognizer(Grammar.from_json_schema({"type": "array", "uniqueItems": True}))
+    assert recognizer.accepts("[1, 1]")
+
+
+def test_pydantic_models_and_grammar_specs() -> None:
+    class Point(pydantic.BaseModel):
+        x: int
+        y: float = 0.0
+        label: str | None = None
+
+    recognizer = Recognizer(Grammar.from_pydantic(Point))
+    assert recognizer.accepts('{"x": 1, "y": 2.5}')
+    assert recognizer.accepts('{"label": null, "x": -3}')
+    assert not recognizer.accepts('{"y": 2.5}')
+    assert as_grammar(Point).cache_key == Grammar.from_pydantic(Point).cache_key
+    assert as_grammar({"type": "integer"}).cache_key == Grammar.from_json_schema({"type": "integer"}).cache_key
+    with pytest.raises(TypeError, match="pydantic"):
+        Grammar.from_pydantic(int)
