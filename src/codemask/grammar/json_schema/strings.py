@@ -118,14 +118,14 @@ def _subtract(ranges: Ranges, removed: Ranges) -> Ranges:
 
 @functools.lru_cache(maxsize=4096)
 def raw_or_any_escape(ranges: Ranges) -> Expr:
-    """The raw characters of ``ranges``, or any escape at all: a small superset of ``json_char``.
-
-    Used where exactness only matters for the raw spelling (the keys an object does not name).
+    """The characters of ``ranges`` raw or as short escapes, or any ``\\uXXXX``: a small superset of
+    ``json_char``, used where exactness matters for the usual spellings (keys an object does not name).
     """
-    raw = _subtract(_subtract(normalize_ranges(ranges), _SURROGATES), _RAW_FORBIDDEN)
-    escapes = choice(*(literal("\\" + letter) for letter in _SHORT_ESCAPES.values()),
-                     seq(literal("\\u"), Repeat(digit_class(0, 15, 16), 4, 4)))
-    return choice(char_class(raw), escapes) if raw else escapes
+    ranges = _subtract(normalize_ranges(ranges), _SURROGATES)
+    raw = _subtract(ranges, _RAW_FORBIDDEN)
+    escapes = [literal("\\" + letter) for cp, letter in _SHORT_ESCAPES.items() if _contains(ranges, cp)]
+    escapes.append(seq(literal("\\u"), Repeat(digit_class(0, 15, 16), 4, 4)))
+    return choice(*([char_class(raw)] if raw else []), *escapes)
 
 
 @functools.cache
