@@ -123,7 +123,7 @@ def raw_or_any_escape(ranges: Ranges) -> Expr:
     """
     ranges = _subtract(normalize_ranges(ranges), _SURROGATES)
     raw = _subtract(ranges, _RAW_FORBIDDEN)
-    escapes = [literal("\\" + letter) for cp, letter in _SHORT_ESCAPES.items() if _contains(ranges, cp)]
+    escapes: list[Expr] = [literal("\\" + letter) for cp, letter in _SHORT_ESCAPES.items() if _contains(ranges, cp)]
     escapes.append(seq(literal("\\u"), Repeat(digit_class(0, 15, 16), 4, 4)))
     return choice(*([char_class(raw)] if raw else []), *escapes)
 
