@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import math
 import re
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -36,7 +37,7 @@ from codemask.grammar.ir import (
     literal,
     seq,
 )
-from codemask.grammar.json_schema import numbers, strings
+from codemask.grammar.json_schema import numbers, regular, strings
 from codemask.grammar.json_schema.algebra import Conjunction, distribute, flatten
 from codemask.grammar.json_schema.constraints import Constraints
 from codemask.grammar.json_schema.layout import MAX_INDENT_DEPTH, Layout
@@ -47,6 +48,7 @@ MAX_REQUIRED_SET = 6
 MAX_OBJECT_STATES = 256
 MAX_ENUMERATED_MULTIPLES = 256
 MAX_MODULUS = 1000  # a divisibility automaton has one rule per remainder
+MAX_PATTERN_SUBSETS = 4  # patternProperties partitioned exactly up to this many patterns
 TYPE_ORDER = ("object", "array", "string", "integer", "fraction", "boolean", "null")
 _ANY_CODE_POINT = char_class([(0, MAX_CODE_POINT)])
 
@@ -207,30 +209,36 @@ class SchemaBuilder:
     # -- strings -----------------------------------------------------------------------------
 
     def _string(self, c: Constraints, conj: Conjunction, excluded: list[Any]) -> Expr:
-        content: Expr | None = None
-        origin: Node | None = None
-        for pattern, where in c.patterns:
-            if origin is not None:
-                where.document.unsupported("pattern", where.pointer, "more than one pattern on a string")
-                break
-            content, origin = _pattern_content(pattern, where), where
-        for name, where in c.formats:
-            if origin is None:
-                content, origin = strings.format_content(name), where
-        if content is None or origin is None:
+        contents: list[tuple[Expr | None, Node]] = [(_pattern_content(p, where), where) for p, where in c.patterns]
+        contents += [(strings.format_content(name), where) for name, where in c.formats]
+        known = [(content, where) for content, where in contents if content is not None]
+        if not known:
             if excluded:
                 return self._string_excluding([v for v in excluded if isinstance(v, str)], c)
             return self._named("str", strings.string_of_length(c.min_length, c.max_length))
+        content, origin = known[0]
         if excluded:
             origin.document.unsupported("not", origin.pointer, "excluding particular strings with a pattern")
-        if c.min_length or c.max_length is not None:
+        single = len(known) == 1
+        if single and (c.min_length or c.max_length is not None):
             bounded = strings.bounded_pattern(content, c.min_length, c.max_length)
-            if bounded is None:
-                keyword = "maxLength" if c.max_length is not None else "minLength"
-                origin.document.unsupported(keyword, origin.pointer, "a length bound together with this pattern")
-            else:
-                content = bounded
-        return seq(strings.QUOTE, self._shared(strings.content_to_json(content)), strings.QUOTE)
+            single = bounded is not None
+            content = bounded if bounded is not None else content
+        if single:
+            return seq(strings.QUOTE, self._shared(strings.content_to_json(content)), strings.QUOTE)
+        return self._string_intersection([k for k, _ in known], c, origin)
+
+    def _string_intersection(self, contents: list[Expr], c: Constraints, origin: Node) -> Expr:
+        """Strings matching every pattern/format and the length bounds: a product automaton."""
+        operands = [Repeat(strings.any_char(), c.min_length, c.max_length),
+                    *(strings.content_to_json(content) for content in contents)]
+        try:
+            start = regular.combine(operands, all, f"r{len(self.rules)}_", self.rules)
+        except regular.TooLarge:
+            keyword = "pattern" if len(contents) > 1 else ("maxLength" if c.max_length is not None else "minLength")
+            origin.document.unsupported(keyword, origin.pointer, "patterns, formats and lengths too large to intersect")
+            return seq(strings.QUOTE, self._shared(strings.content_to_json(contents[0])), strings.QUOTE)
+        return seq(strings.QUOTE, start, strings.QUOTE)
 
     def _named(self, prefix: str, expr: Expr) -> RuleRef:
         """One rule per distinct expression: object states and values then refer to it by name.
@@ -371,18 +379,58 @@ class SchemaBuilder:
             node.document.unsupported("additionalProperties", node.pointer,
                                       "additional or pattern properties constrained by several subschemas")
             return [(names, [])]
+        patterns = node.get("patternProperties") or {}
+        additional = _additional(node)
+        keyword = "additionalProperties" if "additionalProperties" in node.schema else "unevaluatedProperties"
+        if patterns:
+            exact = self._pattern_keys(node, patterns, known, additional, keyword)
+            if exact is not None:
+                return exact
         out: list[tuple[Expr, Conjunction]] = []
-        for pattern, sub in (node.get("patternProperties") or {}).items():
+        for pattern, sub in patterns.items():
             content = _pattern_content(pattern, node)
             if content is None:
                 content = Repeat(_ANY_CODE_POINT, 0, None)
             key = seq(strings.QUOTE, self._shared(strings.content_to_json(content)), strings.QUOTE)
             out.append((key, [node.child(sub, "patternProperties", pattern)]))
-        additional = _additional(node)
         if additional is not False:
-            keyword = "additionalProperties" if "additionalProperties" in node.schema else "unevaluatedProperties"
             out.append((names, [node.child(additional, keyword)]))
         return out
+
+    def _pattern_keys(self, node: Node, patterns: dict[str, Any], known: list[str], additional: Any,
+                      keyword: str) -> list[tuple[Expr, Conjunction]] | None:
+        """Keys partitioned exactly by which patterns they match, None if the automaton is too large.
+
+        A key matching several patterns must satisfy all their schemas; a key matching none (and
+        not a named property) is additional. Works on JSON spellings, so ``ensure_ascii`` keys
+        (``\\u00e9``) are classified by what they decode to.
+        """
+        contents = [_pattern_content(p, node) for p in patterns]
+        if any(c is None for c in contents) or len(patterns) > MAX_PATTERN_SUBSETS:
+            return None
+        operands: list[Expr] = [Repeat(strings.any_char(), 0, None),
+                                *(strings.content_to_json(c) for c in contents if c is not None),
+                                choice(*(strings.string_content(k) for k in known))]
+        subs = [node.child(sub, "patternProperties", p) for p, sub in patterns.items()]
+        count = len(subs)
+        out: list[tuple[Expr, Conjunction]] = []
+        try:
+            for mask in range(1, 1 << count):
+                chosen = [i for i in range(count) if mask >> i & 1]
+                key = self._regular_key(operands, functools.partial(_matches_exactly, mask=mask, count=count))
+                if key is not None:
+                    out.append((key, [subs[i] for i in chosen]))
+            if additional is not False:
+                key = self._regular_key(operands, functools.partial(_matches_exactly, mask=0, count=count))
+                if key is not None:
+                    out.append((key, [node.child(additional, keyword)]))
+        except regular.TooLarge:
+            return None
+        return out
+
+    def _regular_key(self, operands: list[Expr], accept: Callable[[tuple[bool, ...]], bool]) -> Expr | None:
+        start = regular.combine(operands, accept, f"r{len(self.rules)}_", self.rules)
+        return None if start == NOTHING else seq(strings.QUOTE, start, strings.QUOTE)
 
     def _property_names(self, c: Constraints, known: list[str]) -> Expr:
         """Keys other than the known ones that ``propertyNames`` allows (it may let known ones through)."""
@@ -601,6 +649,12 @@ def _holds_nodes(value: Any) -> bool:
     return False
 
 
+def _matches_exactly(bits: tuple[bool, ...], mask: int, count: int) -> bool:
+    """Raw key (bit 0), matching exactly the patterns in ``mask`` (bits 1..count), not a known key."""
+    in_universe, matched, is_known = bits[0], bits[1:count + 1], bits[count + 1]
+    return in_universe and not is_known and all(matched[i] == bool(mask >> i & 1) for i in range(count))
+
+
 def _split_at(c: Constraints, excluded: list[Any]) -> list[Constraints]:
     """The number constraints as pieces of range that avoid the excluded values (``not: {const: 3}``)."""
     pieces = [c]
@@ -806,13 +860,13 @@ def _value_nodes_for(key: str, nodes: list[Node]) -> Conjunction | None:
     out: Conjunction = []
     for node in nodes:
         properties = node.get("properties") or {}
+        matched = [node.child(sub, "patternProperties", p) for p, sub in (node.get("patternProperties") or {}).items()
+                   if _search(p, key)]
+        out += matched  # a named property that matches a pattern must satisfy both
         if key in properties:
             out.append(node.child(properties[key], "properties", key))
             continue
-        matched = [node.child(sub, "patternProperties", p) for p, sub in (node.get("patternProperties") or {}).items()
-                   if _search(p, key)]
         if matched:
-            out += matched
             continue
         additional = _additional(node)
         if additional is not True and not (_unevaluated_only(node) and (

@@ -134,6 +134,11 @@ def any_char() -> Expr:
     return json_char(((0, MAX_CODE_POINT),))
 
 
+def string_content(text: str) -> Expr:
+    """The inside of :func:`string_literal` (no quotes)."""
+    return seq(*(literal_char(c) for c in text))
+
+
 def string_literal(text: str) -> Expr:
     """The JSON string whose decoded value is ``text``.
 
@@ -141,7 +146,7 @@ def string_literal(text: str) -> Expr:
     model does it, and allowing it for every character of every key multiplies the automata);
     other characters in any spelling, so ``ensure_ascii`` output (``\\u00e9``) is accepted.
     """
-    return seq(QUOTE, *(literal_char(c) for c in text), QUOTE)
+    return seq(QUOTE, string_content(text), QUOTE)
 
 
 def literal_char(c: str) -> Expr:

@@ -1,0 +1,44 @@
+"""Boolean combinations of regular languages, checked against Python's re on many strings."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from codemask.engine.recognizer import Recognizer
+from codemask.grammar.grammar import Grammar
+from codemask.grammar.ir import NOTHING, Expr, GrammarIR, Rule, literal
+from codemask.grammar.json_schema import regular
+from codemask.grammar.regex import regex_to_expr
+
+PATTERNS = ["^a+b", "b$", "[0-9]{2}", "^(ab|ba)*$"]
+WORDS = ["".join(p) for n in range(6) for p in itertools.product("ab1", repeat=n)] + ["12", "a12b", "x99"]
+
+
+def language(expr: Expr, rules: dict[str, Expr]) -> Recognizer | None:
+    if expr == NOTHING:
+        return None
+    all_rules = {name: Rule(name, body) for name, body in rules.items()}
+    all_rules["root"] = Rule("root", expr)
+    return Recognizer(Grammar(GrammarIR(all_rules, "root"), "test"))
+
+
+def test_each_membership_pattern_is_exact() -> None:
+    operands = [regex_to_expr(p, search=True) for p in PATTERNS] + [literal("ab")]
+    compiled = [re.compile(p) for p in PATTERNS]
+    for wanted in [(True, False, False, False, False), (False, False, False, False, False),
+                   (True, True, False, False, False), (False, False, False, True, True)]:
+        rules: dict[str, Expr] = {}
+        start = regular.combine(operands, lambda bits, w=wanted: bits == w, "r", rules)  # type: ignore[misc]
+        checker = language(start, rules)
+        for word in WORDS:
+            bits = (*tuple(c.search(word) is not None for c in compiled), word == "ab")
+            assert (checker is not None and checker.accepts(word)) == (bits == wanted), (wanted, word)
+
+
+def test_string_under_two_patterns_and_a_length() -> None:
+    schema = {"type": "string", "allOf": [{"pattern": "^[a-z]"}, {"pattern": "[0-9]$"}], "maxLength": 4}
+    checker = Recognizer(Grammar.from_json_schema(schema))
+    for word in [*WORDS, "ab12", "abc12", "z9", "9z", "a"]:
+        expected = re.search("^[a-z]", word) is not None and re.search("[0-9]$", word) is not None and len(word) <= 4
+        assert checker.accepts(f'"{word}"') == expected, word
