@@ -367,7 +367,7 @@ class SchemaBuilder:
         """
         nodes = c.object_nodes
         restrictive = [n for n in nodes if _restricts_others(n) and not (_unevaluated_only(n) and (
-            any(_evaluates_all(m) for m in nodes if m is not n) or statically_evaluated(n).open_ended
+            any(_evaluates_all(m) for m in _descendants(n, nodes)) or statically_evaluated(n).open_ended
             or statically_evaluated(n).patterns))]
         names = self._property_names(c, known)
         if not restrictive:
@@ -520,11 +520,14 @@ class SchemaBuilder:
 
 @dataclasses.dataclass
 class Evaluated:
-    """What the in-place applicators under a node may evaluate, whichever branch holds.
+    """What the in-place applicators under a node may evaluate, read from the schema alone.
 
     ``unevaluatedProperties``/``unevaluatedItems`` only constrain what nothing else evaluated.
-    Following the branches that actually hold would need the instance; collecting from *every*
-    branch instead errs on the side of "evaluated", so the keyword is applied less, never wrongly.
+    ``allOf`` and ``$ref`` always apply; any ``anyOf`` branch may hold alongside the one an
+    alternative chose, so all count (erring on "evaluated": the keyword is applied less, never
+    wrongly), and so does a lone ``if``. ``oneOf``, ``if``/``then``/``else`` and
+    ``dependentSchemas`` need no guess: the compiler's alternatives hold exactly the branches that
+    apply, and :func:`_descendants` reads their annotations.
     """
 
     keys: set[str] = dataclasses.field(default_factory=set)
@@ -537,8 +540,7 @@ class Evaluated:
         return self.open_ended or key in self.keys or any(_search(p, key) for p in self.patterns)
 
 
-_IN_PLACE = ("allOf", "anyOf", "oneOf")
-_IN_PLACE_SINGLE = ("if", "then", "else")
+_ALWAYS_OR_MAYBE = ("allOf", "anyOf")
 
 
 def statically_evaluated(node: Node) -> Evaluated:
@@ -553,10 +555,10 @@ def statically_evaluated(node: Node) -> Evaluated:
             continue
         seen.add(current.identity)
         _collect(found, current, is_root=current is root)
-        for keyword in _IN_PLACE:
+        for keyword in _ALWAYS_OR_MAYBE:
             stack += [current.child(sub, keyword, i) for i, sub in enumerate(schema.get(keyword, []))]
-        stack += [current.child(schema[k], k) for k in _IN_PLACE_SINGLE if k in schema]
-        stack += [current.child(sub, "dependentSchemas", k) for k, sub in schema.get("dependentSchemas", {}).items()]
+        if "if" in schema and "then" not in schema and "else" not in schema:
+            stack.append(current.child(schema["if"], "if"))
         for keyword in ("$ref", "$dynamicRef", "$recursiveRef"):
             if keyword in schema:
                 with contextlib.suppress(UnsupportedSchemaError):
@@ -886,11 +888,19 @@ def _evaluates_all(node: Node) -> bool:
     return "additionalProperties" in schema or schema.get("unevaluatedProperties", False) is not False
 
 
+def _descendants(node: Node, nodes: list[Node]) -> list[Node]:
+    """The user-written nodes of the conjunction that sit under ``node``'s in-place applicators.
+
+    Only their annotations reach ``node``'s ``unevaluated*``: a sibling's or a parent's do not,
+    and the compiler's own nodes (negations of failing branches) carry none.
+    """
+    inside = node.pointer + "/"
+    return [n for n in nodes if n is not node and n.pointer.startswith(inside) and not _is_synthetic(n.schema)]
+
+
 def _evaluated_elsewhere(key: str, node: Node, nodes: list[Node]) -> bool:
-    """Whether another node of the conjunction evaluates ``key`` (names it, matches it, or takes all)."""
-    for other in nodes:
-        if other is node:
-            continue
+    """Whether a subschema applied under ``node`` evaluates ``key`` (names it, matches it, or takes all)."""
+    for other in _descendants(node, nodes):
         if key in (other.get("properties") or {}) or _evaluates_all(other):
             return True
         if any(_search(p, key) for p in other.get("patternProperties") or {}):
