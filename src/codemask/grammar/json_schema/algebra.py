@@ -82,7 +82,7 @@ def distribute(conjunction: Conjunction) -> list[Conjunction]:
             results: list[Conjunction] = [rest]
             for alternatives in _disjunctions(node):
                 results = [r + alt for r in results for alt in alternatives]
-                results = [r for r in results if _types_meet(r)]
+                results = [r for r in results if allowed_types(r)]  # prune type clashes early
                 if len(results) > MAX_ALTERNATIVES:
                     node.document.unsupported("anyOf", node.pointer,
                                               f"more than {MAX_ALTERNATIVES} combinations of alternatives")
@@ -101,11 +101,6 @@ def distribute(conjunction: Conjunction) -> list[Conjunction]:
 def _without(node: Node, keywords: tuple[str, ...]) -> Node:
     copy = {k: v for k, v in node.schema.items() if k not in keywords}
     return Node(copy, node.resolver, node.pointer, node.document, node.origin or node.schema)
-
-
-def _types_meet(conjunction: Conjunction) -> bool:
-    """Cheap pruning: whether the type keywords of a conjunction leave any type."""
-    return bool(allowed_types(conjunction))
 
 
 def allowed_types(conjunction: Conjunction) -> frozenset[str]:

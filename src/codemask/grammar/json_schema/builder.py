@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -134,10 +135,7 @@ class SchemaBuilder:
             if not value:
                 return seq(literal("["), lay.empty(), literal("]"))
             items = [self.literal_value(v, depth + 1) for v in value]
-            body = [items[0]]
-            for item in items[1:]:
-                body += [lay.comma(depth), item]
-            return seq(literal("["), lay.open(depth), *body, lay.close(depth), literal("]"))
+            return seq(literal("["), lay.open(depth), _joined(items, lay.comma(depth)), lay.close(depth), literal("]"))
         members = [seq(strings.string_literal(k), lay.colon(), self.literal_value(v, depth + 1))
                    for k, v in value.items()]
         if not members:
@@ -145,20 +143,18 @@ class SchemaBuilder:
         return self._any_order(members, depth)
 
     def _any_order(self, members: list[Expr], depth: int) -> Expr:
-        """An object holding each member exactly once, in any order (schema order when many)."""
+        """An object holding each member exactly once, in any order.
+
+        Up to 5 members every permutation is spelled; beyond that (120+ orders) any sequence of
+        that many members is accepted: a superset that may repeat one member in place of another.
+        """
         lay = self.layout
         if len(members) > 5:
-            orders = [members]
+            anyone = choice(*members)
+            body = seq(anyone, Repeat(seq(lay.comma(depth), anyone), len(members) - 1, len(members) - 1))
         else:
-            import itertools
-            orders = [list(p) for p in itertools.permutations(members)]
-        spelled = []
-        for order in orders:
-            body: list[Expr] = [order[0]]
-            for member in order[1:]:
-                body += [lay.comma(depth), member]
-            spelled.append(seq(*body))
-        return seq(literal("{"), lay.open(depth), choice(*spelled), lay.close(depth), literal("}"))
+            body = choice(*(_joined(list(order), lay.comma(depth)) for order in itertools.permutations(members)))
+        return seq(literal("{"), lay.open(depth), body, lay.close(depth), literal("}"))
 
     # -- numbers -----------------------------------------------------------------------------
 
@@ -225,7 +221,7 @@ class SchemaBuilder:
             single = bounded is not None
             content = bounded if bounded is not None else content
         if single:
-            return seq(strings.QUOTE, self._shared(strings.content_to_json(content)), strings.QUOTE)
+            return seq(strings.QUOTE, self._named("s", strings.content_to_json(content)), strings.QUOTE)
         return self._string_intersection([k for k, _ in known], c, origin)
 
     def _string_intersection(self, contents: list[Expr], c: Constraints, origin: Node) -> Expr:
@@ -237,7 +233,7 @@ class SchemaBuilder:
         except regular.TooLarge:
             keyword = "pattern" if len(contents) > 1 else ("maxLength" if c.max_length is not None else "minLength")
             origin.document.unsupported(keyword, origin.pointer, "patterns, formats and lengths too large to intersect")
-            return seq(strings.QUOTE, self._shared(strings.content_to_json(contents[0])), strings.QUOTE)
+            return seq(strings.QUOTE, self._named("s", strings.content_to_json(contents[0])), strings.QUOTE)
         return seq(strings.QUOTE, start, strings.QUOTE)
 
     def _named(self, prefix: str, expr: Expr) -> RuleRef:
@@ -252,10 +248,6 @@ class SchemaBuilder:
             name = self._memo[key] = f"{prefix}{len(self._memo)}"
             self.rules[name] = expr
         return RuleRef(name)
-
-    def _shared(self, expr: Expr) -> Expr:
-        """A rule for a (possibly large) expression, shared by identical uses."""
-        return self.new_rule("s", expr) if not isinstance(expr, RuleRef) else expr
 
     def _string_excluding(self, words: list[str], c: Constraints) -> Expr:
         """Strings other than ``words`` (``not: {enum: [...]}``), with the length bounds."""
@@ -391,7 +383,7 @@ class SchemaBuilder:
             content = _pattern_content(pattern, node)
             if content is None:
                 content = Repeat(_ANY_CODE_POINT, 0, None)
-            key = seq(strings.QUOTE, self._shared(strings.content_to_json(content)), strings.QUOTE)
+            key = seq(strings.QUOTE, self._named("s", strings.content_to_json(content)), strings.QUOTE)
             out.append((key, [node.child(sub, "patternProperties", pattern)]))
         if additional is not False:
             out.append((names, [node.child(additional, keyword)]))
@@ -649,6 +641,13 @@ def _holds_nodes(value: Any) -> bool:
     if isinstance(value, list):
         return any(_holds_nodes(v) for v in value)
     return False
+
+
+def _joined(items: list[Expr], separator: Expr) -> Expr:
+    body: list[Expr] = [items[0]]
+    for item in items[1:]:
+        body += [separator, item]
+    return seq(*body)
 
 
 def _matches_exactly(bits: tuple[bool, ...], mask: int, count: int) -> bool:
@@ -927,7 +926,7 @@ def _restricts_others(node: Node) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _compiled(pattern: str) -> re.Pattern[str] | None:
     try:
-        return re.compile(strings._ecma_to_python(pattern))
+        return re.compile(strings.ecma_to_python(pattern))
     except re.error:
         return None
 

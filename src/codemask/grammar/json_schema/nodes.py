@@ -13,7 +13,6 @@ dependency). Their children may be Nodes already, which :meth:`Node.child` passe
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +30,6 @@ from codemask.errors import InvalidSchemaError, UnsupportedSchemaError
 DRAFT4 = "http://json-schema.org/draft-04/schema#"
 DEFAULT_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
-JSON_TYPES = ("null", "boolean", "object", "array", "string", "integer", "number")
 VALUE_TYPES = frozenset(["null", "boolean", "object", "array", "string", "integer", "fraction"])
 """Internal types: JSON's, with ``number`` split into ``integer`` and ``fraction`` (non-integers),
 so that ``not: {type: integer}`` is a type set too."""
@@ -54,7 +52,6 @@ class Document:
     validator_class: Any
     strict: bool
     warnings: list[str] = field(default_factory=list)
-    _counter: itertools.count = field(default_factory=itertools.count)
     _probing: bool = False
     negating: set[tuple[int, str]] = field(default_factory=set)  # nodes being negated (cycle guard)
 
@@ -109,9 +106,6 @@ class Document:
             yield
         finally:
             self._probing = saved
-
-    def fresh_id(self) -> int:
-        return next(self._counter)
 
 
 @dataclass(eq=False)

@@ -15,7 +15,6 @@ reaches the astral planes accepts any surrogate-pair escape.
 from __future__ import annotations
 
 import functools
-import re
 
 from codemask.grammar.ir import (
     MAX_CODE_POINT,
@@ -183,7 +182,7 @@ def pattern_content(pattern: str) -> Expr:
 
     JSON Schema regexes are ECMA-262; Python's ``re`` reads the common subset the same way.
     """
-    return regex_to_expr(_ecma_to_python(pattern), search=True)
+    return regex_to_expr(ecma_to_python(pattern), search=True)
 
 
 def format_content(name: str) -> Expr | None:
@@ -197,7 +196,7 @@ def _format_expr(pattern: str) -> Expr:
     return regex_to_expr(pattern)
 
 
-def _ecma_to_python(pattern: str) -> str:
+def ecma_to_python(pattern: str) -> str:
     """Rewrite the ECMA-262 spellings Python reads differently: ``\\d``/``\\w`` are ASCII, ``$`` is the end."""
     out = []
     i = 0
@@ -275,12 +274,3 @@ def _fixed_width(expr: Expr) -> int | None:
         width = _fixed_width(expr.item)
         return None if width is None else width * expr.min
     return None
-
-
-def is_valid_regex(pattern: str) -> bool:
-    """Whether Python can read the pattern at all (bad patterns are reported by the caller)."""
-    try:
-        re.compile(_ecma_to_python(pattern))
-    except re.error:
-        return False
-    return True
