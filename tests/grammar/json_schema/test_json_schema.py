@@ -11,7 +11,7 @@ import pydantic
 import pytest
 
 from codemask.engine.recognizer import Recognizer
-from codemask.errors import InvalidSchemaError, UnsupportedSchemaError
+from codemask.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.resolve import as_grammar
 
@@ -133,6 +133,9 @@ def test_invalid_schemas_and_bad_arguments_get_clear_errors() -> None:
         Grammar.from_json_schema("{not json")
     with pytest.raises(InvalidSchemaError, match="object or a boolean"):
         Grammar.from_json_schema([1, 2])  # type: ignore[arg-type]
+    for contradiction in (False, {"type": "string", "enum": [1]}, {"type": "integer", "minimum": 3, "maximum": 2}):
+        with pytest.raises(GrammarError, match="accepts no JSON value"):
+            Grammar.from_json_schema(contradiction)
     with pytest.raises(ValueError, match="whitespace="):
         Grammar.from_json_schema({}, whitespace="pretty")
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from codemask.errors import GrammarError
 from codemask.grammar.ir import GrammarIR, Rule, seq
 from codemask.grammar.json_schema.builder import SchemaBuilder
 from codemask.grammar.json_schema.layout import Layout
 from codemask.grammar.json_schema.nodes import Document
+from codemask.grammar.optimize import drop_unproductive
 
 __all__ = ["json_schema_ir"]
 
@@ -34,4 +36,9 @@ def json_schema_ir(schema: Any, *, strict: bool = True, whitespace: str | int = 
         warnings.warn(f"{message}; accepting a superset", stacklevel=3)
     rules = {name: Rule(name, body) for name, body in builder.rules.items()}
     rules["root"] = Rule("root", seq(layout.around(), value, layout.around()))
+    try:
+        drop_unproductive(rules, "root")
+    except GrammarError:
+        raise GrammarError("the schema accepts no JSON value: its constraints contradict each other "
+                           "(or it is `false`)") from None
     return GrammarIR(rules, "root")
