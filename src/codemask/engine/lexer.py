@@ -16,6 +16,12 @@ single configuration.
 Lexer states are sets of live terminal-automaton states (one automaton per terminal, numbered
 globally), interned like parser states; all transitions are memoised in numpy tables so token
 walks are vectorised exactly as in byte mode.
+
+Python-style grammars (``%declare _INDENT _DEDENT``) put an indentation tracker between lexer
+and parser (:mod:`codemask.engine.indentation`): the newline lexeme's lexer states also carry the
+indentation measured so far, and parser states carry brackets and indentation levels. Reserved
+words (``Terminal.reserved``) are always candidates beside the regex terminals that retype to
+them, so an identifier that spells a keyword is that keyword wherever it appears.
 """
 
 from __future__ import annotations
@@ -28,6 +34,14 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from codemask.engine.automaton import BYTE_ALPHABET, compile_expr
+from codemask.engine.indentation import (
+    Column,
+    IndentingParser,
+    IndentSpec,
+    SymbolParser,
+    indent_spec,
+    next_column,
+)
 from codemask.engine.parser import DEAD, UNKNOWN, ParserCore
 from codemask.errors import GrammarError
 from codemask.grammar.ir import Terminal
@@ -47,6 +61,12 @@ class TerminalAutomata:
     unless: list[tuple[tuple[int, bool], ...]]  # per terminal: (string terminal, embedded) retypes
     names: list[str]
     ignore: frozenset[int]
+    reserved: frozenset[int] = frozenset()  # string terminals that are reserved words
+
+    @property
+    def indentation(self) -> IndentSpec | None:
+        """The indentation set-up, when the grammar declares Python-style indentation."""
+        return indent_spec(self.names)
 
 
 def build_terminal_automata(terminals: list[Terminal], ignore: set[str]) -> TerminalAutomata:
@@ -80,6 +100,7 @@ def build_terminal_automata(terminals: list[Terminal], ignore: set[str]) -> Term
         unless=unless,
         names=names,
         ignore=frozenset(index[n] for n in ignore),
+        reserved=frozenset(i for i, t in enumerate(terminals) if t.reserved),
     )
 
 
@@ -142,7 +163,8 @@ class _Interner(Generic[K]):
         return state
 
 
-LexerKey = tuple[tuple[int, ...], tuple[int, ...], int, bool, bool]
+LexerKey = tuple[tuple[int, ...], tuple[int, ...], int, bool, bool, Column | None]
+EndClass = tuple[int, Column | None]  # the terminal a lexeme ends as, and the newline's indentation
 
 
 class LexerCore(_Interner[LexerKey]):
@@ -154,22 +176,39 @@ class LexerCore(_Interner[LexerKey]):
     matching later becomes the new ``best``. A key is ``(alternatives, trackers, best, matched,
     fresh)``: the live automaton states of the candidate terminals, the live states of *embedded*
     string terminals (kept only to retype ``best`` when its text equals theirs), the best terminal
-    so far (-1: none), whether it matches at exactly this point, and whether nothing was consumed.
+    so far (-1: none), whether it matches at exactly this point, whether nothing was consumed,
+    and (indentation grammars) the indentation measured while the newline terminal is alive.
+
+    ``end_class_of[state]`` numbers the distinct ways a lexeme can end here: its winning
+    terminal, with the measured indentation when that is the newline (-1: it cannot end here).
     """
 
     def __init__(self, automata: TerminalAutomata) -> None:
         self.automata = automata
+        spec = getattr(automata, "indentation", None)
+        self.newline = spec.newline if spec is not None else -1
         self.winner_of = np.full(64, -1, dtype=np.int32)
+        self.end_class_of = np.full(64, -1, dtype=np.int32)
+        self.end_classes: list[EndClass] = []
+        self._end_index: dict[EndClass, int] = {}
         super().__init__()
         self._starts: dict[frozenset[int], int] = {}
 
     def _on_new(self, ident: int, key: LexerKey) -> None:
         if ident >= len(self.winner_of):
             self.winner_of = np.concatenate([self.winner_of, np.full(len(self.winner_of), -1, dtype=np.int32)])
-        self.winner_of[ident] = self._winner(key)
+            self.end_class_of = np.concatenate([self.end_class_of, np.full(len(self.end_class_of), -1,
+                                                                           dtype=np.int32)])
+        winner = self._winner(key)
+        self.winner_of[ident] = winner
+        if winner >= 0:
+            end = (winner, key[5] if winner == self.newline else None)
+            self.end_class_of[ident] = self._end_index.setdefault(end, len(self.end_classes))
+            if self.end_class_of[ident] == len(self.end_classes):
+                self.end_classes.append(end)
 
     def _winner(self, key: LexerKey) -> int:
-        alternatives, trackers, best, matched, _fresh = key
+        alternatives, trackers, best, matched, _fresh, _column = key
         if not matched:
             return -1
         auto = self.automata
@@ -187,7 +226,7 @@ class LexerCore(_Interner[LexerKey]):
             embedded = {s for r in candidates for s, emb in auto.unless[r] if emb and s in candidates}
             alternatives = tuple(sorted(int(auto.start_of[t]) for t in candidates - embedded))
             trackers = tuple(sorted(int(auto.start_of[t]) for t in embedded))
-            found = self._starts[candidates] = self.intern((alternatives, trackers, -1, False, True))
+            found = self._starts[candidates] = self.intern((alternatives, trackers, -1, False, True, None))
         return found
 
     def winner(self, state: int) -> int:
@@ -197,8 +236,12 @@ class LexerCore(_Interner[LexerKey]):
     def is_fresh(self, state: int) -> bool:
         return self.keys[state][4]
 
+    def end_class(self, state: int) -> EndClass:
+        """How the lexeme ends if it ends here: terminal and, for a newline, its indentation."""
+        return self.end_classes[int(self.end_class_of[state])]
+
     def _compute(self, state: int, byte: int) -> int:
-        alternatives, trackers, best, _matched, _fresh = self.keys[state]
+        alternatives, trackers, best, _matched, _fresh, column = self.keys[state]
         auto = self.automata
         trans = auto.trans
         moved = {int(t) for t in (trans[s, byte] for s in alternatives) if t >= 0}
@@ -218,7 +261,9 @@ class LexerCore(_Interner[LexerKey]):
             moved -= losing
         if not moved:
             return DEAD
-        return self.intern((tuple(sorted(moved)), tuple(sorted(tracked)), best, matched, False))
+        newline_alive = self.newline >= 0 and any(int(auto.terminal_of[s]) == self.newline for s in moved)
+        column = next_column(column, byte) if newline_alive else None
+        return self.intern((tuple(sorted(moved)), tuple(sorted(tracked)), best, matched, False, column))
 
 
 class LexParserCore(_Interner[tuple[Config, ...]]):
@@ -227,11 +272,21 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
     def __init__(self, parser: ParserCore, lexer: LexerCore) -> None:
         self.parser = parser
         self.lexer = lexer
+        spec = getattr(lexer.automata, "indentation", None)
+        self.symbols = IndentingParser(parser, spec) if spec is not None else SymbolParser(parser)
+        auto = lexer.automata
+        reserved = getattr(auto, "reserved", frozenset())
+        self._reserved_of = {t: frozenset(s for s, _emb in auto.unless[t] if s in reserved)
+                             for t in range(len(auto.names)) if reserved}
         self._candidates: dict[int, frozenset[int]] = {}
         self._ends: dict[Config, Config | None] = {}
         self._can_end = np.zeros(64, dtype=bool)
         super().__init__()
-        self.initial = self.intern((self.fresh(parser.initial),))
+        if spec is not None:  # the input starts as if after a newline (the first line is at column 0)
+            start = lexer.step(lexer.start(frozenset((spec.newline,))), 0x0A)
+            self.initial = self.intern(((self.symbols.initial, start),))
+        else:
+            self.initial = self.intern((self.fresh(self.symbols.initial),))
 
     def _on_new(self, ident: int, key: tuple[Config, ...]) -> None:
         if ident >= len(self._can_end):
@@ -244,8 +299,10 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         """Terminals the lexer considers at parser state ``pid``: acceptable ones plus ignored."""
         found = self._candidates.get(pid)
         if found is None:
-            allowed = np.flatnonzero(self.parser.allowed_symbols(pid))
-            found = self._candidates[pid] = frozenset(int(t) for t in allowed) | self.lexer.automata.ignore
+            found = self.symbols.allowed(pid) | self.lexer.automata.ignore
+            if self._reserved_of:
+                found = found.union(*(self._reserved_of.get(t, frozenset()) for t in found))
+            self._candidates[pid] = found
         return found
 
     def fresh(self, pid: int) -> Config:
@@ -256,14 +313,18 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         if config in self._ends:
             return self._ends[config]
         pid, lid = config
-        terminal = self.lexer.winner(lid)
         result: Config | None = None
-        if terminal >= 0:
-            nxt = pid if terminal in self.lexer.automata.ignore else self.parser.step(pid, terminal)
+        if self.lexer.winner(lid) >= 0:
+            nxt = self.after(pid, int(self.lexer.end_class_of[lid]))
             if nxt != DEAD:
                 result = self.fresh(nxt)
         self._ends[config] = result
         return result
+
+    def after(self, pid: int, end_class: int) -> int:
+        """The parser state after a lexeme ended as ``end_class`` in parser state ``pid``."""
+        terminal, column = self.lexer.end_classes[end_class]
+        return pid if terminal in self.lexer.automata.ignore else self.symbols.step(pid, terminal, column)
 
     def _step_configs(self, configs: tuple[Config, ...], byte: int) -> list[Config]:
         if not configs:
@@ -292,10 +353,10 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
     def _configs_can_end(self, configs: tuple[Config, ...]) -> bool:
         for pid, lid in configs:
             if self.lexer.is_fresh(lid):
-                return self.parser.can_end(pid)
+                return self.symbols.can_end(pid)
             if self.lexer.winner(lid) >= 0:
                 ended = self.end_lexeme((pid, lid))
-                return ended is not None and self.parser.can_end(ended[0])
+                return ended is not None and self.symbols.can_end(ended[0])
         return False
 
     # -- queries (the interface GrammarMatcher uses) -----------------------------------------
@@ -320,7 +381,7 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
             return DEAD if ended is None else self.intern((ended,))
         return self.intern(rest) if rest else DEAD
 
-    def resumed_state(self, pid: int, terminal: int) -> int:
-        """The state after the lexeme ended as ``terminal`` at parser state ``pid``."""
-        nxt = pid if terminal in self.lexer.automata.ignore else self.parser.step(pid, terminal)
+    def resumed_state(self, pid: int, end_class: int) -> int:
+        """The state after the lexeme ended as ``end_class`` (see `LexerCore`) at parser state ``pid``."""
+        nxt = self.after(pid, end_class)
         return DEAD if nxt == DEAD else self.intern((self.fresh(nxt),))

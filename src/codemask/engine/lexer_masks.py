@@ -7,7 +7,9 @@ three classes, whatever the parser below:
   and every candidate is acceptable to the parser by construction);
 - *uncertain*: the lexeme dies inside the token after last matching terminal ``T`` at offset
   ``k >= 1``; longest match then ends the lexeme there, and the residual ``token[k:]`` must be
-  checked from the parser state after ``T`` (a vectorised walk at run time);
+  checked from the parser state after ``T`` (a vectorised walk at run time). Tokens are grouped
+  by the lexer's *end class* at offset ``k``: the terminal, plus for a Python newline the
+  indentation it measured (which decides INDENT/DEDENT);
 - *fail*: the lexeme dies without matching again inside the token, so the whole token belongs to
   the fallback configuration (the lexeme ended before the token, or an older fallback): its
   verdict is that state's own mask, cached like any other.
@@ -34,7 +36,7 @@ class LexerPosition:
 
     accepted: np.ndarray  # uint32 [words]
     fail: np.ndarray  # uint32 [words]
-    uncertain: dict[int, Uncertain]  # by the terminal that ends the lexeme
+    uncertain: dict[int, Uncertain]  # by the end class (`LexerCore.end_class_of`) that ends the lexeme
 
 
 def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size: int,
@@ -44,7 +46,7 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
     accepted = np.zeros(n, dtype=bool)
     exit_depth = np.full(n, -1, dtype=np.int64)
     exit_winner = np.full(n, -1, dtype=np.int64)
-    winner0 = lexer.winner(lid)
+    winner0 = int(lexer.end_class_of[lid])
     idx = np.arange(len(trie.levels[0].byte), dtype=np.int64) if trie.levels else np.zeros(0, dtype=np.int64)
     parents = np.full(len(idx), lid, dtype=np.int64)
     acc_depth = np.full(len(idx), 0 if winner0 >= 0 else -1, dtype=np.int64)
@@ -63,7 +65,7 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
         idx, states, acc_depth, acc_winner = idx[live], states[live], acc_depth[live], acc_winner[live]
         tok = level.token[idx]
         accepted[tok[tok >= 0]] = True
-        winners = lexer.winner_of[states].astype(np.int64)
+        winners = lexer.end_class_of[states].astype(np.int64)
         matched = winners >= 0
         acc_depth = np.where(matched, depth, acc_depth)
         acc_winner = np.where(matched, winners, acc_winner)
@@ -129,8 +131,8 @@ class LexerMaskComputer:
         pid, lid = core.configs(state)[0]
         pos = self.position(lid)
         words = pos.accepted.copy()
-        for terminal, unc in pos.uncertain.items():
-            resumed = core.resumed_state(pid, terminal)
+        for end_class, unc in pos.uncertain.items():
+            resumed = core.resumed_state(pid, end_class)
             if resumed != DEAD:
                 set_bits(words, resolve_residuals(core, unc, resumed))
         fallback = core.fallback_state(state)

@@ -116,6 +116,9 @@ class Terminal:
     their text (Lark's keywords-versus-names rule), each with whether the string is *embedded*
     (then it is not tried on its own when this regex terminal is also a candidate).
     ``shortest`` marks a terminal whose match stops at its first possible end (a lazy regex).
+    ``reserved`` marks a string terminal that is a reserved word (Python's hard keywords): a
+    regex terminal that retypes to it does so wherever that regex is a candidate, not only where
+    the parser could take the word (Lark retypes only among the candidates).
     """
 
     name: str
@@ -125,6 +128,7 @@ class Terminal:
     order: int = 0
     unless: tuple[tuple[str, bool], ...] = ()
     shortest: bool = False
+    reserved: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,8 @@ def grammar_text(ir: GrammarIR) -> str:
     for name in sorted(ir.terminals):
         term = ir.terminals[name]
         lines.append(f"%{name}.{term.priority} ::= {to_text(term.body)} lit={term.literal!r} "
-                     f"order={term.order} unless={term.unless!r} shortest={term.shortest}")
+                     f"order={term.order} unless={term.unless!r} shortest={term.shortest}"
+                     + (" reserved" if term.reserved else ""))
     if ir.ignore:
         lines.append("%ignore " + " ".join(ir.ignore))
     return "\n".join(lines)

@@ -25,6 +25,9 @@ Conventions of the produced IR (until the IR has fields for them):
   rules refer to it by that name. :func:`lark_name` recovers Lark's name.
 - ``Terminal.literal`` is set for string terminals (``"if"``, ``"select"i``); a case-insensitive
   one has a regex body that differs from ``Literal(literal)``.
+- A comment line ``//! codemask reserved: if else ...`` (a codemask extension Lark ignores)
+  marks the string terminals with those texts ``Terminal.reserved``: reserved words, as a
+  language's own tokenizer treats its hard keywords (docs/code-grammars.md).
 """
 
 from __future__ import annotations
@@ -86,9 +89,27 @@ def parse_lark(text: str, start: str = "start", source: str = "<lark>",
     missing_ignored = [name for name in ignore if name not in defined_names]
     if missing_ignored:
         raise GrammarError(f"{source}: %ignore names terminals without a pattern: {', '.join(missing_ignored)}")
+    _mark_reserved(terminals, reserved_words(text))
     rename = {name: DECLARED_PREFIX + name for name in declared}
     return GrammarIR(rules=_rules(lark_rules, start, rename), start=start, terminals=terminals,
                      ignore=tuple(dict.fromkeys(ignore)))
+
+
+_RESERVED_PRAGMA = re.compile(r"^//!\s*codemask\s+reserved:(.*)$", re.MULTILINE)
+
+
+def reserved_words(text: str) -> set[str]:
+    """The words listed on ``//! codemask reserved:`` lines of a grammar's text."""
+    return {word for match in _RESERVED_PRAGMA.finditer(text) for word in match.group(1).split()}
+
+
+def _mark_reserved(terminals: dict[str, Terminal], words: set[str]) -> None:
+    """Flag the string terminals whose text is a reserved word (in place)."""
+    import dataclasses
+
+    for name, term in terminals.items():
+        if term.literal is not None and term.literal.decode("utf-8") in words:
+            terminals[name] = dataclasses.replace(term, reserved=True)
 
 
 def lark_name(ir_name: str) -> str:

@@ -1,0 +1,226 @@
+"""Python's indentation, inside the engine's state: NEWLINE, INDENT and DEDENT as its tokenizer makes them.
+
+A grammar that ``%declare``s ``_INDENT`` and ``_DEDENT`` and has a ``_NEWLINE`` (or ``_NL``)
+terminal is parsed with this tracker between the lexer and the parser, in place of Lark's
+``Indenter`` post-lexer. Its semantics are CPython's tokenizer's, not Lark's:
+
+- the newline terminal's text includes the blank and comment-only lines after it and the next
+  line's indentation; the lexer measures that indentation byte by byte (:class:`Column`), so the
+  tracker never needs the lexeme's text;
+- inside brackets (``LPAR``/``LSQB``/``LBRACE`` … their closers) a newline is dropped;
+  elsewhere it is passed to the parser and then the indentation is compared with the stack of
+  levels: deeper pushes one ``_INDENT``, shallower pops one ``_DEDENT`` per level and must land
+  on a level; levels are compared both with tabs to multiples of 8 and with tabs as 1 column,
+  and must agree (Python's ``TabError``);
+- the input starts as if after a newline that the parser never sees: the first line must be at
+  column 0, leading blank and comment lines are ignored;
+- at the end of the input, an implicit newline where the parser takes one, then a ``_DEDENT``
+  per open level.
+
+States are interned ``(parser state, bracket depth, levels, at start)`` tuples, so the
+indentation stack is part of the combined state that masks are cached by; every transition is
+memoised.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from codemask.engine.parser import DEAD, ParserCore
+
+Column = tuple[int, int]  # indentation width with tabs to multiples of 8, and with tabs as 1
+TAB_SIZE = 8
+NEWLINE_NAMES = ("_NEWLINE", "_NL")
+OPENING = ("LPAR", "LSQB", "LBRACE")
+CLOSING = ("RPAR", "RSQB", "RBRACE")
+
+
+@dataclass(frozen=True)
+class IndentSpec:
+    """Which terminals (by index) are the newline, the brackets, and the injected INDENT/DEDENT."""
+
+    newline: int
+    indent: int
+    dedent: int
+    opening: frozenset[int]
+    closing: frozenset[int]
+
+
+def indent_spec(names: list[str], declared_prefix: str = "declared:") -> IndentSpec | None:
+    """The indentation set-up of a lexer-mode grammar by Lark's convention, or None.
+
+    It applies when ``_INDENT`` and ``_DEDENT`` are declared (no pattern) and a ``_NEWLINE``
+    or ``_NL`` terminal exists; brackets are Lark's names for ``(``, ``[``, ``{`` and closers.
+    """
+    index = {name: i for i, name in enumerate(names)}
+    indent, dedent = index.get(declared_prefix + "_INDENT"), index.get(declared_prefix + "_DEDENT")
+    newline = next((index[n] for n in NEWLINE_NAMES if n in index), None)
+    if indent is None or dedent is None or newline is None:
+        return None
+    return IndentSpec(newline=newline, indent=indent, dedent=dedent,
+                      opening=frozenset(index[n] for n in OPENING if n in index),
+                      closing=frozenset(index[n] for n in CLOSING if n in index))
+
+
+def next_column(column: Column | None, byte: int) -> Column | None:
+    """The indentation measured after one more byte of a newline lexeme (None: not measuring)."""
+    if byte == 0x0A or byte == 0x0C:  # a newline starts a line; a form feed resets the column
+        return (0, 0)
+    if column is None:
+        return None
+    if byte == 0x20:
+        return (column[0] + 1, column[1] + 1)
+    if byte == 0x09:
+        return ((column[0] // TAB_SIZE + 1) * TAB_SIZE, column[1] + 1)
+    return None  # a comment or a carriage return: this line's indentation does not count
+
+
+IndentKey = tuple[int, int, tuple[Column, ...], bool]
+
+
+class SymbolParser:
+    """The parser as the lexer layer sees it: terminals in, states out (no indentation)."""
+
+    def __init__(self, parser: ParserCore) -> None:
+        self.parser = parser
+        self.initial = parser.initial
+        self._allowed: dict[int, frozenset[int]] = {}
+
+    def allowed(self, pid: int) -> frozenset[int]:
+        """The terminals the parser takes in state ``pid``."""
+        found = self._allowed.get(pid)
+        if found is None:
+            found = self._allowed[pid] = frozenset(np.flatnonzero(self.parser.allowed_symbols(pid)).tolist())
+        return found
+
+    def step(self, pid: int, terminal: int, column: Column | None) -> int:
+        return self.parser.step(pid, terminal)
+
+    def can_end(self, pid: int) -> bool:
+        return self.parser.can_end(pid)
+
+
+class IndentingParser(SymbolParser):
+    """The parser behind Python's indentation tracker; its states carry brackets and levels."""
+
+    def __init__(self, parser: ParserCore, spec: IndentSpec) -> None:
+        super().__init__(parser)
+        self.spec = spec
+        self.keys: list[IndentKey] = []
+        self._index: dict[IndentKey, int] = {}
+        self._steps: dict[tuple[int, int, Column | None], int] = {}
+        self._outer_allowed: dict[int, frozenset[int]] = {}
+        self._ends: dict[int, bool] = {}
+        self._lock = threading.RLock()
+        self.initial = self.intern((parser.initial, 0, ((0, 0),), True))
+
+    def intern(self, key: IndentKey) -> int:
+        found = self._index.get(key)
+        if found is None:
+            with self._lock:
+                found = self._index.setdefault(key, len(self.keys))
+                if found == len(self.keys):
+                    self.keys.append(key)
+        return found
+
+    def allowed(self, pid: int) -> frozenset[int]:
+        """Terminals the lexer may end a lexeme as: the parser's, plus newlines inside brackets."""
+        found = self._outer_allowed.get(pid)
+        if found is None:
+            inner, depth, _levels, at_start = self.keys[pid]
+            spec = self.spec
+            if at_start:
+                found = frozenset((spec.newline,))
+            else:
+                found = super().allowed(inner) - {spec.indent, spec.dedent}
+                if depth:
+                    found |= {spec.newline}
+            self._outer_allowed[pid] = found
+        return found
+
+    def step(self, pid: int, terminal: int, column: Column | None) -> int:
+        key = (pid, terminal, column if terminal == self.spec.newline else None)
+        found = self._steps.get(key)
+        if found is None:
+            found = self._steps[key] = self._step(*key)
+        return found
+
+    def _step(self, pid: int, terminal: int, column: Column | None) -> int:
+        inner, depth, levels, at_start = self.keys[pid]
+        spec, parser = self.spec, self.parser
+        if terminal == spec.newline:
+            if at_start:  # the lines before the first statement: it must start at column 0
+                return DEAD if column is not None and column != (0, 0) else self.intern((inner, 0, levels, False))
+            if depth:
+                return pid
+            nxt = parser.step(inner, terminal)
+            if nxt == DEAD:
+                return DEAD
+            return self._indent(nxt, levels, column)
+        if terminal in spec.opening:
+            depth += 1
+        elif terminal in spec.closing:
+            if not depth:
+                return DEAD
+            depth -= 1
+        nxt = parser.step(inner, terminal)
+        return DEAD if nxt == DEAD else self.intern((nxt, depth, levels, False))
+
+    def _indent(self, inner: int, levels: tuple[Column, ...], column: Column | None) -> int:
+        """After a newline: compare the new line's indentation with the levels (CPython's rules)."""
+        if column is None:  # the input ends in a comment line: nothing follows to indent
+            return self.intern((inner, 0, levels, False))
+        top = levels[-1]
+        if column[0] == top[0]:
+            return DEAD if column[1] != top[1] else self.intern((inner, 0, levels, False))
+        if column[0] > top[0]:
+            if column[1] <= top[1]:
+                return DEAD
+            inner = self.parser.step(inner, self.spec.indent)
+            return DEAD if inner == DEAD else self.intern((inner, 0, (*levels, column), False))
+        while levels and column[0] < levels[-1][0]:
+            levels = levels[:-1]
+            inner = self.parser.step(inner, self.spec.dedent)
+            if inner == DEAD:
+                return DEAD
+        if not levels or levels[-1] != column:
+            return DEAD  # unindent does not match any outer level (or tabs disagree)
+        return self.intern((inner, 0, levels, False))
+
+    def can_end(self, pid: int) -> bool:
+        """The input may end: brackets closed, an implicit newline if needed, every level closed."""
+        found = self._ends.get(pid)
+        if found is None:
+            found = self._ends[pid] = self._can_end(pid)
+        return found
+
+    def _can_end(self, pid: int) -> bool:
+        inner, depth, levels, at_start = self.keys[pid]
+        if depth:
+            return False
+        if at_start:
+            return self.parser.can_end(inner)
+        return any(self._closes(state, len(levels) - 1)
+                   for state in (inner, self.parser.step(inner, self.spec.newline)) if state != DEAD)
+
+    def _closes(self, inner: int, dedents: int) -> bool:
+        for _ in range(dedents):
+            inner = self.parser.step(inner, self.spec.dedent)
+            if inner == DEAD:
+                return False
+        return self.parser.can_end(inner)
+
+    def levels(self, pid: int) -> tuple[Column, ...]:
+        """The indentation levels open in state ``pid`` (the first is column 0)."""
+        return self.keys[pid][2]
+
+    def depth(self, pid: int) -> int:
+        """How many brackets are open in state ``pid``."""
+        return self.keys[pid][1]
+
+    def inner(self, pid: int) -> int:
+        """The grammar parser's own state inside ``pid``."""
+        return self.keys[pid][0]
