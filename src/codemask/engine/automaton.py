@@ -289,20 +289,29 @@ def _partition_edges(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, 
 
 
 def minimize(dfa: DFA) -> DFA:
-    """Merge equivalent states (Moore partition refinement, vectorised over symbols)."""
+    """Merge equivalent states (Moore partition refinement, vectorised over states).
+
+    Each round numbers the distinct rows of ``[class, call classes, target classes per symbol
+    class]``. Symbols are first grouped into classes of identical columns (a rule over bytes
+    rarely distinguishes more than a few dozen), and calls become one column per callee rule,
+    so a round is a handful of array operations however many states there are.
+    """
     n = len(dfa.accepting)
     if n <= 1:
         return dfa
+    _, first_columns = np.unique(dfa.trans, axis=1, return_index=True)
+    trans = dfa.trans[:, np.sort(first_columns)]
+    callees = sorted({r for c in dfa.calls for r in c})
+    call_targets = np.full((n, len(callees)), -1, dtype=np.int64)
+    for s, c in enumerate(dfa.calls):
+        for j, r in enumerate(callees):
+            call_targets[s, j] = c.get(r, -1)
+    targets = np.concatenate([trans.astype(np.int64), call_targets], axis=1)
     part = dfa.accepting.astype(np.int64)
     count = len(np.unique(part))
     while True:
-        ext = np.append(part, -1)
-        sig_rows = ext[dfa.trans]  # -1 transitions map to ext[-1] = -1
-        call_sigs = [tuple(sorted((r, int(part[t])) for r, t in c.items())) for c in dfa.calls]
-        call_ids = {sig: i for i, sig in enumerate(sorted(set(call_sigs)))}
-        extra = np.array([[part[i], call_ids[call_sigs[i]]] for i in range(n)], dtype=np.int64)
-        table = np.concatenate([extra, sig_rows], axis=1)
-        new_part = _row_classes(table)
+        ext = np.append(part, -1)  # -1 (no edge) maps to ext[-1] = -1
+        new_part = _row_classes(np.concatenate([part[:, None], ext[targets]], axis=1))
         new_count = int(new_part.max()) + 1
         part = new_part
         if new_count == count:
@@ -316,27 +325,38 @@ def minimize(dfa: DFA) -> DFA:
     reps: dict[int, int] = {}
     for s in range(n):
         reps.setdefault(int(remap[s]), s)
-    trans = np.full((count, dfa.trans.shape[1]), -1, dtype=np.int32)
+    out_trans = np.full((count, dfa.trans.shape[1]), -1, dtype=np.int32)
     accepting = np.zeros(count, dtype=bool)
     calls: list[dict[int, int]] = [{} for _ in range(count)]
     for cls, s in reps.items():
         row = dfa.trans[s]
-        trans[cls] = np.where(row >= 0, remap[np.maximum(row, 0)], -1)
+        out_trans[cls] = np.where(row >= 0, remap[np.maximum(row, 0)], -1)
         accepting[cls] = dfa.accepting[s]
         calls[cls] = {r: int(remap[t]) for r, t in dfa.calls[s].items()}
-    return DFA(trans=trans, accepting=accepting, calls=calls, start=0)
+    return DFA(trans=out_trans, accepting=accepting, calls=calls, start=0)
 
 
 def _row_classes(table: np.ndarray) -> np.ndarray:
-    """Number the distinct rows of a 2-D array (equal rows, equal numbers).
+    """Number the distinct rows of a 2-D int64 array (equal rows, equal numbers), exactly.
 
-    Hashing each row's bytes is linear; ``np.unique(axis=0)`` sorts rows lexicographically and
-    took seconds per refinement round on grammars with a few thousand states and 258 symbols.
+    Rows are hashed to one int64 each by a random linear form (wrapping arithmetic), numbered
+    by ``np.unique`` over the hashes, and then checked against their class representative: a
+    hash collision, however unlikely, falls back to numbering the rows' bytes.
     """
-    table = np.ascontiguousarray(table)
+    table = np.ascontiguousarray(table, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        hashes = table @ _HASH_WEIGHTS[: table.shape[1]] if table.shape[1] <= len(_HASH_WEIGHTS) else None
+    if hashes is not None:
+        _, first, classes = np.unique(hashes, return_index=True, return_inverse=True)
+        classes = classes.reshape(-1)
+        if (table == table[first[classes]]).all():
+            return classes.astype(np.int64)
     ids: dict[bytes, int] = {}
     return np.fromiter((ids.setdefault(row.tobytes(), len(ids)) for row in table), dtype=np.int64,
                        count=table.shape[0])
+
+
+_HASH_WEIGHTS = np.random.default_rng(20261123).integers(1, 2**62, size=4096, dtype=np.int64) | 1
 
 
 def trim(dfa: DFA) -> DFA:

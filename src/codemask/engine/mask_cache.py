@@ -18,14 +18,24 @@ so a state seen before costs a lookup.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 from tqdm import tqdm
 
 from codemask.engine.parser import DEAD, ParserCore
-from codemask.engine.token_trie import TokenTrie, expand_ranges
+from codemask.engine.token_trie import TokenTrie, TrieLevel, expand_ranges
+
+# Assembling masks: a position is wide when at least 1/DENSE_FRACTION of the vocabulary is ok or exits;
+# wide ones are built as dense boolean rows DENSE_CHUNK at a time, narrow ones as sparse bit sets,
+# up to SPARSE_CHUNK positions or SPARSE_TOKENS findings at a time.
+DENSE_FRACTION = 64
+SPARSE_CHUNK = 512
+SPARSE_TOKENS = 1 << 18
+DENSE_CHUNK = 16
+# Tokens under the first-level nodes walked in one frontier (bounds the walk's memory).
+WALK_BATCH_TOKENS = 1 << 20
 
 
 def num_words(vocab_size: int) -> int:
@@ -72,91 +82,324 @@ class PositionMasks:
 
 def build_position_masks(core: ParserCore, trie: TokenTrie, vocab_size: int,
                          token_bytes: list[bytes], progress: str | None = None) -> PositionMasks:
-    """Classify the vocabulary at every position of the grammar (the compile-time work)."""
+    """Classify the vocabulary at every position of the grammar (the compile-time work).
+
+    All positions take their first byte in one vectorised step; below the first byte, each
+    (trie node, parser state) subtree is walked once and shared (`SubtreeMemo`). Positions are
+    then assembled in chunks of similar width: narrow ones (a property name's bytes allow a
+    handful of tokens) many at a time with sparse bit sets, wide ones (inside a free string)
+    a few at a time with dense rows.
+    """
     positions = np.flatnonzero(core.rtn.scanning)
     row_of_state = np.full(core.rtn.num_states, -1, dtype=np.int32)
     row_of_state[positions] = np.arange(len(positions), dtype=np.int32)
     accepted = np.zeros((len(positions), num_words(vocab_size)), dtype=np.uint32)
-    uncertain: list[Uncertain | None] = []
+    uncertain: list[Uncertain | None] = [None] * len(positions)
     with_callers = core.rtn.rules_with_callers()
     follow = core.rtn.follow_bytes()
-    bar = tqdm(positions, desc=progress or "compiling grammar", unit="pos", delay=1.0, leave=False,
+    memo = SubtreeMemo(core, trie)
+    starts = [core.frame_state(int(p)) for p in positions]
+    first = first_bytes(core, trie, starts)
+    memo.walk_new(first.idx, first.states)
+    widths = first.found_count(len(starts)) + memo.found_count(first, len(starts))
+    order = np.argsort(widths, kind="stable")
+    first = first_bytes(core, trie, [starts[i] for i in order])  # transitions are memoised by now
+    bar = tqdm(total=len(positions), desc=progress or "compiling grammar", unit="pos", delay=1.0, leave=False,
                disable=progress is None)
-    for row, position in enumerate(bar):
-        ok_sorted, unc_sorted, unc_k = classify_position(core, trie, int(position))
-        accepted[row] = pack_ids(trie.token_ids(ok_sorted), vocab_size)
-        rule = int(core.rtn.state_rule[position])
-        if rule in with_callers:
+    for lo, hi, dense in _chunks(widths[order], trie.num_tokens):
+        walk = classify_chunk(trie, first, memo, lo, hi - lo, dense)
+        rows = order[lo:hi]
+        accepted[rows] = walk.packed(trie, vocab_size)
+        for i, row in enumerate(rows.tolist()):
+            rule = int(core.rtn.state_rule[positions[row]])
+            if rule not in with_callers:
+                continue  # leaving this frame ends the input, so the residual is refused
+            unc_sorted, unc_k = walk.uncertain_of(i)
             can_follow = follow[rule][trie.matrix[unc_sorted, unc_k]]
-            uncertain.append(uncertain_entry(trie, token_bytes, unc_sorted[can_follow], unc_k[can_follow]))
-        else:
-            uncertain.append(None)  # leaving this frame ends the input: the residual is refused
+            uncertain[row] = uncertain_entry(trie, token_bytes, unc_sorted[can_follow], unc_k[can_follow])
+        bar.update(hi - lo)
     bar.close()
     return PositionMasks(row_of_state=row_of_state, accepted=accepted, uncertain=uncertain)
 
 
-def classify_position(core: ParserCore, trie: TokenTrie, position: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Walk the trie from a frame-local state.
+def _chunks(widths: np.ndarray, num_tokens: int) -> list[tuple[int, int, bool]]:
+    """Split positions sorted by width into (lo, hi, dense) chunks of bounded total work."""
+    out: list[tuple[int, int, bool]] = []
+    lo = 0
+    while lo < len(widths):
+        dense = bool(widths[lo] * DENSE_FRACTION >= num_tokens)
+        limit = DENSE_CHUNK if dense else SPARSE_CHUNK
+        hi = lo + 1
+        total = int(widths[lo])
+        while hi < len(widths) and hi - lo < limit and (dense or total + widths[hi] <= SPARSE_TOKENS):
+            total += int(widths[hi])
+            hi += 1
+        out.append((lo, hi, dense))
+        lo = hi
+    return out
 
-    Returns the sorted indices of the accepted tokens, and the (sorted index, exit offset) pairs
-    of the uncertain ones.
+
+@dataclass
+class FrameWalk:
+    """The classification of the vocabulary from several frame-local start states at once.
+
+    A token is *ok* from a start when all its bytes are consumed with the parse still alive; it
+    is *uncertain* (with the offset where the frame ended) when a prefix of it reaches the
+    frame's bottom and it is not ok. Tokens that are neither are rejected from that start.
+    Findings come from two sources, each grouped by start: the first byte's step and the
+    memoised subtrees below it. ``dense`` holds the ok tokens as boolean rows when the chunk
+    is wide.
     """
-    start = core.frame_state(position)
-    end_state = np.full(trie.num_tokens, DEAD, dtype=np.int64)
-    exit_tokens: list[np.ndarray] = []
-    exit_offsets: list[np.ndarray] = []
-    if start == DEAD or not trie.levels:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    idx = np.arange(len(trie.levels[0].byte), dtype=np.int64)
-    parents = np.full(len(idx), start, dtype=np.int64)
-    for depth, level in enumerate(trie.levels, start=1):
-        states = core.advance(parents, level.byte[idx]).astype(np.int64)
-        live = states >= 0
-        idx, states = idx[live], states[live]
+
+    sources: tuple[LevelResults, ...]
+    count: int
+    dense: np.ndarray | None
+
+    def uncertain_of(self, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted token indices and exit offsets of one start's uncertain tokens."""
+        tokens, offsets = [], []
+        for found in self.sources:
+            lo, hi = np.searchsorted(found.exit_owner, [start, start + 1])
+            tokens.append(found.exit_token[lo:hi])
+            offsets.append(found.exit_offset[lo:hi])
+        return np.concatenate(tokens), np.concatenate(offsets)
+
+    def drop_ok_exits(self, num_tokens: int) -> None:
+        """Remove exits of tokens that are ok from the same start (they are not uncertain)."""
+        if self.dense is not None:
+            dense = self.dense
+            self.sources = tuple(_exits_where(found, ~dense[found.exit_owner, found.exit_token])
+                                 for found in self.sources)
+            return
+        ok_keys = np.sort(np.concatenate([found.ok_owner * num_tokens + found.ok_token for found in self.sources]))
+        self.sources = tuple(_exits_where(found, ~_member(found.exit_owner * num_tokens + found.exit_token, ok_keys))
+                             for found in self.sources)
+
+    def packed(self, trie: TokenTrie, vocab_size: int) -> np.ndarray:
+        """The ok tokens as uint32 bitmask rows over token ids, one per start."""
+        if self.dense is not None:
+            return pack_rows(trie, self.dense, vocab_size)
+        words = np.zeros((self.count, num_words(vocab_size)), dtype=np.uint32)
+        owner = np.concatenate([found.ok_owner for found in self.sources])
+        ids, owner = trie.expand_pairs(np.concatenate([found.ok_token for found in self.sources]), owner)
+        ids = ids.astype(np.int64)
+        np.bitwise_or.at(words, (owner, ids >> 5), np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+        return words
+
+
+def first_bytes(core: ParserCore, trie: TokenTrie, starts: list[int]) -> LevelResults:
+    """Consume each first-level trie node's byte from every frame-local start state.
+
+    Owners are indices into ``starts``; the results come out grouped by owner, in order.
+    """
+    live = np.array([i for i, s in enumerate(starts) if s != DEAD], dtype=np.int64)
+    if not trie.levels or not len(live):
+        return _joined([])
+    roots = len(trie.levels[0].byte)
+    return _level_step(core, trie.levels[0], 1, np.tile(np.arange(roots, dtype=np.int64), len(live)),
+                       np.repeat(np.array(starts, dtype=np.int64)[live], roots), np.repeat(live, roots))
+
+
+def classify_chunk(trie: TokenTrie, first: LevelResults, memo: SubtreeMemo, lo: int, count: int,
+                   dense: bool) -> FrameWalk:
+    """The classification from starts ``lo .. lo+count-1``, from their first bytes and the memo."""
+    here = first.owners_between(lo, lo + count)
+    below = memo.gather(memo.ids(here.idx, here.states), here.owner)
+    walk = FrameWalk((here, below), count, None)
+    if dense:
+        n = trie.num_tokens
+        ok = np.zeros((count, n), dtype=bool)
+        for found in walk.sources:
+            ok.reshape(-1)[found.ok_owner * n + found.ok_token] = True
+        walk.dense = ok
+    walk.drop_ok_exits(trie.num_tokens)
+    return walk
+
+
+def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """Which ``keys`` occur in ``sorted_keys`` (a binary search each: cheaper than ``np.isin``)."""
+    if not len(sorted_keys):
+        return np.zeros(len(keys), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return np.asarray(sorted_keys[at] == keys)
+
+
+def _exits_where(found: LevelResults, keep: np.ndarray) -> LevelResults:
+    return LevelResults(found.ok_owner, found.ok_token, found.exit_owner[keep], found.exit_token[keep],
+                        found.exit_offset[keep])
+
+
+@dataclass
+class LevelResults:
+    """What one walk found: ok (owner, token) pairs, exit (owner, token, offset) triples, and
+    after `_level_step`, the frontier that goes on (nodes, states, owners)."""
+
+    ok_owner: np.ndarray
+    ok_token: np.ndarray
+    exit_owner: np.ndarray
+    exit_token: np.ndarray
+    exit_offset: np.ndarray
+    idx: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    states: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+    def owners_between(self, lo: int, hi: int) -> LevelResults:
+        """The findings of owners ``lo .. hi-1`` (each array grouped by owner), renumbered from 0."""
+        a, b = np.searchsorted(self.ok_owner, [lo, hi])
+        c, d = np.searchsorted(self.exit_owner, [lo, hi])
+        e, f = np.searchsorted(self.owner, [lo, hi])
+        return LevelResults(self.ok_owner[a:b] - lo, self.ok_token[a:b], self.exit_owner[c:d] - lo,
+                            self.exit_token[c:d], self.exit_offset[c:d], self.idx[e:f], self.states[e:f],
+                            self.owner[e:f] - lo)
+
+    def found_count(self, owners: int) -> np.ndarray:
+        """How many ok and exit findings each owner has here."""
+        return np.bincount(self.ok_owner, minlength=owners) + np.bincount(self.exit_owner, minlength=owners)
+
+
+def _level_step(core: ParserCore, level: TrieLevel, depth: int, idx: np.ndarray, parents: np.ndarray,
+                owner: np.ndarray) -> LevelResults:
+    """Consume the bytes of ``level``'s nodes ``idx`` from ``parents``; keep the live ones that go on."""
+    states = core.advance(parents, level.byte[idx]).astype(np.int64)
+    live = states >= 0
+    idx, states, owner = idx[live], states[live], owner[live]
+    tok = level.token[idx]
+    ends = tok >= 0
+    exiting = core.flags[states]
+    nodes = idx[exiting]
+    lo, hi = level.lo[nodes] + (level.token[nodes] >= 0), level.hi[nodes]
+    going = core.has_stacks[states] & (level.child_hi[idx] > level.child_lo[idx])
+    return LevelResults(owner[ends], tok[ends].astype(np.int64), np.repeat(owner[exiting], hi - lo),
+                        expand_ranges(lo, hi), np.full(int((hi - lo).sum()), depth, dtype=np.int64),
+                        idx[going], states[going], owner[going])
+
+
+def _walk_below(core: ParserCore, trie: TokenTrie, idx: np.ndarray, states: np.ndarray,
+                owner: np.ndarray) -> LevelResults:
+    """Walk the subtrees below first-level nodes ``idx`` (their byte consumed, reaching ``states``)."""
+    found: list[LevelResults] = []
+    for depth in range(2, len(trie.levels) + 1):
+        upper = trie.levels[depth - 2]
+        lo, hi = upper.child_lo[idx], upper.child_hi[idx]
+        step = _level_step(core, trie.levels[depth - 1], depth, expand_ranges(lo, hi),
+                           np.repeat(states, hi - lo), np.repeat(owner, hi - lo))
+        found.append(step)
+        idx, states, owner = step.idx, step.states, step.owner
         if not len(idx):
             break
-        tok = level.token[idx]
-        ends = tok >= 0
-        end_state[tok[ends]] = states[ends]
-        exiting = core.flags[states]
-        if exiting.any():
-            nodes = idx[exiting]
-            longer = expand_ranges(level.lo[nodes] + (level.token[nodes] >= 0), level.hi[nodes])
-            exit_tokens.append(longer)
-            exit_offsets.append(np.full(len(longer), depth, dtype=np.int64))
-        going = core.has_stacks[states]
-        idx, states = idx[going], states[going]
-        if depth == len(trie.levels) or not len(idx):
-            break
-        lo, hi = level.child_lo[idx], level.child_hi[idx]
-        parents = np.repeat(states, hi - lo)
-        idx = expand_ranges(lo, hi)
-    ok = end_state >= 0
-    if exit_tokens:
-        unc = np.concatenate(exit_tokens)
-        k = np.concatenate(exit_offsets)
-        keep = ~ok[unc]
-        return np.flatnonzero(ok), unc[keep], k[keep]
+    return _joined(found)
+
+
+def _joined(parts: list[LevelResults]) -> LevelResults:
     empty = np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(ok), empty, empty
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts]) if parts else empty
+    return LevelResults(cat("ok_owner"), cat("ok_token"), cat("exit_owner"), cat("exit_token"), cat("exit_offset"))
+
+
+class SubtreeMemo:
+    """Walk results below a first-level trie node, per (node, parser state after its byte).
+
+    Positions of one grammar very often reach the same parser state after their first byte (the
+    content of every string that is not a known key, say, after one character of it), and
+    everything below depends only on that pair: each subtree is walked once per grammar, and
+    wide positions cost a gather instead of a walk over most of the vocabulary.
+    """
+
+    def __init__(self, core: ParserCore, trie: TokenTrie) -> None:
+        self.core, self.trie = core, trie
+        self._index: dict[tuple[int, int], int] = {}
+        self._parts: list[LevelResults] = []
+        self._ok_bounds = np.zeros(1, dtype=np.int64)
+        self._exit_bounds = np.zeros(1, dtype=np.int64)
+        self._flat: LevelResults | None = None
+
+    def walk_new(self, nodes: np.ndarray, states: np.ndarray) -> None:
+        """Walk the subtrees of the (node, state) pairs not seen before, a bounded batch at a time."""
+        level = self.trie.levels[0]
+        batch: list[tuple[int, int]] = []
+        tokens = 0
+        for key in dict.fromkeys(zip(nodes.tolist(), states.tolist(), strict=True)):
+            if key in self._index:
+                continue
+            self._index[key] = len(self._index)
+            batch.append(key)
+            tokens += int(level.hi[key[0]] - level.lo[key[0]])
+            if tokens >= WALK_BATCH_TOKENS:
+                self._walk(batch)
+                batch, tokens = [], 0
+        if batch:
+            self._walk(batch)
+
+    def _walk(self, batch: list[tuple[int, int]]) -> None:
+        pairs = np.array(batch, dtype=np.int64)
+        found = _walk_below(self.core, self.trie, pairs[:, 0], pairs[:, 1], np.arange(len(batch), dtype=np.int64))
+        self._store(found, len(batch))
+
+    def ids(self, nodes: np.ndarray, states: np.ndarray) -> np.ndarray:
+        """The memo ids of (node, state) pairs (walked by `walk_new` before)."""
+        index = self._index
+        return np.array([index[k] for k in zip(nodes.tolist(), states.tolist(), strict=True)], dtype=np.int64)
+
+    def _store(self, found: LevelResults, count: int) -> None:
+        ok_order = np.argsort(found.ok_owner, kind="stable")
+        exit_order = np.argsort(found.exit_owner, kind="stable")
+        self._parts.append(LevelResults(found.ok_owner[ok_order], found.ok_token[ok_order],
+                                        found.exit_owner[exit_order], found.exit_token[exit_order],
+                                        found.exit_offset[exit_order]))
+        owners = np.arange(count + 1)
+        ok_ends = np.searchsorted(found.ok_owner[ok_order], owners[1:], side="left")
+        exit_ends = np.searchsorted(found.exit_owner[exit_order], owners[1:], side="left")
+        self._ok_bounds = np.concatenate([self._ok_bounds, self._ok_bounds[-1] + ok_ends])
+        self._exit_bounds = np.concatenate([self._exit_bounds, self._exit_bounds[-1] + exit_ends])
+        self._flat = None
+
+    def found_count(self, first: LevelResults, owners: int) -> np.ndarray:
+        """How many ok and exit findings each owner of ``first`` has below its first bytes."""
+        ids = self.ids(first.idx, first.states)
+        bounds = (self._ok_bounds, self._exit_bounds)
+        sizes = sum(b[ids + 1] - b[ids] for b in bounds)
+        return np.bincount(first.owner, weights=sizes, minlength=owners).astype(np.int64)
+
+    def gather(self, ids: np.ndarray, owners: np.ndarray) -> LevelResults:
+        """The stored results of memo ``ids``, relabelled with ``owners``."""
+        if self._flat is None:
+            self._flat = _joined(self._parts)
+            self._parts = [self._flat]
+        flat = self._flat
+        ok_lo, ok_hi = self._ok_bounds[ids], self._ok_bounds[ids + 1]
+        ex_lo, ex_hi = self._exit_bounds[ids], self._exit_bounds[ids + 1]
+        ok_at, ex_at = expand_ranges(ok_lo, ok_hi), expand_ranges(ex_lo, ex_hi)
+        return LevelResults(np.repeat(owners, ok_hi - ok_lo), flat.ok_token[ok_at],
+                            np.repeat(owners, ex_hi - ex_lo), flat.exit_token[ex_at], flat.exit_offset[ex_at])
+
+
+def pack_rows(trie: TokenTrie, ok: np.ndarray, vocab_size: int) -> np.ndarray:
+    """uint32 bitmask rows (token ids) from boolean rows over the trie's sorted tokens."""
+    padded = np.concatenate([ok, np.zeros((ok.shape[0], 1), dtype=bool)], axis=1)
+    allowed = np.take(padded, trie.row_of_id(num_words(vocab_size) * 32), axis=1)
+    return np.packbits(allowed, axis=1, bitorder="little").view(np.uint32)
 
 
 def uncertain_entry(trie: TokenTrie, token_bytes: list[bytes], sorted_idx: np.ndarray,
-                     offsets: np.ndarray) -> Uncertain | None:
+                    offsets: np.ndarray) -> Uncertain | None:
+    """The `Uncertain` record of tokens (sorted rows) that leave the frame after ``offsets`` bytes.
+
+    Residuals ``token[k:]`` are cut out of the trie's byte matrix and deduplicated with one
+    ``np.unique`` over the padded rows (tokens that share a tail share a residual walk).
+    """
     if not len(sorted_idx):
         return None
-    token_ids, offsets = trie.expand_pairs(sorted_idx, offsets)
-    index: dict[bytes, int] = {}
-    residual_of = np.empty(len(token_ids), dtype=np.int32)
-    for i, (tid, k) in enumerate(zip(token_ids.tolist(), offsets.tolist(), strict=True)):
-        residual_of[i] = index.setdefault(token_bytes[tid][k:], len(index))
-    residual_list = list(index)
-    lengths = np.array([len(r) for r in residual_list], dtype=np.int32)
-    residuals = np.zeros((len(residual_list), int(lengths.max())), dtype=np.uint8)
-    for row, data in enumerate(residual_list):
-        residuals[row, : len(data)] = np.frombuffer(data, dtype=np.uint8)
-    return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of,
-                     residuals=residuals, residual_len=lengths)
+    lengths = trie.lengths[sorted_idx].astype(np.int64) - offsets
+    cols = offsets[:, None] + np.arange(int(lengths.max()), dtype=np.int64)
+    inside = cols < trie.lengths[sorted_idx][:, None]
+    tails = np.where(inside, trie.matrix[sorted_idx[:, None], np.minimum(cols, trie.matrix.shape[1] - 1)], 0)
+    keyed = np.column_stack([lengths, tails.astype(np.int64)])
+    distinct, residual_of = np.unique(keyed, axis=0, return_inverse=True)
+    token_ids, residual_of = trie.expand_pairs(sorted_idx, residual_of.reshape(-1))
+    return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of.astype(np.int32),
+                     residuals=distinct[:, 1:].astype(np.uint8), residual_len=distinct[:, 0].astype(np.int32))
 
 
 class Walker(Protocol):

@@ -164,12 +164,29 @@ class ParserCore:
         unknown = nxt == UNKNOWN
         if unknown.any():
             with self.lock:
-                pairs = np.unique(np.stack([states[unknown], symbols[unknown]]), axis=1)
-                for st, sy in pairs.T.tolist():
-                    if self.table[st, sy] == UNKNOWN:
-                        self.table[st, sy] = self._compute_step(st, sy)
+                for st in np.unique(states[unknown]).tolist():
+                    self._fill_row(st)
                 nxt = self.table[states, symbols]
         return nxt
+
+    def _fill_row(self, state: int) -> None:
+        """Compute every symbol's transition from ``state`` at once.
+
+        Symbols that move the state's stacks to the same RTN states lead to the same parser
+        state, so one closure per distinct column of the tops' transition rows suffices (a
+        string's content is one column for most of the 256 bytes).
+        """
+        stacks = self.state_stacks[state]
+        if not stacks:
+            self.table[state] = DEAD
+            return
+        targets = self._trans[[self.node_state[s] for s in stacks]]
+        columns, inverse = distinct_columns(targets)
+        outcomes = []
+        for column in columns.T.tolist():
+            moved = [self.node(t, self.node_parents[s]) for t, s in zip(column, stacks, strict=True) if t >= 0]
+            outcomes.append(self.closure(moved) if moved else DEAD)
+        self.table[state] = np.array(outcomes, dtype=np.int32)[inverse.reshape(-1)]
 
     def walk(self, state: int, data: bytes) -> int:
         """The state after a byte string (`DEAD` as soon as a byte is refused)."""
@@ -200,3 +217,28 @@ class ParserCore:
         """The real-parse state after the top frame of ``stack`` ends: its callers resume."""
         parents = [p for p in self.node_parents[stack] if p >= 0]
         return self.closure(parents) if parents else DEAD
+
+
+_COLUMN_WEIGHTS = np.random.default_rng(7).integers(1, 2**31, size=64, dtype=np.int64)
+
+
+def distinct_columns(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct columns of a small-height int table, and each column's index among them.
+
+    Columns are keyed by one int64 each (the value itself for one row, a random linear form
+    otherwise) and checked afterwards, so a collision falls back to the exact row-wise unique.
+    """
+    if table.shape[0] == 1:
+        keys = table[0].astype(np.int64)
+    elif table.shape[0] <= len(_COLUMN_WEIGHTS):
+        with np.errstate(over="ignore"):
+            keys = _COLUMN_WEIGHTS[: table.shape[0]] @ table.astype(np.int64)
+    else:
+        columns, inverse = np.unique(table, axis=1, return_inverse=True)
+        return columns, inverse.reshape(-1)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    columns = table[:, first]
+    if not (columns[:, inverse] == table).all():
+        columns, inverse = np.unique(table, axis=1, return_inverse=True)
+    return columns, inverse.reshape(-1)

@@ -51,6 +51,7 @@ class TokenTrie:
         ids = [i for n, i in enumerate(all_ids) if n == 0 or token_bytes[i] != token_bytes[all_ids[n - 1]]]
         self.order = np.array(ids, dtype=np.int32)  # sorted index -> (first) token id
         self._duplicates: dict[int, list[int]] = {}
+        self._row_of_id: dict[int, np.ndarray] = {}
         row = -1
         for n, i in enumerate(all_ids):
             if n == 0 or token_bytes[i] != token_bytes[all_ids[n - 1]]:
@@ -77,6 +78,20 @@ class TokenTrie:
             return ids
         extra = [i for r in rows.tolist() for i in self._duplicates.get(r, ())]
         return np.concatenate([ids, np.array(extra, dtype=np.int32)]) if extra else ids
+
+    def row_of_id(self, width: int) -> np.ndarray:
+        """For token ids ``0 .. width-1``, the sorted row spelling each, or ``num_tokens`` (no row).
+
+        Gathering boolean rows over sorted tokens through this gives rows over token ids.
+        """
+        table = self._row_of_id.get(width)
+        if table is None:
+            table = np.full(width, self.num_tokens, dtype=np.int64)
+            table[self.order] = np.arange(self.num_tokens)
+            for row, ids in self._duplicates.items():
+                table[ids] = row
+            self._row_of_id[width] = table
+        return table
 
     def expand_pairs(self, rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of ``rows`` with ``values`` repeated alongside, duplicates included."""

@@ -45,7 +45,7 @@ INLINE_WEIGHT_LIMIT = 4000
 SHARED_INLINE_WEIGHT_LIMIT = 500
 # ... and above this total weight of all its copies (a JSON Schema object's member, referenced from
 # every required-keys state, would otherwise be copied into each of them).
-SHARED_INLINE_TOTAL_LIMIT = 4000
+SHARED_INLINE_TOTAL_LIMIT = 400
 
 
 def optimize(ir: GrammarIR) -> GrammarIR:
@@ -408,7 +408,7 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
 
 
 def _references_with_repeats(expr: Expr) -> list[str]:
-    """Every rule reference in ``expr``, once per occurrence."""
+    """Every rule reference in ``expr``, once per copy the automaton will hold."""
     if isinstance(expr, RuleRef):
         return [expr.name]
     if isinstance(expr, Sequence):
@@ -416,7 +416,9 @@ def _references_with_repeats(expr: Expr) -> list[str]:
     if isinstance(expr, Choice):
         return [r for alt in expr.alternatives for r in _references_with_repeats(alt)]
     if isinstance(expr, Repeat):
-        return _references_with_repeats(expr.item)
+        # the automaton unrolls a bounded repetition: each copy is a use of the rules inside
+        copies = max(expr.min, 1) + 1 if expr.max is None else max(expr.max, 1)
+        return _references_with_repeats(expr.item) * copies
     return []
 
 
