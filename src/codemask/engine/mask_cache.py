@@ -35,7 +35,7 @@ SPARSE_CHUNK = 512
 SPARSE_TOKENS = 1 << 18
 DENSE_CHUNK = 16
 # Tokens under the first-level nodes walked in one frontier (bounds the walk's memory).
-WALK_BATCH_TOKENS = 1 << 20
+WALK_BATCH_TOKENS = 1 << 21
 
 
 def num_words(vocab_size: int) -> int:
