@@ -29,13 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codemask.engine.completion import CLOSING, CONTINUATION_TERMINALS, OVER, Scope
 from codemask.engine.parser import DEAD, ParserCore
 
 Column = tuple[int, int]  # indentation width with tabs to multiples of 8, and with tabs as 1
 TAB_SIZE = 8
 NEWLINE_NAMES = ("_NEWLINE", "_NL")
-OPENING = ("LPAR", "LSQB", "LBRACE")
-CLOSING = ("RPAR", "RSQB", "RBRACE")
+OPENING_BRACKETS = ("LPAR", "LSQB", "LBRACE")
+CLOSING_BRACKETS = ("RPAR", "RSQB", "RBRACE")
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ def indent_spec(names: list[str], declared_prefix: str = "declared:") -> IndentS
     if indent is None or dedent is None or newline is None:
         return None
     return IndentSpec(newline=newline, indent=indent, dedent=dedent,
-                      opening=frozenset(index[n] for n in OPENING if n in index),
-                      closing=frozenset(index[n] for n in CLOSING if n in index))
+                      opening=frozenset(index[n] for n in OPENING_BRACKETS if n in index),
+                      closing=frozenset(index[n] for n in CLOSING_BRACKETS if n in index))
 
 
 def next_column(column: Column | None, byte: int) -> Column | None:
@@ -78,7 +79,11 @@ def next_column(column: Column | None, byte: int) -> Column | None:
     return None  # a comment or a carriage return: this line's indentation does not count
 
 
-IndentKey = tuple[int, int, tuple[Column, ...], bool]
+IndentKey = tuple[int, int, tuple[Column, ...], bool, int, Scope | None]  # noqa: see below
+# (grammar parser state, bracket depth, levels, at start, def bodies, completion scope); "def
+# bodies" is a bit set over the levels (bit i: level i is a function body) plus bit 62 set
+# while a `def` header waits for its block
+_PENDING_DEF = 1 << 62
 
 
 class SymbolParser:
@@ -104,18 +109,25 @@ class SymbolParser:
 
 
 class IndentingParser(SymbolParser):
-    """The parser behind Python's indentation tracker; its states carry brackets and levels."""
+    """The parser behind Python's indentation tracker; its states carry brackets and levels.
 
-    def __init__(self, parser: ParserCore, spec: IndentSpec) -> None:
+    A state may also carry a completion :class:`~codemask.engine.completion.Scope` (see
+    :meth:`scoped`): then ``can_end`` means "the unit is complete" and nothing may follow it.
+    """
+
+    def __init__(self, parser: ParserCore, spec: IndentSpec, names: list[str] | None = None) -> None:
         super().__init__(parser)
         self.spec = spec
+        index = {name: i for i, name in enumerate(names or [])}
+        self.continuations = frozenset(index[n] for n in CONTINUATION_TERMINALS if n in index)
+        self.def_terminal = index.get("DEF", -1)
         self.keys: list[IndentKey] = []
         self._index: dict[IndentKey, int] = {}
         self._steps: dict[tuple[int, int, Column | None], int] = {}
         self._outer_allowed: dict[int, frozenset[int]] = {}
         self._ends: dict[int, bool] = {}
         self._lock = threading.RLock()
-        self.initial = self.intern((parser.initial, 0, ((0, 0),), True))
+        self.initial = self.intern((parser.initial, 0, ((0, 0),), True, 0, None))
 
     def intern(self, key: IndentKey) -> int:
         found = self._index.get(key)
@@ -126,20 +138,30 @@ class IndentingParser(SymbolParser):
                     self.keys.append(key)
         return found
 
+    # -- what the lexer may produce ----------------------------------------------------------
+
     def allowed(self, pid: int) -> frozenset[int]:
         """Terminals the lexer may end a lexeme as: the parser's, plus newlines inside brackets."""
         found = self._outer_allowed.get(pid)
         if found is None:
-            inner, depth, _levels, at_start = self.keys[pid]
-            spec = self.spec
-            if at_start:
-                found = frozenset((spec.newline,))
-            else:
-                found = super().allowed(inner) - {spec.indent, spec.dedent}
-                if depth:
-                    found |= {spec.newline}
-            self._outer_allowed[pid] = found
+            found = self._outer_allowed[pid] = self._allowed_terminals(pid)
         return found
+
+    def _allowed_terminals(self, pid: int) -> frozenset[int]:
+        inner, depth, _levels, at_start, _defs, scope = self.keys[pid]
+        spec = self.spec
+        if at_start:
+            return frozenset((spec.newline,))
+        if scope is not None and scope.phase == OVER:
+            return frozenset()
+        found = super().allowed(inner) - {spec.indent, spec.dedent}
+        if depth:
+            found |= {spec.newline}
+        if scope is not None and scope.phase == CLOSING and self._complete(pid):
+            found &= self.continuations  # the statement is complete: only its own clauses may follow
+        return found
+
+    # -- terminals ---------------------------------------------------------------------------
 
     def step(self, pid: int, terminal: int, column: Column | None) -> int:
         key = (pid, terminal, column if terminal == self.spec.newline else None)
@@ -149,17 +171,21 @@ class IndentingParser(SymbolParser):
         return found
 
     def _step(self, pid: int, terminal: int, column: Column | None) -> int:
-        inner, depth, levels, at_start = self.keys[pid]
+        inner, depth, levels, at_start, defs, scope = self.keys[pid]
         spec, parser = self.spec, self.parser
         if terminal == spec.newline:
             if at_start:  # the lines before the first statement: it must start at column 0
-                return DEAD if column is not None and column != (0, 0) else self.intern((inner, 0, levels, False))
+                if column is not None and column != (0, 0):
+                    return DEAD
+                return self.intern((inner, 0, levels, False, defs, scope))
             if depth:
                 return pid
             nxt = parser.step(inner, terminal)
             if nxt == DEAD:
                 return DEAD
-            return self._indent(nxt, levels, column)
+            return self._indent(nxt, levels, defs, scope, column)
+        if scope is not None and terminal not in self.allowed(pid):
+            return DEAD
         if terminal in spec.opening:
             depth += 1
         elif terminal in spec.closing:
@@ -167,60 +193,114 @@ class IndentingParser(SymbolParser):
                 return DEAD
             depth -= 1
         nxt = parser.step(inner, terminal)
-        return DEAD if nxt == DEAD else self.intern((nxt, depth, levels, False))
+        if nxt == DEAD:
+            return DEAD
+        if terminal == self.def_terminal:
+            defs |= _PENDING_DEF
+        if scope is not None:
+            scope = scope.after_terminal()
+        return self.intern((nxt, depth, levels, False, defs, scope))
 
-    def _indent(self, inner: int, levels: tuple[Column, ...], column: Column | None) -> int:
+    def _indent(self, inner: int, levels: tuple[Column, ...], defs: int, scope: Scope | None,
+                column: Column | None) -> int:
         """After a newline: compare the new line's indentation with the levels (CPython's rules)."""
-        if column is None:  # the input ends in a comment line: nothing follows to indent
-            return self.intern((inner, 0, levels, False))
-        top = levels[-1]
-        if column[0] == top[0]:
-            return DEAD if column[1] != top[1] else self.intern((inner, 0, levels, False))
-        if column[0] > top[0]:
-            if column[1] <= top[1]:
+        pending, defs = bool(defs & _PENDING_DEF), defs & ~_PENDING_DEF
+        before = len(levels)
+        if column is not None:
+            top = levels[-1]
+            if column[0] == top[0]:
+                if column[1] != top[1]:
+                    return DEAD
+            elif column[0] > top[0]:
+                if column[1] <= top[1]:
+                    return DEAD
+                inner = self.parser.step(inner, self.spec.indent)
+                if inner == DEAD:
+                    return DEAD
+                if pending:
+                    defs |= 1 << len(levels)
+                levels = (*levels, column)
+            else:
+                while levels and column[0] < levels[-1][0]:
+                    levels = levels[:-1]
+                    defs &= ~(1 << len(levels))
+                    inner = self.parser.step(inner, self.spec.dedent)
+                    if inner == DEAD:
+                        return DEAD
+                if not levels or levels[-1] != column:
+                    return DEAD  # unindent does not match any outer level (or tabs disagree)
+        if scope is not None:
+            scope = scope.after_newline(before, len(levels), pending)
+            if scope is None:
                 return DEAD
-            inner = self.parser.step(inner, self.spec.indent)
-            return DEAD if inner == DEAD else self.intern((inner, 0, (*levels, column), False))
-        while levels and column[0] < levels[-1][0]:
-            levels = levels[:-1]
-            inner = self.parser.step(inner, self.spec.dedent)
-            if inner == DEAD:
-                return DEAD
-        if not levels or levels[-1] != column:
-            return DEAD  # unindent does not match any outer level (or tabs disagree)
-        return self.intern((inner, 0, levels, False))
+        return self.intern((inner, 0, levels, False, defs, scope))
+
+    # -- the end -----------------------------------------------------------------------------
 
     def can_end(self, pid: int) -> bool:
-        """The input may end: brackets closed, an implicit newline if needed, every level closed."""
+        """The input may end: brackets closed, an implicit newline if needed, every level closed.
+
+        In a scoped state: the completion's unit is complete here.
+        """
         found = self._ends.get(pid)
         if found is None:
             found = self._ends[pid] = self._can_end(pid)
         return found
 
     def _can_end(self, pid: int) -> bool:
-        inner, depth, levels, at_start = self.keys[pid]
+        inner, depth, levels, at_start, _defs, scope = self.keys[pid]
+        if scope is not None:
+            return self._scope_can_end(pid)
         if depth:
             return False
         if at_start:
             return self.parser.can_end(inner)
-        return any(self._closes(state, len(levels) - 1)
+        return any(self._closes(state, len(levels) - 1, 1)
                    for state in (inner, self.parser.step(inner, self.spec.newline)) if state != DEAD)
 
-    def _closes(self, inner: int, dedents: int) -> bool:
+    def _closes(self, inner: int, dedents: int, base: int) -> bool:
+        """Whether, after ``dedents`` DEDENTs, a statement list at level ``base`` may end."""
         for _ in range(dedents):
             inner = self.parser.step(inner, self.spec.dedent)
             if inner == DEAD:
                 return False
-        return self.parser.can_end(inner)
+        if base <= 1:
+            return self.parser.can_end(inner)
+        return self.parser.step(inner, self.spec.dedent) != DEAD
+
+    def _complete(self, pid: int) -> bool:
+        """Whether the statements at the scope's level are complete here (an implicit newline allowed)."""
+        inner, depth, levels, at_start, _defs, scope = self.keys[pid]
+        if depth or at_start or scope is None or scope.base is None or len(levels) < scope.base:
+            return False
+        return any(self._closes(state, len(levels) - scope.base, scope.base)
+                   for state in (inner, self.parser.step(inner, self.spec.newline)) if state != DEAD)
+
+    def _scope_can_end(self, pid: int) -> bool:
+        inner, depth, _levels, at_start, _defs, scope = self.keys[pid]
+        assert scope is not None
+        if scope.phase == OVER:
+            return True
+        if scope.mode == "line":
+            return not depth and not at_start and not scope.skip \
+                and self.parser.step(inner, self.spec.newline) != DEAD
+        return self._complete(pid)
+
+    # -- completion scopes -------------------------------------------------------------------
+
+    def scoped(self, pid: int, mode: str | None, newline_pending: bool) -> int:
+        """State ``pid`` with a completion scope starting here (``mode=None``: without one).
+
+        ``newline_pending``: the lexer is inside a newline lexeme after its ``\\n`` (the cursor is
+        at the start of a line), so the next newline event belongs to the line before.
+        """
+        inner, depth, levels, at_start, defs, _scope = self.keys[pid]
+        scope = None
+        if mode is not None:
+            innermost_def = max((i + 1 for i in range(len(levels)) if defs >> i & 1), default=None)
+            scope = Scope.start(mode, len(levels), newline_pending and not at_start, innermost_def)
+        return self.intern((inner, depth, levels, at_start, defs, scope))
 
     def levels(self, pid: int) -> tuple[Column, ...]:
         """The indentation levels open in state ``pid`` (the first is column 0)."""
         return self.keys[pid][2]
-
-    def depth(self, pid: int) -> int:
-        """How many brackets are open in state ``pid``."""
-        return self.keys[pid][1]
-
-    def inner(self, pid: int) -> int:
-        """The grammar parser's own state inside ``pid``."""
-        return self.keys[pid][0]

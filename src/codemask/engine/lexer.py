@@ -148,8 +148,9 @@ class _Interner(Generic[K]):
         unknown = nxt == UNKNOWN
         if unknown.any():
             with self.lock:
-                pairs = np.unique(np.stack([states[unknown], symbols[unknown]]), axis=1)
-                for st, sy in pairs.T.tolist():
+                pairs = np.unique(states[unknown].astype(np.int64) * BYTE_ALPHABET + symbols[unknown])
+                for pair in pairs.tolist():
+                    st, sy = divmod(pair, BYTE_ALPHABET)
                     if self.table[st, sy] == UNKNOWN:
                         self.table[st, sy] = self._compute(st, sy)
                 nxt = self.table[states, symbols]
@@ -163,7 +164,7 @@ class _Interner(Generic[K]):
         return state
 
 
-LexerKey = tuple[tuple[int, ...], tuple[int, ...], int, bool, bool, Column | None]
+LexerKey = tuple[tuple[int, ...], tuple[int, ...], int, bool, bool, Column | None, tuple[int, ...]]
 EndClass = tuple[int, Column | None]  # the terminal a lexeme ends as, and the newline's indentation
 
 
@@ -177,7 +178,11 @@ class LexerCore(_Interner[LexerKey]):
     fresh)``: the live automaton states of the candidate terminals, the live states of *embedded*
     string terminals (kept only to retype ``best`` when its text equals theirs), the best terminal
     so far (-1: none), whether it matches at exactly this point, whether nothing was consumed,
-    and (indentation grammars) the indentation measured while the newline terminal is alive.
+    and (indentation grammars) the indentation measured while the newline terminal is alive, and
+    the *blockers*: regex terminals that are candidates only because a reserved word they retype
+    to is (``is`` is acceptable, so ``is_file`` must be lexed as one identifier, as Python's
+    tokenizer does, and refused). A lexeme that can only end as a blocker is `poison`: the
+    configuration dies, with no fallback to a shorter match.
 
     ``end_class_of[state]`` numbers the distinct ways a lexeme can end here: its winning
     terminal, with the measured indentation when that is the newline (-1: it cannot end here).
@@ -191,14 +196,18 @@ class LexerCore(_Interner[LexerKey]):
         self.end_class_of = np.full(64, -1, dtype=np.int32)
         self.end_classes: list[EndClass] = []
         self._end_index: dict[EndClass, int] = {}
+        self.poisoned = np.zeros(64, dtype=bool)
         super().__init__()
-        self._starts: dict[frozenset[int], int] = {}
+        self._starts: dict[tuple[frozenset[int], frozenset[int]], int] = {}
+        self.poison = self.intern(((), (), -1, False, False, None, ()))
+        self.poisoned[self.poison] = True
 
     def _on_new(self, ident: int, key: LexerKey) -> None:
         if ident >= len(self.winner_of):
             self.winner_of = np.concatenate([self.winner_of, np.full(len(self.winner_of), -1, dtype=np.int32)])
             self.end_class_of = np.concatenate([self.end_class_of, np.full(len(self.end_class_of), -1,
                                                                            dtype=np.int32)])
+            self.poisoned = np.concatenate([self.poisoned, np.zeros(len(self.poisoned), dtype=bool)])
         winner = self._winner(key)
         self.winner_of[ident] = winner
         if winner >= 0:
@@ -208,7 +217,7 @@ class LexerCore(_Interner[LexerKey]):
                 self.end_classes.append(end)
 
     def _winner(self, key: LexerKey) -> int:
-        alternatives, trackers, best, matched, _fresh, _column = key
+        alternatives, trackers, best, matched, _fresh, _column, _blockers = key
         if not matched:
             return -1
         auto = self.automata
@@ -218,15 +227,16 @@ class LexerCore(_Interner[LexerKey]):
                 return string_terminal
         return best
 
-    def start(self, candidates: frozenset[int]) -> int:
-        """The fresh lexer state over the candidate terminals."""
-        found = self._starts.get(candidates)
+    def start(self, candidates: frozenset[int], blockers: frozenset[int] = frozenset()) -> int:
+        """The fresh lexer state over the candidate terminals (``blockers`` among them)."""
+        found = self._starts.get((candidates, blockers))
         if found is None:
             auto = self.automata
             embedded = {s for r in candidates for s, emb in auto.unless[r] if emb and s in candidates}
             alternatives = tuple(sorted(int(auto.start_of[t]) for t in candidates - embedded))
             trackers = tuple(sorted(int(auto.start_of[t]) for t in embedded))
-            found = self._starts[candidates] = self.intern((alternatives, trackers, -1, False, True, None))
+            key = (alternatives, trackers, -1, False, True, None, tuple(sorted(blockers)))
+            found = self._starts[(candidates, blockers)] = self.intern(key)
         return found
 
     def winner(self, state: int) -> int:
@@ -241,7 +251,7 @@ class LexerCore(_Interner[LexerKey]):
         return self.end_classes[int(self.end_class_of[state])]
 
     def _compute(self, state: int, byte: int) -> int:
-        alternatives, trackers, best, _matched, _fresh, column = self.keys[state]
+        alternatives, trackers, best, _matched, _fresh, column, blockers = self.keys[state]
         auto = self.automata
         trans = auto.trans
         moved = {int(t) for t in (trans[s, byte] for s in alternatives) if t >= 0}
@@ -261,9 +271,12 @@ class LexerCore(_Interner[LexerKey]):
             moved -= losing
         if not moved:
             return DEAD
+        if blockers and matched and best in blockers and not tracked \
+                and all(int(auto.terminal_of[s]) in blockers for s in moved):
+            return self.poison
         newline_alive = self.newline >= 0 and any(int(auto.terminal_of[s]) == self.newline for s in moved)
         column = next_column(column, byte) if newline_alive else None
-        return self.intern((tuple(sorted(moved)), tuple(sorted(tracked)), best, matched, False, column))
+        return self.intern((tuple(sorted(moved)), tuple(sorted(tracked)), best, matched, False, column, blockers))
 
 
 class LexParserCore(_Interner[tuple[Config, ...]]):
@@ -273,12 +286,16 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         self.parser = parser
         self.lexer = lexer
         spec = getattr(lexer.automata, "indentation", None)
-        self.symbols = IndentingParser(parser, spec) if spec is not None else SymbolParser(parser)
+        auto = lexer.automata
+        self.symbols = IndentingParser(parser, spec, auto.names) if spec is not None else SymbolParser(parser)
         auto = lexer.automata
         reserved = getattr(auto, "reserved", frozenset())
         self._reserved_of = {t: frozenset(s for s, _emb in auto.unless[t] if s in reserved)
                              for t in range(len(auto.names)) if reserved}
+        self._blockers_of = {s: frozenset(t for t in range(len(auto.names)) if s in self._reserved_of.get(t, ()))
+                             for s in reserved}
         self._candidates: dict[int, frozenset[int]] = {}
+        self._blockers: dict[int, frozenset[int]] = {}
         self._ends: dict[Config, Config | None] = {}
         self._can_end = np.zeros(64, dtype=bool)
         super().__init__()
@@ -299,14 +316,24 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         """Terminals the lexer considers at parser state ``pid``: acceptable ones plus ignored."""
         found = self._candidates.get(pid)
         if found is None:
-            found = self.symbols.allowed(pid) | self.lexer.automata.ignore
+            allowed = self.symbols.allowed(pid)
+            found = allowed | self.lexer.automata.ignore
+            blockers: frozenset[int] = frozenset()
             if self._reserved_of:
-                found = found.union(*(self._reserved_of.get(t, frozenset()) for t in found))
+                found = found.union(*(self._reserved_of.get(t, frozenset()) for t in allowed))
+                blockers = frozenset().union(*(self._blockers_of.get(s, frozenset()) for s in allowed)) - allowed
+                found |= blockers
             self._candidates[pid] = found
+            self._blockers[pid] = blockers
         return found
 
+    def blockers(self, pid: int) -> frozenset[int]:
+        """Candidates at ``pid`` that only stand for reserved words (see `LexerCore`)."""
+        self.candidates(pid)
+        return self._blockers[pid]
+
     def fresh(self, pid: int) -> Config:
-        return (pid, self.lexer.start(self.candidates(pid)))
+        return (pid, self.lexer.start(self.candidates(pid), self.blockers(pid)))
 
     def end_lexeme(self, config: Config) -> Config | None:
         """End the current lexeme as its winning terminal and start a fresh one (None: refused)."""
@@ -333,6 +360,8 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         lexer = self.lexer
         out: list[Config] = []
         grown = lexer.step(lid, byte)
+        if grown == lexer.poison:
+            return []  # the longest match is a terminal the parser cannot take here
         if grown != DEAD:
             out.append((pid, grown))
             if lexer.winner(grown) >= 0:
@@ -380,6 +409,20 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
             ended = self.end_lexeme(first)
             return DEAD if ended is None else self.intern((ended,))
         return self.intern(rest) if rest else DEAD
+
+    def scoped(self, state: int, until: str | None) -> int:
+        """``state`` with a completion scope starting here (see :mod:`codemask.engine.completion`).
+
+        ``until=None`` removes a scope. Only grammars with Python-style indentation have scopes.
+        """
+        symbols = self.symbols
+        if not isinstance(symbols, IndentingParser):
+            if until is None:
+                return state
+            raise ValueError("until= needs a grammar with Python-style indentation (%declare _INDENT _DEDENT)")
+        configs = tuple((symbols.scoped(pid, until, self.lexer.keys[lid][5] is not None), lid)
+                        for pid, lid in self.configs(state))
+        return self.intern(configs)
 
     def resumed_state(self, pid: int, end_class: int) -> int:
         """The state after the lexeme ended as ``end_class`` (see `LexerCore`) at parser state ``pid``."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.mask_cache import Uncertain, pack_ids, resolve_residuals, set_bits, uncertain_entry
+from codemask.engine.mask_cache import Uncertain, pack_ids, resolve_residuals, set_bits
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
 
@@ -46,6 +46,7 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
     accepted = np.zeros(n, dtype=bool)
     exit_depth = np.full(n, -1, dtype=np.int64)
     exit_winner = np.full(n, -1, dtype=np.int64)
+    blocked = np.zeros(n, dtype=bool)
     winner0 = int(lexer.end_class_of[lid])
     idx = np.arange(len(trie.levels[0].byte), dtype=np.int64) if trie.levels else np.zeros(0, dtype=np.int64)
     parents = np.full(len(idx), lid, dtype=np.int64)
@@ -55,6 +56,12 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
         if not len(idx):
             break
         states = lexer.advance(parents, level.byte[idx]).astype(np.int64)
+        poisoned = np.zeros(len(states), dtype=bool)
+        poisoned[states >= 0] = lexer.poisoned[states[states >= 0]]
+        if poisoned.any():  # refused outright, with every longer token below (no fallback)
+            blocked[expand_ranges(level.lo[idx[poisoned]], level.hi[idx[poisoned]])] = True
+            keep = ~poisoned
+            idx, states, acc_depth, acc_winner = idx[keep], states[keep], acc_depth[keep], acc_winner[keep]
         dead = states < 0
         if dead.any():
             toks = expand_ranges(level.lo[idx[dead]], level.hi[idx[dead]])
@@ -77,12 +84,12 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
         acc_depth = np.repeat(acc_depth, counts)
         acc_winner = np.repeat(acc_winner, counts)
         idx = expand_ranges(lo, hi)
-    fail = ~accepted & (exit_depth <= 0)
+    fail = ~accepted & ~blocked & (exit_depth <= 0)
     uncertain: dict[int, Uncertain] = {}
-    unc_rows = np.flatnonzero(~accepted & (exit_depth >= 1))
+    unc_rows = np.flatnonzero(~accepted & ~blocked & (exit_depth >= 1))
     for terminal in np.unique(exit_winner[unc_rows]).tolist():
         rows = unc_rows[exit_winner[unc_rows] == terminal]
-        entry = uncertain_entry(trie, token_bytes, rows, exit_depth[rows])
+        entry = residual_entry(trie, rows, exit_depth[rows])
         if entry is not None:
             uncertain[int(terminal)] = entry
     return LexerPosition(
@@ -90,6 +97,58 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
         fail=pack_ids(trie.token_ids(np.flatnonzero(fail)), vocab_size),
         uncertain=uncertain,
     )
+
+
+def residual_entry(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray) -> Uncertain | None:
+    """The `Uncertain` record of tokens (sorted rows) whose lexeme ended after ``offsets`` bytes.
+
+    Residuals ``token[k:]`` are deduplicated (lexer states have tens of thousands of uncertain
+    tokens, and most share a tail such as ``(`` or ``):\n``): grouped by a 64-bit polynomial
+    hash computed column by column over the rows still that long (work proportional to the
+    residual bytes, not to rows x longest token), then checked byte by byte against each
+    group's representative; a collision falls back to grouping by the bytes themselves.
+    """
+    if not len(sorted_idx):
+        return None
+    lengths = trie.lengths[sorted_idx].astype(np.int64) - offsets
+    hashed = lengths.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for col in range(int(lengths.max())):
+            rows = np.flatnonzero(lengths > col)
+            byte = trie.matrix[sorted_idx[rows], offsets[rows] + col].astype(np.uint64)
+            hashed[rows] = hashed[rows] * np.uint64(1099511628211) + byte + np.uint64(1)
+    _keys, first, residual_of = np.unique(hashed, return_index=True, return_inverse=True)
+    residual_of = residual_of.reshape(-1)
+    rep = first[residual_of]
+    same = lengths[rep] == lengths
+    for col in range(int(lengths.max())):
+        rows = np.flatnonzero(lengths > col)
+        same[rows] &= (trie.matrix[sorted_idx[rows], offsets[rows] + col]
+                       == trie.matrix[sorted_idx[rep[rows]], offsets[rep[rows]] + col])
+    if not same.all():
+        first, residual_of = _group_by_bytes(trie, sorted_idx, offsets, lengths)
+    width = int(lengths[first].max())
+    cols = offsets[first][:, None] + np.arange(width, dtype=np.int64)
+    inside = np.arange(width)[None, :] < lengths[first][:, None]
+    residuals = np.where(inside, trie.matrix[sorted_idx[first][:, None], np.minimum(cols, trie.matrix.shape[1] - 1)], 0)
+    token_ids, residual_of = trie.expand_pairs(sorted_idx, residual_of)
+    return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of.astype(np.int32),
+                     residuals=residuals.astype(np.uint8), residual_len=lengths[first].astype(np.int32))
+
+
+def _group_by_bytes(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray,
+                    lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(one row per distinct residual, group of every row), by the residual bytes themselves."""
+    index: dict[bytes, int] = {}
+    first: list[int] = []
+    groups = np.empty(len(sorted_idx), dtype=np.int64)
+    for i, (row, k, n) in enumerate(zip(sorted_idx.tolist(), offsets.tolist(), lengths.tolist(), strict=True)):
+        key = trie.matrix[row, k:k + n].tobytes()
+        found = index.setdefault(key, len(first))
+        if found == len(first):
+            first.append(i)
+        groups[i] = found
+    return np.array(first, dtype=np.int64), groups
 
 
 class LexerMaskComputer:

@@ -5,6 +5,13 @@ state). Accepting a token walks its bytes through the memoised transition table;
 pops entries; forking copies a short list of ints. Masks come from the compiled grammar's shared
 `MaskComputer`, so matchers of the same grammar (the rows of a batch, the K+1 positions of a
 speculative step) reuse each other's work.
+
+Code completion (docs/code-grammars.md): ``prefix=`` is the text before the cursor, accepted
+before anything else (the matcher starts, and resets to, the state after it); ``until=`` scopes
+the completion to a unit (``"line"``, ``"statement"``, ``"block"``, ``"function"``) for grammars
+with Python-style indentation, so that EOS is allowed where that unit is complete and nothing
+may follow it; ``suffix=`` is the text after the cursor (fill-in-the-middle): EOS is allowed only
+where the suffix can follow and complete the input.
 """
 
 from __future__ import annotations
@@ -24,13 +31,50 @@ MAX_JUMP_FORWARD_BYTES = 4096
 class GrammarMatcher:
     """Accepts tokens of one sequence and produces the mask of the next token."""
 
-    def __init__(self, compiled: CompiledGrammar) -> None:
+    def __init__(self, compiled: CompiledGrammar, *, prefix: bytes | str = b"", until: str | None = None,
+                 suffix: bytes | str | None = None) -> None:
         self.compiled = compiled
         self._core = compiled.core
         self._masks = compiled.masks
         self._vocab = compiled.vocab
         self._stop_ids = compiled.vocab.stop_token_ids
-        self._history: list[int] = [self._core.initial]
+        self._until = until
+        self._history: list[int] = [self._start(_as_bytes(prefix), until)]
+        self._suffix = None if suffix is None else _as_bytes(suffix)
+        self._suffix_ok: dict[int, bool] = {}
+
+    def _start(self, prefix: bytes, until: str | None) -> int:
+        """The state after the prefix, with the completion scope (if any) beginning there."""
+        state = self._core.walk(self._core.initial, prefix) if prefix else self._core.initial
+        if state == DEAD:
+            raise MatcherError("prefix= is not a prefix of any text the grammar accepts")
+        if until is not None:
+            scoped = getattr(self._core, "scoped", None)
+            if scoped is None:
+                raise MatcherError("until= needs a lexer-mode grammar with Python-style indentation")
+            try:
+                state = scoped(state, until)
+            except ValueError as exc:
+                raise MatcherError(str(exc)) from None
+        return state
+
+    def _can_stop(self, state: int) -> bool:
+        """EOS allowed: the input (or the scoped unit) is complete, and the suffix can follow."""
+        if self._suffix is None:
+            return self._core.can_end(state)
+        found = self._suffix_ok.get(state)
+        if found is None:
+            found = self._suffix_ok[state] = self._suffix_fits(state)
+        return found
+
+    def _suffix_fits(self, state: int) -> bool:
+        assert self._suffix is not None
+        if self._until is not None:
+            if not self._core.can_end(state):
+                return False  # the scoped unit is not complete yet
+            state = self._core.scoped(state, None)  # type: ignore[union-attr]
+        end = self._core.walk(state, self._suffix)
+        return end != DEAD and self._core.can_end(end)
 
     # -- accepting ---------------------------------------------------------------------------
 
@@ -44,7 +88,7 @@ class GrammarMatcher:
         token_id = self._check_token_id(token_id)
         state = self._history[-1]
         if token_id in self._stop_ids:
-            if not self._core.can_end(state):
+            if not self._can_stop(state):
                 return False
             self._history.append(TERMINATED)
             return True
@@ -60,9 +104,7 @@ class GrammarMatcher:
     def accept_bytes(self, data: bytes | str) -> bool:
         """Advance by a byte string (one rollback step). False (state unchanged) if refused."""
         self._check_open("accept_bytes")
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        nxt = self._core.walk(self._history[-1], bytes(data))
+        nxt = self._core.walk(self._history[-1], _as_bytes(data))
         if nxt == DEAD:
             return False
         self._history.append(nxt)
@@ -78,6 +120,8 @@ class GrammarMatcher:
         """The next-token mask as an int32 array of ``ceil(vocab_size / 32)`` words (shared, read-only)."""
         state = self._history[-1]
         words = self._masks.stop_words if state == TERMINATED else self._masks.mask(state)
+        if self._suffix is not None and state != TERMINATED and self._can_stop(state) != self._core.can_end(state):
+            words = words | self._masks.stop_words if self._can_stop(state) else words & ~self._masks.stop_words
         return words.view(np.int32)
 
     def fill_next_token_bitmask(self, bitmask: Any, row: int = 0) -> None:
@@ -108,7 +152,7 @@ class GrammarMatcher:
     def can_terminate(self) -> bool:
         """Whether the input accepted so far is a complete sentence (a stop token is allowed)."""
         state = self._history[-1]
-        return state != TERMINATED and self._core.can_end(state)
+        return state != TERMINATED and self._can_stop(state)
 
     @property
     def num_accepted(self) -> int:
@@ -142,7 +186,7 @@ class GrammarMatcher:
         if state == TERMINATED:
             return b""
         out = bytearray()
-        while len(out) < MAX_JUMP_FORWARD_BYTES and not self._core.can_end(state):
+        while len(out) < MAX_JUMP_FORWARD_BYTES and not self._can_stop(state):
             allowed = np.flatnonzero(self._core.allowed_symbols(state))
             if len(allowed) != 1:
                 break
@@ -165,6 +209,10 @@ class GrammarMatcher:
         if not 0 <= token_id < self._vocab.vocab_size:
             raise MatcherError(f"token id {token_id} is outside the vocabulary (size {self._vocab.vocab_size})")
         return token_id
+
+
+def _as_bytes(data: bytes | bytearray | str) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
 
 
 def _row_view(bitmask: Any, row: int) -> np.ndarray:
