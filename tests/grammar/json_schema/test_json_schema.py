@@ -50,6 +50,8 @@ CASES: list[tuple[dict[str, Any], list[Any]]] = [
     ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
      [{"x-a": 1}, {"x-a": "s"}, {"y": 1}, {}]),
     ({"const": {"a": [1, {"b": None}], "c": "é"}}, [{"c": "é", "a": [1, {"b": None}]}, {"a": [1, {"b": None}]}]),
+    ({"type": ["string", "integer"], "minLength": 1, "anyOf": [{"type": "integer"}, {"not": {"minLength": 1}}]},
+     ["", "a", 5, 2.5]),  # the string branch is contradictory (length >= 1 and < 1): integers remain
     ({"enum": [{k: i for i, k in enumerate("abcdefg")}]},  # past 5 members: any order, every one present
      [dict(reversed([(k, i) for i, k in enumerate("abcdefg")])), {k: i for i, k in enumerate("abcdef")}]),
 ]

@@ -205,6 +205,8 @@ class SchemaBuilder:
     # -- strings -----------------------------------------------------------------------------
 
     def _string(self, c: Constraints, conj: Conjunction, excluded: list[Any]) -> Expr:
+        if c.max_length is not None and c.min_length > c.max_length:
+            return NOTHING  # e.g. minLength 1 beside not: {minLength: 1}
         contents: list[tuple[Expr | None, Node]] = [(_pattern_content(p, where), where) for p, where in c.patterns]
         contents += [(strings.format_content(name), where) for name, where in c.formats]
         known = [(content, where) for content, where in contents if content is not None]
