@@ -24,12 +24,13 @@ import torch
 
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
 from codemask.decoding.grammar import GrammarStage
-from codemask.decoding.pipeline import Pipeline, StepLayout
+from codemask.decoding.pipeline import Pipeline, Stage, StepLayout
 from codemask.decoding.sampling import SamplingParams, SamplingSelector
 from codemask.engine.compiler import GrammarCompiler
 from codemask.engine.matcher import GrammarMatcher
 from codemask.engine.token_trie import ByteVocabulary
 from codemask.grammar.resolve import as_grammar
+from codemask.repetition import RPG, RepetitionStage
 
 FinishReason = Literal["stop", "grammar_end", "length"]
 TokenCallback = Callable[[int, list[int], str], None]
@@ -42,7 +43,8 @@ class GenerationStats:
 
     ``steps`` counts tokens chosen by the model; ``forced_tokens`` counts tokens appended without a
     step of their own (jump-forward); ``forward_passes`` counts model calls while the row was
-    unfinished (prefill included); ``mask_time_s`` is CPU time spent computing this row's masks.
+    unfinished (prefill included); ``mask_time_s`` is CPU time spent computing this row's masks;
+    ``repetition_time_s`` the CPU time RPG's analysis of this row took (0 without ``repetition=``).
     """
 
     prompt_tokens: int
@@ -51,6 +53,7 @@ class GenerationStats:
     generated_tokens: int = 0
     forced_tokens: int = 0
     mask_time_s: float = 0.0
+    repetition_time_s: float = 0.0
     wall_time_s: float = 0.0
 
     @property
@@ -85,7 +88,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: str, grammar: Any =
                          temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                          stop: str | Sequence[str] | None = None, seed: int | None = None,
                          on_token: TokenCallback | None = None, jump_forward: bool = True,
-                         compiler: GrammarCompiler | None = None) -> GenerationResult: ...
+                         compiler: GrammarCompiler | None = None,
+                         repetition: RPG | None = None) -> GenerationResult: ...
 
 
 @overload
@@ -93,7 +97,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: Sequence[str], gram
                          max_new_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                          stop: str | Sequence[str] | None = None, seed: int | None = None,
                          on_token: TokenCallback | None = None, jump_forward: bool = True,
-                         compiler: GrammarCompiler | None = None) -> list[GenerationResult]: ...
+                         compiler: GrammarCompiler | None = None,
+                         repetition: RPG | None = None) -> list[GenerationResult]: ...
 
 
 def constrained_generate(
@@ -111,6 +116,7 @@ def constrained_generate(
     on_token: TokenCallback | None = None,
     jump_forward: bool = True,
     compiler: GrammarCompiler | None = None,
+    repetition: RPG | None = None,
 ) -> GenerationResult | list[GenerationResult]:
     """Generate from ``prompt`` (one string, or a list for a batch) so that the output matches ``grammar``.
 
@@ -121,7 +127,9 @@ def constrained_generate(
     where the grammar may end; ``"stop"`` without one), when a ``stop`` string appears (``"stop"``,
     the text cut before it) or after ``max_new_tokens`` (``"length"``). ``temperature=0`` is greedy;
     ``seed`` makes sampling reproducible. ``jump_forward`` appends text the grammar forces without a
-    forward pass per token. Returns one result, or a list for a list of prompts.
+    forward pass per token. ``repetition=RPG()`` decays the tokens that would start another copy of
+    a repeated span of statements or tokens (applied after the grammar mask, on probabilities).
+    Returns one result, or a list for a list of prompts.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -136,18 +144,25 @@ def constrained_generate(
 
     compiler = compiler or compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
     vocab = compiler.vocab
-    matchers = [None if spec is None else GrammarMatcher(compiler.compile(as_grammar(spec))) for spec in specs]
-    rows = [_Row(ids, m, GenerationStats(prompt_tokens=len(ids)))
-            for ids, m in zip(_encode_prompts(tokenizer, prompts), matchers, strict=True)]
+    grammars = [None if spec is None else as_grammar(spec) for spec in specs]
+    matchers = [None if g is None else GrammarMatcher(compiler.compile(g), **g.completion) for g in grammars]
+    encoded = _encode_prompts(tokenizer, prompts)
+    rows = [_Row(ids, m, GenerationStats(prompt_tokens=len(ids))) for ids, m in zip(encoded, matchers, strict=True)]
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     stage = GrammarStage(matchers, vocab.vocab_size)
-    pipeline = Pipeline([stage], SamplingSelector(SamplingParams(temperature, top_k, top_p), generator))
+    stages: list[Stage] = [stage]
+    if repetition is not None:  # after the grammar mask: the decay acts on the allowed tokens' probabilities
+        stages.append(RepetitionStage(repetition, vocab.token_bytes, sorted(vocab.stop_token_ids), encoded))
+    pipeline = Pipeline(stages, SamplingSelector(SamplingParams(temperature, top_k, top_p), generator))
     loop = _DecodingLoop(model, tokenizer, vocab, rows, pipeline, stage, device)
     try:
         loop.run(max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
     finally:
         pipeline.close()
+    if isinstance(stages[-1], RepetitionStage):
+        for row, spent in zip(rows, stages[-1].analysis_time_s, strict=True):
+            row.stats.repetition_time_s = spent
     results = [_result(row) for row in rows]
     return results[0] if single else results
 

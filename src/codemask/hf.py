@@ -1,4 +1,4 @@
-"""Hugging Face integration: grammar masks as a ``LogitsProcessor`` for ``model.generate``.
+"""Hugging Face integration: grammar masks (and RPG's repetition decay) as ``LogitsProcessor``s for ``model.generate``.
 
 ``model.generate`` hands a processor only ``input_ids`` (prompt + generated so far, one row per
 sequence or beam) and the scores. Beams are reordered and forked between steps, so the processor
@@ -19,11 +19,15 @@ from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.matcher import GrammarMatcher
 from codemask.errors import MatcherError
 from codemask.grammar.resolve import as_grammar
+from codemask.repetition.processor import RepetitionLogitsProcessor, repetition_logits_processor
 
 try:
     from transformers import LogitsProcessor
 except ImportError:  # transformers is optional: the processor is usable by anything that calls it alike
     LogitsProcessor = object  # type: ignore[misc,assignment]
+
+__all__ = ["GrammarLogitsProcessor", "RepetitionLogitsProcessor", "grammar_logits_processor",
+           "repetition_logits_processor"]
 
 History = tuple[int, ...]
 
@@ -36,8 +40,9 @@ class GrammarLogitsProcessor(LogitsProcessor):
     that ``generate`` recognises as the end.
     """
 
-    def __init__(self, compiled: CompiledGrammar) -> None:
+    def __init__(self, compiled: CompiledGrammar, completion: dict[str, Any] | None = None) -> None:
         self.compiled = compiled
+        self.completion = completion or {}  # GrammarMatcher options (Grammar.for_completion)
         self._states: dict[History, GrammarMatcher] = {}
         self._prompt_length: int | None = None
         self._bitmask: torch.Tensor | None = None
@@ -74,7 +79,7 @@ class GrammarLogitsProcessor(LogitsProcessor):
 
     def _state_of(self, history: History) -> GrammarMatcher:
         if not history:
-            return GrammarMatcher(self.compiled)
+            return GrammarMatcher(self.compiled, **self.completion)
         matcher = self._states[history[:-1]].fork()
         if matcher.is_terminated():
             return matcher  # generate pads a finished row: nothing more to follow
@@ -99,4 +104,5 @@ def grammar_logits_processor(tokenizer: Any, grammar: Any, model: Any = None) ->
         compiler = compiler_for(tokenizer)
     else:
         compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
-    return GrammarLogitsProcessor(compiler.compile(as_grammar(grammar)))
+    resolved = as_grammar(grammar)
+    return GrammarLogitsProcessor(compiler.compile(resolved), resolved.completion)

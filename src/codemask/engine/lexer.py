@@ -370,7 +370,7 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
             ended = self.end_lexeme((pid, lid))
             if ended is not None:
                 restarted = lexer.step(ended[1], byte)
-                if restarted != DEAD:
+                if restarted != DEAD and restarted != lexer.poison:
                     out.append((ended[0], restarted))
             return out  # the current lexeme matched here: older fallbacks are void
         return out + [c for c in self._step_configs(rest, byte) if c not in out]

@@ -7,6 +7,7 @@ which (with the vocabulary's fingerprint) keys the compile cache.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -25,6 +26,7 @@ class Grammar:
         self.ir = ir
         self.kind = kind
         self._key: str | None = None
+        self.completion: dict[str, Any] = {}  # GrammarMatcher options: prefix, until, suffix
 
     @property
     def cache_key(self) -> str:
@@ -84,11 +86,38 @@ class Grammar:
         return cls.from_json_schema(schema_of(), strict=strict, whitespace=whitespace)
 
     @classmethod
-    def builtin(cls, name: str) -> Grammar:
-        """A grammar shipped with codemask (``"json"``, …), by name."""
+    def builtin(cls, name: str, *, until: str | None = None, prefix: str | bytes = b"",
+                suffix: str | bytes | None = None) -> Grammar:
+        """A grammar shipped with codemask (``"json"``, ``"python"``, …), by name.
+
+        ``until``, ``prefix`` and ``suffix`` make it a code-completion grammar (see
+        :meth:`for_completion`).
+        """
         from codemask.grammar.builtin import load_builtin
 
-        return load_builtin(name)
+        grammar = load_builtin(name)
+        if until is None and not prefix and suffix is None:
+            return grammar
+        return grammar.for_completion(until=until, prefix=prefix, suffix=suffix)
+
+    def for_completion(self, *, until: str | None = None, prefix: str | bytes = b"",
+                       suffix: str | bytes | None = None) -> Grammar:
+        """This grammar for completing code at a cursor (docs/code-grammars.md, Python).
+
+        ``prefix``: the file up to the cursor, accepted before the completion starts. ``until``:
+        ``"line"``, ``"statement"``, ``"block"`` or ``"function"`` — the completion may end (EOS)
+        where that unit, counted from the cursor, is complete, and nothing may follow it
+        (grammars with Python-style indentation). ``suffix``: the file after the cursor
+        (fill-in-the-middle) — EOS only where the suffix can follow. The compiled form is shared
+        with the plain grammar; these options go to every `GrammarMatcher` made for it.
+        """
+        from codemask.engine.completion import MODES
+
+        if until is not None and until not in MODES:
+            raise GrammarError(f"until= must be one of {', '.join(MODES)} or None, got {until!r}")
+        twin = copy.copy(self)
+        twin.completion = {"prefix": prefix, "until": until, "suffix": suffix}
+        return twin
 
     @classmethod
     def from_file(cls, path: str | Path, start: str | None = None) -> Grammar:
