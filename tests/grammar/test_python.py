@@ -1,0 +1,120 @@
+"""The builtin Python grammar against CPython's parser (``ast.parse``, Python 3.11 here).
+
+- a sample of the standard library, byte by byte, must be accepted (the whole library:
+  ``benchmarks/python_stdlib.py``);
+- small modules fed token by token through the Llama-3 tokenizer: every token's mask bit agrees
+  with ``accept_token`` and allows it, and EOS is allowed exactly at the end;
+- random single edits (mutants) of library files: those ``ast.parse`` rejects must not be
+  accepted, those it accepts must be;
+- Python 3.12 syntax the 3.11 oracle cannot judge (PEP 695 generics and ``type`` aliases, PEP 701
+  f-strings) with hand-written verdicts.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+
+import pytest
+
+from codemask import Grammar, GrammarMatcher
+from codemask.engine.recognizer import Recognizer
+from tests.engine.conftest import compiler, encode, vocabulary
+from tests.python_harness import byte_verdict, mutants, parses, stdlib_files
+
+
+@functools.cache
+def library() -> list:  # type: ignore[type-arg]
+    return stdlib_files()
+
+
+@functools.cache
+def recognizer() -> Recognizer:
+    return Recognizer(Grammar.builtin("python"))
+
+
+def sample(count: int, offset: int = 0) -> list:  # type: ignore[type-arg]
+    files = library()
+    step = max(1, len(files) // count)
+    return files[offset::step][:count]
+
+
+def test_library_found() -> None:
+    assert len(library()) > 500
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_stdlib_sample_accepted_byte_by_byte(index: int) -> None:
+    refused = [str(f) for f in sample(12, index) if not recognizer().accepts(f.read_bytes())]
+    assert not refused
+
+
+@pytest.mark.slow
+def test_stdlib_token_by_token_with_masks() -> None:
+    compiled = compiler("llama3").compile(Grammar.builtin("python"))
+    eos = vocabulary("llama3").eos_token_id
+    files = sorted(library(), key=lambda f: f.stat().st_size)[40:200:40]
+    for path in files:
+        matcher = GrammarMatcher(compiled)
+        for token in encode("llama3", path.read_text(encoding="utf-8")):
+            assert matcher.is_token_allowed(token), (path, token)
+            assert matcher.accept_token(token)
+        assert matcher.is_token_allowed(eos) and matcher.accept_token(eos)
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_mutants_agree_with_ast_parse(index: int) -> None:
+    wrong = []
+    checked = 0
+    for path in sample(8, index):
+        for mutant in mutants(path.read_text(encoding="utf-8"), 8, seed=zlib.crc32(path.name.encode())):
+            _taken, accepted = byte_verdict(recognizer()._core, mutant.text.encode("utf-8"))
+            checked += 1
+            if accepted != mutant.valid:
+                wrong.append((path.name, mutant.edit, mutant.offset, mutant.valid))
+    assert checked > 40
+    assert not wrong
+
+
+PY312 = [
+    # PEP 695: type parameters and aliases
+    ("class A[T]:\n    pass\n", True),
+    ("class A[T: int, *Ts, **P](Base):\n    pass\n", True),
+    ("def f[T](x: T) -> T:\n    return x\n", True),
+    ("async def f[T: (int, str)](): pass\n", True),
+    ("type X = int\n", True),
+    ("type Pair[T] = tuple[T, T]\n", True),
+    ("type = 1\ntype.x = 2\n", True),  # `type` stays a name
+    ("class A[]:\n    pass\n", False),
+    ("type X\n", False),
+    ("def f[T]:\n    pass\n", False),
+    # PEP 701: f-strings with nested quotes, format specs, comments and backslashes in fields
+    ('f"{x["a"]}"\n', True),
+    ('f"{f"{f"{x}"}"}"\n', True),
+    ("f'{x!r:>{width}.{precision}}'\n", True),
+    ('f"{x = }"\n', True),
+    ("f'''{\n    x  # a comment\n}'''\n", True),
+    ('f"{"\\n".join(a)}"\n', True),
+    ('f"{{literal}} {x}"\n', True),
+    ('rf"\\{x}"\n', True),
+    ('f"{}"\n', False),
+    ('f"{x!z}"\n', False),
+    ('f"{x"\n', False),
+    ('f"}"\n', False),
+]
+
+
+@pytest.mark.parametrize(("text", "valid"), PY312)
+def test_python_312_syntax(text: str, valid: bool) -> None:
+    assert recognizer().accepts(text) == valid
+
+
+@pytest.mark.parametrize("text", [
+    "x = 1\n", "f(a=1, b)\n", "f(**k, *a)\n", "def f(a=1, b): pass\n", "del f()\n", "f() = 1\n",
+    "(a, b) += 1\n", "a, b: int\n", "x := 1\n", "x.if = 1\n", "target.is_file is_file()\n",
+    "b'a' 'b'\n", "b'\\xe9'\n", "'\\x4'\n", "0777\n", "1_\n", "0b2\n", "print 'x'\n",
+    "try:\n    pass\nexcept* E:\n    pass\nexcept F:\n    pass\n", "match x:\n    case 1+2:\n        pass\n",
+    "lambda a=1, b: 0\n", "def f(*): pass\n", "from a import (*)\n", "[*a for a in b]\n",
+])
+def test_rejections_agree_with_ast_parse(text: str) -> None:
+    assert recognizer().accepts(text) == parses(text)
