@@ -265,3 +265,17 @@ def test_lookaround_idioms_match_exactly_what_python_matches() -> None:
                 text = "".join(chars)
                 a, b = std_re.match(original, text), std_re.match(equivalent, text)
                 assert (a and a.group(0)) == (b and b.group(0)), (original, text)
+
+
+def test_reserved_pragma_marks_keyword_terminals() -> None:
+    """``//! codemask reserved:`` flags the string terminals with those texts, and only them."""
+    from codemask.engine.recognizer import Recognizer
+
+    text = '//! codemask reserved: if\nstart: "if" NAME | NAME "." NAME\nNAME: /[a-z]+/\n%ignore " "\n'
+    ir = parse_lark(text)
+    assert [t.name for t in ir.terminals.values() if t.reserved] == ["IF"]
+    reserved = Recognizer(Grammar(ir, "lark"))
+    plain = Recognizer(Grammar.from_lark(text.split("\n", 1)[1]))
+    assert plain.accepts("a.if") and not reserved.accepts("a.if")  # Lark retypes only among candidates
+    assert reserved.accepts("if x") and reserved.accepts("a.iffy")
+    assert not reserved.accepts("ifx")  # one identifier, where only the keyword can start
