@@ -79,7 +79,7 @@ def next_column(column: Column | None, byte: int) -> Column | None:
     return None  # a comment or a carriage return: this line's indentation does not count
 
 
-IndentKey = tuple[int, int, tuple[Column, ...], bool, int, Scope | None]  # noqa: see below
+IndentKey = tuple[int, int, tuple[Column, ...], bool, int, Scope | None]
 # (grammar parser state, bracket depth, levels, at start, def bodies, completion scope); "def
 # bodies" is a bit set over the levels (bit i: level i is a function body) plus bit 62 set
 # while a `def` header waits for its block

@@ -289,7 +289,7 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         auto = lexer.automata
         self.symbols = IndentingParser(parser, spec, auto.names) if spec is not None else SymbolParser(parser)
         auto = lexer.automata
-        reserved = getattr(auto, "reserved", frozenset())
+        reserved: frozenset[int] = getattr(auto, "reserved", frozenset())
         self._reserved_of = {t: frozenset(s for s, _emb in auto.unless[t] if s in reserved)
                              for t in range(len(auto.names)) if reserved}
         self._blockers_of = {s: frozenset(t for t in range(len(auto.names)) if s in self._reserved_of.get(t, ()))
