@@ -15,6 +15,8 @@ sequences that encode them, so the engine itself only ever sees bytes.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -34,6 +36,7 @@ from codemask.grammar.ir import (
     TerminalRef,
     complement_ranges,
     normalize_ranges,
+    references,
 )
 
 BYTE_ALPHABET = 256
@@ -364,17 +367,11 @@ def trim(dfa: DFA) -> DFA:
     optimiser has already removed rules that match nothing).
 
     Keeping only co-reachable states is what lets the parser treat "some stack is alive" as
-    "some continuation exists": a dead end never survives a step.
+    "some continuation exists": a dead end never survives a step. One backward search from the
+    accepting states over the reversed edges finds them.
     """
     n = len(dfa.accepting)
-    alive = dfa.accepting.copy()
-    changed = True
-    while changed:
-        reach = (dfa.trans >= 0) & alive[np.maximum(dfa.trans, 0)]
-        via_call = np.array([any(alive[t] for t in c.values()) for c in dfa.calls], dtype=bool)
-        new_alive = alive | reach.any(axis=1) | via_call
-        changed = bool((new_alive != alive).any())
-        alive = new_alive
+    alive = _coreachable(dfa)
     if alive.all():
         return dfa
     if not alive[dfa.start]:
@@ -388,13 +385,64 @@ def trim(dfa: DFA) -> DFA:
     return DFA(trans=trans, accepting=dfa.accepting[keep], calls=calls, start=int(remap[dfa.start]))
 
 
+def _coreachable(dfa: DFA) -> np.ndarray:
+    """States from which an accepting state can be reached (symbol and call edges alike)."""
+    n = len(dfa.accepting)
+    src, symbol = np.nonzero(dfa.trans >= 0)
+    edges = [src.astype(np.int64) * n + dfa.trans[src, symbol]]
+    edges += [np.array([s * n + t for s, c in enumerate(dfa.calls) for t in c.values()], dtype=np.int64)]
+    pairs = np.unique(np.concatenate(edges))
+    sources, targets = pairs // n, pairs % n
+    order = np.argsort(targets, kind="stable")
+    sources, bounds = sources[order], np.searchsorted(targets[order], np.arange(n + 1))
+    alive = dfa.accepting.copy()
+    todo = np.flatnonzero(alive).tolist()
+    while todo:
+        t = todo.pop()
+        for s in sources[bounds[t]:bounds[t + 1]].tolist():
+            if not alive[s]:
+                alive[s] = True
+                todo.append(s)
+    return alive
+
+
 def compile_expr(expr: Expr, rule_index: dict[str, int], alphabet: int,
                  terminal_index: dict[str, int] | None = None) -> DFA:
-    """The minimised DFA of one rule body."""
+    """The minimised DFA of one rule body (shared between grammars that have the same body).
+
+    A body's automaton depends only on the body, the alphabet and the indices of the rules and
+    terminals it names, so generated grammars (JSON Schema) reuse the automata of their common
+    pieces — strings, numbers, whitespace — from earlier compilations in the process.
+    """
+    if terminal_index is not None:  # lexer-mode parser rules: compiled once per grammar anyway
+        return _build_dfa(expr, rule_index, alphabet, terminal_index)
+    key = (expr, alphabet, tuple(rule_index.get(r, -1) for r in sorted(references(expr))))
+    with _DFA_CACHE_LOCK:
+        found = _DFA_CACHE.get(key)
+        if found is not None:
+            _DFA_CACHE.move_to_end(key)
+            return found
+    dfa = _build_dfa(expr, rule_index, alphabet, None)
+    dfa.trans.flags.writeable = False
+    dfa.accepting.flags.writeable = False
+    with _DFA_CACHE_LOCK:
+        _DFA_CACHE[key] = dfa
+        if len(_DFA_CACHE) > DFA_CACHE_SIZE:
+            _DFA_CACHE.popitem(last=False)
+    return dfa
+
+
+def _build_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_index: dict[str, int] | None) -> DFA:
     nfa = NFA()
     start, final = nfa.new_state(), nfa.new_state()
     NFABuilder(nfa, rule_index, terminal_index).build(expr, start, final)
     return minimize(trim(determinize(nfa, start, final, alphabet)))
+
+
+# Rule automata kept for reuse across compilations (bodies with their callee indices).
+DFA_CACHE_SIZE = 4096
+_DFA_CACHE: OrderedDict[tuple[object, ...], DFA] = OrderedDict()
+_DFA_CACHE_LOCK = threading.Lock()
 
 
 # ----------------------------------------------------------------------------- the network
