@@ -132,7 +132,7 @@ class GrammarCompiler:
         core = ParserCore(rtn)
         trie = token_trie(self.vocab)
         label = f"compiling {grammar.kind} grammar" if self.progress else None
-        masks = build_position_masks(core, trie, self.vocab.vocab_size, self.vocab.token_bytes, label)
+        masks = build_position_masks(core, trie, self.vocab.vocab_size, label)
         return CompiledArtifacts(rtn=rtn, masks=masks)
 
     def _path(self, key: str) -> Path | None:

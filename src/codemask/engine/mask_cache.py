@@ -81,7 +81,7 @@ class PositionMasks:
 
 
 def build_position_masks(core: ParserCore, trie: TokenTrie, vocab_size: int,
-                         token_bytes: list[bytes], progress: str | None = None) -> PositionMasks:
+                         progress: str | None = None) -> PositionMasks:
     """Classify the vocabulary at every position of the grammar (the compile-time work).
 
     All positions take their first byte in one vectorised step; below the first byte, each
@@ -116,7 +116,7 @@ def build_position_masks(core: ParserCore, trie: TokenTrie, vocab_size: int,
                 continue  # leaving this frame ends the input, so the residual is refused
             unc_sorted, unc_k = walk.uncertain_of(i)
             can_follow = follow[rule][trie.matrix[unc_sorted, unc_k]]
-            uncertain[row] = uncertain_entry(trie, token_bytes, unc_sorted[can_follow], unc_k[can_follow])
+            uncertain[row] = uncertain_entry(trie, unc_sorted[can_follow], unc_k[can_follow])
         bar.update(hi - lo)
     bar.close()
     return PositionMasks(row_of_state=row_of_state, accepted=accepted, uncertain=uncertain)
@@ -382,7 +382,7 @@ def pack_rows(trie: TokenTrie, ok: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.packbits(allowed, axis=1, bitorder="little").view(np.uint32)
 
 
-def uncertain_entry(trie: TokenTrie, token_bytes: list[bytes], sorted_idx: np.ndarray,
+def uncertain_entry(trie: TokenTrie, sorted_idx: np.ndarray,
                     offsets: np.ndarray) -> Uncertain | None:
     """The `Uncertain` record of tokens (sorted rows) that leave the frame after ``offsets`` bytes.
 
