@@ -22,9 +22,10 @@ from typing import Any, Literal, overload
 
 import torch
 
+from codemask.adadec import AdaDec, AdaDecSelector
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
 from codemask.decoding.grammar import GrammarStage
-from codemask.decoding.pipeline import Pipeline, Stage, StepLayout
+from codemask.decoding.pipeline import Pipeline, Selector, Stage, StepLayout
 from codemask.decoding.sampling import SamplingParams, SamplingSelector
 from codemask.engine.compiler import GrammarCompiler
 from codemask.engine.matcher import GrammarMatcher
@@ -44,7 +45,9 @@ class GenerationStats:
     ``steps`` counts tokens chosen by the model; ``forced_tokens`` counts tokens appended without a
     step of their own (jump-forward); ``forward_passes`` counts model calls while the row was
     unfinished (prefill included); ``mask_time_s`` is CPU time spent computing this row's masks;
-    ``repetition_time_s`` the CPU time RPG's analysis of this row took (0 without ``repetition=``).
+    ``repetition_time_s`` the CPU time RPG's analysis of this row took (0 without ``repetition=``);
+    with ``uncertainty=AdaDec()``, ``pauses`` counts the steps whose entropy reached τ,
+    ``lookahead_tokens`` the tokens its rollouts fed the model and ``lookahead_time_s`` their wall time.
     """
 
     prompt_tokens: int
@@ -54,6 +57,9 @@ class GenerationStats:
     forced_tokens: int = 0
     mask_time_s: float = 0.0
     repetition_time_s: float = 0.0
+    pauses: int = 0
+    lookahead_tokens: int = 0
+    lookahead_time_s: float = 0.0
     wall_time_s: float = 0.0
 
     @property
@@ -89,7 +95,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: str, grammar: Any =
                          stop: str | Sequence[str] | None = None, seed: int | None = None,
                          on_token: TokenCallback | None = None, jump_forward: bool = True,
                          compiler: GrammarCompiler | None = None,
-                         repetition: RPG | None = None) -> GenerationResult: ...
+                         repetition: RPG | None = None,
+                         uncertainty: AdaDec | None = None) -> GenerationResult: ...
 
 
 @overload
@@ -98,7 +105,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: Sequence[str], gram
                          stop: str | Sequence[str] | None = None, seed: int | None = None,
                          on_token: TokenCallback | None = None, jump_forward: bool = True,
                          compiler: GrammarCompiler | None = None,
-                         repetition: RPG | None = None) -> list[GenerationResult]: ...
+                         repetition: RPG | None = None,
+                         uncertainty: AdaDec | None = None) -> list[GenerationResult]: ...
 
 
 def constrained_generate(
@@ -117,6 +125,7 @@ def constrained_generate(
     jump_forward: bool = True,
     compiler: GrammarCompiler | None = None,
     repetition: RPG | None = None,
+    uncertainty: AdaDec | None = None,
 ) -> GenerationResult | list[GenerationResult]:
     """Generate from ``prompt`` (one string, or a list for a batch) so that the output matches ``grammar``.
 
@@ -129,6 +138,8 @@ def constrained_generate(
     ``seed`` makes sampling reproducible. ``jump_forward`` appends text the grammar forces without a
     forward pass per token. ``repetition=RPG()`` decays the tokens that would start another copy of
     a repeated span of statements or tokens (applied after the grammar mask, on probabilities).
+    ``uncertainty=AdaDec()`` pauses where the next-token entropy reaches the model's threshold and
+    reranks the top candidates by a short lookahead that the grammar and RPG constrain too.
     Returns one result, or a list for a list of prompts.
     """
     if max_new_tokens < 1:
@@ -154,8 +165,13 @@ def constrained_generate(
     stages: list[Stage] = [stage]
     if repetition is not None:  # after the grammar mask: the decay acts on the allowed tokens' probabilities
         stages.append(RepetitionStage(repetition, vocab.token_bytes, sorted(vocab.stop_token_ids), encoded))
-    pipeline = Pipeline(stages, SamplingSelector(SamplingParams(temperature, top_k, top_p), generator))
+    selector: Selector = SamplingSelector(SamplingParams(temperature, top_k, top_p), generator)
+    adadec = None if uncertainty is None else AdaDecSelector.for_generation(uncertainty, model, selector, stages,
+                                                                            vocab, len(rows))
+    pipeline = Pipeline(stages, adadec or selector)
     loop = _DecodingLoop(model, tokenizer, vocab, rows, pipeline, stage, device)
+    if adadec is not None:
+        adadec.attach(loop)  # the rollouts fork the loop's KV cache
     try:
         loop.run(max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
     finally:
@@ -163,6 +179,8 @@ def constrained_generate(
     if isinstance(stages[-1], RepetitionStage):
         for row, spent in zip(rows, stages[-1].analysis_time_s, strict=True):
             row.stats.repetition_time_s = spent
+    if adadec is not None:
+        adadec.record([row.stats for row in rows])
     results = [_result(row) for row in rows]
     return results[0] if single else results
 

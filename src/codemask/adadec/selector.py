@@ -1,0 +1,216 @@
+"""AdaDec as a :class:`~codemask.decoding.pipeline.Selector`: pause where the entropy reaches τ, look ahead, rerank.
+
+Per step, on the already processed logits (grammar and monitor masks, RPG's decay): the entropy of
+every row is computed on the device and compared with τ — the one host synchronisation of a step
+that does not pause. Rows below τ keep the base selector's choice (greedy, or sampling). A row at
+or above τ takes its top ``beam`` candidates; each is rolled out ``lookahead`` tokens greedily and
+scored by the mean log-probability of candidate + rollout; the best candidate is chosen.
+
+The rollouts of all paused rows run together: the decoding loop's KV cache is forked (each paused
+row's cache rows selected ``beam`` times; the loop's own cache is not touched) and every lookahead
+step is one forward pass over all live candidates. Inside a rollout, the pipeline's stages process
+each candidate's logits for the state it stands for — the sequence after the candidate and the
+rollout so far, handed to the stage as drafted tokens (``StepLayout.drafts``), exactly as for
+speculative verification — so that grammar masks, monitors and RPG constrain the lookahead too and
+every candidate stays valid. A rollout ends early at a stop token and, with ``lookahead="line"``, at
+the end of the line.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from codemask.adadec.config import AdaDec
+from codemask.adadec.entropy import entropy
+from codemask.decoding.pipeline import Selector, Stage, StepLayout
+
+
+class KVBranch:
+    """A fork of the decoding loop's KV cache for some of its rows, extended one token per row at a time.
+
+    ``rows[i]`` is the batch row of the loop's cache that branch row ``i`` continues. The loop's cache
+    tensors are only read: selecting rows makes new tensors and every ``step`` concatenates.
+    """
+
+    def __init__(self, model: Any, cache: Any, attention: torch.Tensor, rows: Sequence[int]) -> None:
+        self.model = model
+        index = torch.tensor(list(rows), dtype=torch.long, device=attention.device)
+        self.cache = copy.copy(cache)
+        self.cache.layers = [copy.copy(layer) for layer in cache.layers]
+        self.cache.batch_select_indices(index)
+        self.attention = attention.index_select(0, index)
+
+    def keep(self, indices: Sequence[int]) -> None:
+        """Drop every branch row but ``indices`` (in that order)."""
+        index = torch.tensor(list(indices), dtype=torch.long, device=self.attention.device)
+        self.cache.batch_select_indices(index)
+        self.attention = self.attention.index_select(0, index)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per branch row (a long tensor); the next-token logits ``[rows, vocab]`` (float32)."""
+        ones = torch.ones((self.attention.shape[0], 1), dtype=self.attention.dtype, device=self.attention.device)
+        self.attention = torch.cat([self.attention, ones], dim=1)
+        positions = (self.attention.cumsum(-1) - 1)[:, -1:]
+        with torch.inference_mode():
+            out = self.model(input_ids=tokens.view(-1, 1).to(self.attention.device), attention_mask=self.attention,
+                             position_ids=positions, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.cache = out.past_key_values
+        return out.logits[:, -1, :].float()
+
+
+@dataclass
+class _Rollout:
+    """One candidate of one paused row: its tokens so far and the sum of their log-probabilities."""
+
+    logits_row: int
+    sequence: int
+    tokens: list[int]
+    score: float
+    alive: bool = True
+
+    @property
+    def mean(self) -> float:
+        return self.score / len(self.tokens)
+
+
+class AdaDecSelector(Selector):
+    """Pause-and-rerank around a base selector. ``attach(loop)`` gives it the loop's model and KV cache.
+
+    Per sequence it counts ``pauses`` (steps whose entropy reached τ), ``lookahead_tokens`` (tokens
+    fed to the model by its rollouts) and ``lookahead_time_s`` (wall time of its reranks; a rerank
+    shared by several rows is split evenly among them).
+    """
+
+    def __init__(self, config: AdaDec, threshold: float, base: Selector, stages: Sequence[Stage],
+                 token_bytes: Sequence[bytes], stop_token_ids: Sequence[int], num_sequences: int) -> None:
+        self.config = config
+        self.threshold = float(threshold)
+        self.base = base
+        self.stages = list(stages)
+        self.token_bytes = token_bytes
+        self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
+        self.pauses = [0] * num_sequences
+        self.lookahead_tokens = [0] * num_sequences
+        self.lookahead_time_s = [0.0] * num_sequences
+        self._loop: Any = None
+
+    @classmethod
+    def for_generation(cls, config: AdaDec, model: Any, base: Selector, stages: Sequence[Stage], vocab: Any,
+                       num_sequences: int) -> AdaDecSelector:
+        """The selector for one ``constrained_generate`` call (τ resolved for ``model``)."""
+        return cls(config, config.threshold_for(model), base, stages, vocab.token_bytes,
+                   sorted(vocab.stop_token_ids), num_sequences)
+
+    def attach(self, loop: Any) -> None:
+        """Roll out from ``loop``'s KV cache: it has ``model``, ``cache`` and ``attention`` (its attention mask)."""
+        self._loop = loop
+
+    def record(self, stats: Sequence[Any]) -> None:
+        """Copy the per-sequence counters into each row's ``GenerationStats``."""
+        for i, s in enumerate(stats):
+            s.pauses, s.lookahead_tokens, s.lookahead_time_s = (self.pauses[i], self.lookahead_tokens[i],
+                                                               self.lookahead_time_s[i])
+
+    # -- the step ----------------------------------------------------------------------------
+
+    def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
+        chosen = self.base.select(logits, layout)
+        paused = [r for r in self.paused_rows(logits).tolist() if layout.offsets[r] == 0]  # the host sync
+        if not paused:
+            return chosen
+        started = time.perf_counter()
+        for r in paused:
+            self.pauses[layout.sequences[r]] += 1
+        best = self._rerank(logits, layout, paused)
+        chosen = chosen.clone()
+        chosen[torch.tensor(list(best), device=chosen.device)] = torch.tensor(list(best.values()),
+                                                                              dtype=chosen.dtype, device=chosen.device)
+        spent = (time.perf_counter() - started) / len(paused)
+        for r in paused:
+            self.lookahead_time_s[layout.sequences[r]] += spent
+        return chosen
+
+    def paused_rows(self, logits: torch.Tensor) -> torch.Tensor:
+        """Indices of the rows whose entropy (nats) is at least τ (on the logits' device)."""
+        if math.isinf(self.threshold):
+            return torch.zeros(0, dtype=torch.long, device=logits.device)
+        return torch.nonzero(entropy(logits) >= self.threshold).flatten()
+
+    def _rerank(self, logits: torch.Tensor, layout: StepLayout, paused: list[int]) -> dict[int, int]:
+        """For each paused logits row, the candidate with the best mean log-probability after its rollout."""
+        log_probs = torch.log_softmax(logits[paused].float(), dim=-1)
+        k = min(self.config.beam, log_probs.shape[-1])
+        top = torch.topk(log_probs, k, dim=-1)
+        values, ids = top.values.tolist(), top.indices.tolist()
+        best: dict[int, int] = {}
+        rollouts: list[_Rollout] = []
+        for r, vals, cands in zip(paused, values, ids, strict=True):
+            options = [(t, v) for t, v in zip(cands, vals, strict=True) if math.isfinite(v)]
+            best[r] = options[0][0]
+            if len(options) < 2:
+                continue  # nothing to compare: the grammar leaves one token
+            for token, value in options:
+                rollouts.append(_Rollout(r, layout.sequences[r], [token], value,
+                                         alive=self._continues(token, candidate=True)))
+        if rollouts and self.config.lookahead_tokens > 0 and any(o.alive for o in rollouts):
+            self._roll_out(rollouts)
+        by_row: dict[int, _Rollout] = {}
+        for o in rollouts:  # the first (highest-ranked) candidate wins ties
+            if o.logits_row not in by_row or o.mean > by_row[o.logits_row].mean:
+                by_row[o.logits_row] = o
+        for r, o in by_row.items():
+            best[r] = o.tokens[0]
+        return best
+
+    def _continues(self, token: int, candidate: bool) -> bool:
+        """Whether a rollout that just took ``token`` goes on: not after a stop token and, with
+        ``lookahead="line"``, not after a rollout token that holds a newline (the candidate's own
+        newline starts the line that is looked at)."""
+        if token in self.stop_token_ids:
+            return False
+        return candidate or self.config.lookahead != "line" or b"\n" not in self.token_bytes[token]
+
+    def _roll_out(self, rollouts: list[_Rollout]) -> None:
+        """Extend every live rollout greedily, one batched forward pass per lookahead step."""
+        if self._loop is None or self._loop.cache is None or self._loop.attention is None:
+            raise RuntimeError("AdaDecSelector needs attach(loop) before it can look ahead")
+        live = [o for o in rollouts if o.alive]
+        branch = KVBranch(self._loop.model, self._loop.cache, self._loop.attention, [o.sequence for o in live])
+        device = self._loop.attention.device
+        for _ in range(self.config.lookahead_tokens):
+            feed = torch.tensor([o.tokens[-1] for o in live], dtype=torch.long, device=device)
+            step_logits = branch.step(feed)
+            for o in live:
+                self.lookahead_tokens[o.sequence] += 1
+            for j, o in enumerate(live):  # each candidate's own state: its tokens so far as drafts
+                layout = StepLayout((o.sequence,), (len(o.tokens),), {o.sequence: tuple(o.tokens)})
+                row = step_logits[j:j + 1]
+                for stage in self.stages:
+                    stage.apply(row, layout)
+                if row.device.type == "cuda":  # stages reuse one pinned host buffer per call
+                    torch.cuda.current_stream(row.device).synchronize()
+            log_probs = torch.log_softmax(step_logits, dim=-1)
+            picked = log_probs.argmax(dim=-1)
+            scores = log_probs.gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+            keep: list[int] = []
+            for j, (o, token, score) in enumerate(zip(live, picked.tolist(), scores.tolist(), strict=True)):
+                if not math.isfinite(score):  # every token masked: a state the stages cannot continue
+                    o.alive = False
+                    continue
+                o.tokens.append(int(token))
+                o.score += score
+                o.alive = self._continues(int(token), candidate=False)
+                if o.alive:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(live):
+                branch.keep(keep)
+                live = [live[j] for j in keep]

@@ -1,0 +1,127 @@
+"""AdaDec with the packaged SmolLM2: KV-cache fork, rerank vs a cache-free oracle, composition with a grammar."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import pytest
+import torch
+
+from codemask import AdaDec, Grammar, GrammarMatcher, constrained_generate
+from codemask.adadec import KVBranch
+from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+from codemask.decoding.pipeline import StepLayout
+from tests.conftest import chat
+
+pytestmark = pytest.mark.slow
+
+CODE_REQUEST = "Write a Python function that returns the sum of a list."
+
+
+def test_kv_branch_matches_a_forward_without_cache(smollm2: tuple[Any, Any]) -> None:
+    from transformers import DynamicCache
+
+    model, tokenizer = smollm2
+    short, long = tokenizer("def f(x):")["input_ids"], tokenizer("import os\nclass A:\n    def g(self):")["input_ids"]
+    width = max(len(short), len(long))
+    ids = torch.tensor([[0] * (width - len(short)) + short, [0] * (width - len(long)) + long])
+    attention = torch.tensor([[0] * (width - len(short)) + [1] * len(short),
+                              [0] * (width - len(long)) + [1] * len(long)])
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=ids, attention_mask=attention, position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
+              past_key_values=cache, use_cache=True)
+    before = [layer.keys.clone() for layer in cache.layers]
+    branch = KVBranch(model, cache, attention, [1, 0, 1])  # rows forked, one of them twice
+    steps = [[11, 12, 13], [21, 22, 23]]
+    for t, feed in enumerate(steps):
+        got = branch.step(torch.tensor(feed))
+        for j, row in enumerate([1, 0, 1]):
+            prefix = long if row == 1 else short
+            full = torch.tensor([prefix + [steps[s][j] for s in range(t + 1)]])
+            with torch.inference_mode():
+                want = model(input_ids=full).logits[0, -1].float()
+            torch.testing.assert_close(got[j], want, atol=2e-3, rtol=1e-3)
+    branch.keep([2])
+    assert branch.step(torch.tensor([5])).shape[0] == 1
+    for old, layer in zip(before, cache.layers, strict=True):  # the loop's cache is untouched
+        assert torch.equal(old, layer.keys)
+
+
+def test_infinite_threshold_is_greedy_and_zero_pauses_every_step(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    prompt = chat(tokenizer, CODE_REQUEST)
+    greedy = constrained_generate(model, tokenizer, prompt, max_new_tokens=12)
+    never = constrained_generate(model, tokenizer, prompt, max_new_tokens=12, uncertainty=AdaDec(threshold=math.inf))
+    assert never.token_ids == greedy.token_ids and never.text == greedy.text
+    assert never.stats.pauses == 0 and never.stats.lookahead_tokens == 0
+    always = constrained_generate(model, tokenizer, prompt, max_new_tokens=6,
+                                  uncertainty=AdaDec(threshold=0.0, lookahead=2))
+    assert always.stats.pauses == always.stats.steps == 6
+    assert 0 < always.stats.lookahead_tokens <= 6 * 3 * 2
+    assert always.stats.lookahead_time_s > 0
+
+
+def _oracle_choice(model: Any, prompt_ids: list[int], beam: int, lookahead: int) -> tuple[list[float], list[int]]:
+    """Mean log-probability of each top candidate + its greedy rollout, by full forwards (no cache)."""
+    with torch.inference_mode():
+        first = torch.log_softmax(model(input_ids=torch.tensor([prompt_ids])).logits[0, -1].float(), -1)
+        top = torch.topk(first, beam)
+        means = []
+        for value, cand in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+            seq, total = [*prompt_ids, cand], value
+            for _ in range(lookahead):
+                lp = torch.log_softmax(model(input_ids=torch.tensor([seq])).logits[0, -1].float(), -1)
+                nxt = int(lp.argmax())
+                total += float(lp[nxt])
+                seq.append(nxt)
+            means.append(total / (lookahead + 1))
+    return means, top.indices.tolist()
+
+
+def test_rerank_picks_the_best_mean_log_probability(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    changed = 0
+    for request in ["Write a Python function that reverses a string.", "Name a prime number.",
+                    "Complete: def add(a, b):"]:
+        prompt = chat(tokenizer, request)
+        result = constrained_generate(model, tokenizer, prompt, max_new_tokens=1,
+                                      uncertainty=AdaDec(threshold=0.0, beam=3, lookahead=3))
+        means, candidates = _oracle_choice(model, list(tokenizer(prompt)["input_ids"]), 3, 3)
+        chosen = result.token_ids[0]
+        assert chosen in candidates
+        assert means[candidates.index(chosen)] == pytest.approx(max(means), abs=1e-3)
+        changed += chosen != candidates[0]
+    assert changed >= 1, "no prompt where the rerank departs from greedy: the test proves nothing"
+
+
+def test_rollouts_respect_the_grammar(smollm2: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from codemask.decoding.grammar import GrammarStage
+
+    seen: list[tuple[StepLayout, set[int]]] = []
+    original = GrammarStage.apply
+
+    def spy(self: GrammarStage, logits: torch.Tensor, layout: StepLayout) -> None:
+        original(self, logits, layout)
+        seen.append((layout, set(self.invalid_rows)))
+
+    monkeypatch.setattr(GrammarStage, "apply", spy)
+    model, tokenizer = smollm2
+    grammar = Grammar.from_regex(r'\{"color": "[a-z]{1,12}", "legs": [0-9]\}')
+    prompt = chat(tokenizer, "Describe a cat as JSON with its color and number of legs.")
+    result = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=30,
+                                  uncertainty=AdaDec(threshold=0.0, lookahead=3))
+    assert result.finish_reason == "grammar_end", result
+    assert re.fullmatch(r'\{"color": "[a-z]{1,12}", "legs": [0-9]\}', result.text)
+    json.loads(result.text)
+    assert result.stats.pauses == result.stats.steps > 0
+    rollout_rows = [(layout, bad) for layout, bad in seen if any(layout.offsets)]
+    assert rollout_rows, "no rollout went through the grammar stage"
+    # every rollout state is one the grammar reached: its drafts (candidate + lookahead) were accepted
+    assert not any(bad for _, bad in rollout_rows)
+    compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
+    matcher = GrammarMatcher(compiler.compile(grammar))
+    assert all(matcher.accept_token(t) for t in result.token_ids) and matcher.can_terminate()
