@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("file")
     check.add_argument("--tokenizer", default="smollm2", help="packaged tokenizer name or a tokenizer folder")
     check.set_defaults(run=_run_check_grammar)
+
+    from codemask.adadec import calibrate
+
+    adadec = commands.add_parser("calibrate-adadec", help="learn AdaDec's entropy threshold for a model (MBPP train)")
+    calibrate.add_arguments(adadec)
+    adadec.set_defaults(run=calibrate.run)
     return parser
 
 

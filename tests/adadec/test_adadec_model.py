@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from codemask import AdaDec, Grammar, GrammarMatcher, constrained_generate
-from codemask.adadec import KVBranch
+from codemask import Grammar, GrammarMatcher, constrained_generate
+from codemask.adadec import AdaDec, KVBranch
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
 from codemask.decoding.pipeline import StepLayout
 from tests.conftest import chat
@@ -125,3 +125,20 @@ def test_rollouts_respect_the_grammar(smollm2: tuple[Any, Any], monkeypatch: pyt
     compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
     matcher = GrammarMatcher(compiler.compile(grammar))
     assert all(matcher.accept_token(t) for t in result.token_ids) and matcher.can_terminate()
+
+
+def test_calibration_on_mbpp_train_gives_a_usable_threshold(smollm2: tuple[Any, Any], tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from codemask.adadec.calibrate import calibrate, mbpp_examples
+
+    data = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+    if not data.is_file():
+        pytest.fail(f"MBPP data missing at {data}")
+    model, tokenizer = smollm2
+    examples = mbpp_examples(data)[:4]
+    assert len(examples) == 4 and all("```python" in ref for _, ref in examples)
+    result = calibrate(model, tokenizer, examples)
+    assert result.slope > 0  # higher entropy: more likely that the reference token was not the top one
+    assert 0 < result.threshold < 10 and 0 < result.pause_rate < 0.5
+    assert 0 < result.positive_rate < 0.6 and result.positions > 100
