@@ -297,7 +297,7 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         self._candidates: dict[int, frozenset[int]] = {}
         self._blockers: dict[int, frozenset[int]] = {}
         self._ends: dict[Config, Config | None] = {}
-        self._can_end = np.zeros(64, dtype=bool)
+        self._can_end = np.full(64, -1, dtype=np.int8)  # -1: not computed yet (most states never ask)
         super().__init__()
         if spec is not None:  # the input starts as if after a newline (the first line is at column 0)
             start = lexer.step(lexer.start(frozenset((spec.newline,))), 0x0A)
@@ -307,8 +307,7 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
 
     def _on_new(self, ident: int, key: tuple[Config, ...]) -> None:
         if ident >= len(self._can_end):
-            self._can_end = np.concatenate([self._can_end, np.zeros(len(self._can_end), dtype=bool)])
-        self._can_end[ident] = self._configs_can_end(key)
+            self._can_end = np.concatenate([self._can_end, np.full(len(self._can_end), -1, dtype=np.int8)])
 
     # -- configurations ----------------------------------------------------------------------
 
@@ -391,7 +390,11 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
     # -- queries (the interface GrammarMatcher uses) -----------------------------------------
 
     def can_end(self, state: int) -> bool:
-        return bool(self._can_end[state])
+        found = int(self._can_end[state])
+        if found < 0:
+            found = int(self._configs_can_end(self.keys[state]))
+            self._can_end[state] = found
+        return bool(found)
 
     def allowed_symbols(self, state: int) -> np.ndarray:
         """Boolean mask of the bytes that keep the parse alive."""
