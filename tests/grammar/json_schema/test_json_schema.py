@@ -52,6 +52,11 @@ CASES: list[tuple[dict[str, Any], list[Any]]] = [
     ({"const": {"a": [1, {"b": None}], "c": "é"}}, [{"c": "é", "a": [1, {"b": None}]}, {"a": [1, {"b": None}]}]),
     ({"type": ["string", "integer"], "minLength": 1, "anyOf": [{"type": "integer"}, {"not": {"minLength": 1}}]},
      ["", "a", 5, 2.5]),  # the string branch is contradictory (length >= 1 and < 1): integers remain
+    ({"type": "object", "properties": {"dog": {"type": "integer"}, "do": {"type": "string"},
+                                        "café": {"type": "boolean"}, 'q"x': {"type": "null"}}},
+     [{"dog": 1}, {"dog": "x"}, {"do": "x"}, {"do": 1}, {"d": 1}, {"dogs": 1}, {"café": True}, {"café": 1},
+      {"caf": 1}, {"cafés": 1}, {"é": 1}, {"": 2}, {"x\u00e9y": [1]}, {'q"x': None}, {'q"x': 1}, {'q"': 1},
+      {"\U0001F600": 1}]),  # other keys next to known ones, in raw and \u spellings
     ({"enum": [{k: i for i, k in enumerate("abcdefg")}]},  # past 5 members: any order, every one present
      [dict(reversed([(k, i) for i, k in enumerate("abcdefg")])), {k: i for i, k in enumerate("abcdef")}]),
 ]

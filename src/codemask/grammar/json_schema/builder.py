@@ -255,8 +255,7 @@ class SchemaBuilder:
         """Strings other than ``words`` (``not: {enum: [...]}``), with the length bounds."""
         if c.min_length or c.max_length is not None:
             return self._named("str", strings.string_of_length(c.min_length, c.max_length))
-        rest = self._named("chars", Repeat(strings.any_char(), 0, None))
-        return seq(strings.QUOTE, _trie_complement(sorted(set(words)), "", rest), strings.QUOTE)
+        return self._spelled_other_than(sorted(set(words)))
 
     # -- arrays ------------------------------------------------------------------------------
 
@@ -449,9 +448,14 @@ class SchemaBuilder:
         name = self._memo.get(key)
         if name is None:
             name = self._memo[key] = f"k{len(self._memo)}"
-            rest = self._named("chars", Repeat(strings.any_char(), 0, None))
-            self.rules[name] = seq(strings.QUOTE, _trie_complement(list(known), "", rest), strings.QUOTE)
+            self.rules[name] = self._spelled_other_than(list(known))
         return RuleRef(name)
+
+    def _spelled_other_than(self, words: list[str]) -> Expr:
+        """JSON strings that spell none of ``words`` as `strings.string_literal` does."""
+        rest = self._named("chars", Repeat(strings.any_char(), 0, None))
+        beyond_ascii = self._named("xchars", seq(strings.escaped_or_beyond_ascii(), rest))
+        return seq(strings.QUOTE, _trie_complement(words, "", rest, beyond_ascii), strings.QUOTE)
 
     def _object_states(self, members: list[tuple[str | None, Expr]], c: Constraints, depth: int) -> Expr:
         """Members in any order until the required ones are all seen and the count is in range."""
@@ -735,10 +739,13 @@ def _pattern_content(pattern: str, node: Node) -> Expr | None:
     return None
 
 
-def _trie_complement(words: list[str], prefix: str, any_rest: Expr) -> Expr:
-    """JSON string contents whose raw spelling is none of ``words`` (all starting with ``prefix``).
+def _trie_complement(words: list[str], prefix: str, any_rest: Expr, beyond_ascii: Expr) -> Expr:
+    """JSON string contents that spell none of ``words`` (all starting with ``prefix``) as
+    `strings.string_literal` spells them (printable ASCII raw, other characters in any spelling).
 
-    ``any_rest`` matches any string content (a shared rule: it follows every branch).
+    ``any_rest`` matches any string content, and ``beyond_ascii`` an escaped or raw non-ASCII
+    character followed by any content (shared rules: they follow every branch, and keeping
+    the branches small keeps the rule's automaton small).
     """
     depth = len(prefix)
     here = [w for w in words if w.startswith(prefix)]
@@ -746,13 +753,12 @@ def _trie_complement(words: list[str], prefix: str, any_rest: Expr) -> Expr:
     alternatives: list[Expr] = []
     if prefix not in here:
         alternatives.append(EMPTY)
-    others = [(ord(ch), ord(ch)) for ch in next_chars]
-    from codemask.grammar.ir import complement_ranges, normalize_ranges
-
-    rest_ranges = complement_ranges(normalize_ranges(others))
-    alternatives.append(seq(strings.raw_or_any_escape(rest_ranges), any_rest))
+    if all(strings.spelled_raw_only(ch) for ch in next_chars):
+        alternatives += [seq(strings.other_raw_ascii(next_chars), any_rest), beyond_ascii]
+    else:
+        alternatives.append(seq(strings.other_char_spellings(next_chars), any_rest))
     for ch in next_chars:
-        alternatives.append(seq(strings.literal_char(ch), _trie_complement(here, prefix + ch, any_rest)))
+        alternatives.append(seq(strings.literal_char(ch), _trie_complement(here, prefix + ch, any_rest, beyond_ascii)))
     return choice(*alternatives)
 
 

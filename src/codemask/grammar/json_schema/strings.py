@@ -116,15 +116,43 @@ def _subtract(ranges: Ranges, removed: Ranges) -> Ranges:
 
 
 @functools.lru_cache(maxsize=4096)
-def raw_or_any_escape(ranges: Ranges) -> Expr:
-    """The characters of ``ranges`` raw or as short escapes, or any ``\\uXXXX``: a small superset of
-    ``json_char``, used where exactness matters for the usual spellings (keys an object does not name).
+def spelled_raw_only(c: str) -> bool:
+    """Whether `literal_char` spells ``c`` raw only (printable ASCII other than quote and backslash)."""
+    return 0x20 <= ord(c) < 0x7F and c not in '"\\'
+
+
+def other_char_spellings(next_chars: list[str]) -> Expr:
+    """Every spelling of a string character that `literal_char` does not give one of ``next_chars``.
+
+    Used for keys an object does not name: a key branches off a known key exactly where its
+    spelling leaves every known one. The escaped spellings of raw-only characters (``\\u0061``
+    for ``a``) are not the known key's spelling, so they belong here.
     """
-    ranges = _subtract(normalize_ranges(ranges), _SURROGATES)
-    raw = _subtract(ranges, _RAW_FORBIDDEN)
-    escapes: list[Expr] = [literal("\\" + letter) for cp, letter in _SHORT_ESCAPES.items() if _contains(ranges, cp)]
-    escapes.append(seq(literal("\\u"), Repeat(digit_class(0, 15, 16), 4, 4)))
-    return choice(*([char_class(raw)] if raw else []), *escapes)
+    others = json_char(complement_ranges(normalize_ranges([(ord(c), ord(c)) for c in next_chars])))
+    return choice(others, *(_escaped_spellings(c) for c in next_chars if spelled_raw_only(c)))
+
+
+def other_raw_ascii(next_chars: list[str]) -> Expr:
+    """Raw printable ASCII other than the raw-only ``next_chars``: with `escaped_or_beyond_ascii`,
+    the same set as `other_char_spellings` (split so the second part can be one shared rule)."""
+    assert all(spelled_raw_only(c) for c in next_chars)
+    raw = _subtract(((0x20, 0x7E),), tuple((ord(c), ord(c)) for c in next_chars) + _RAW_FORBIDDEN)
+    return char_class(raw) if raw else NOTHING
+
+
+def escaped_or_beyond_ascii() -> Expr:
+    """Any escaped string character, or a raw one beyond ASCII."""
+    short = [literal("\\" + letter) for letter in _SHORT_ESCAPES.values()]
+    return choice(char_class(_subtract(((0x80, MAX_CODE_POINT),), _SURROGATES)), *short,
+                  _unicode_escapes(_subtract(((0, MAX_CODE_POINT),), _SURROGATES)))
+
+
+def _escaped_spellings(c: str) -> Expr:
+    code = ord(c)
+    forms: list[Expr] = [seq(literal("\\u"), fixed_width_range(code, code, 4, 16))]
+    if code in _SHORT_ESCAPES:
+        forms.append(literal("\\" + _SHORT_ESCAPES[code]))
+    return choice(*forms)
 
 
 @functools.cache
