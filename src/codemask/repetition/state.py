@@ -1,0 +1,154 @@
+"""One sequence's repetition state: its tokens, its code's statement units, and the repeats ending both.
+
+Shared by the decoding stage and the Hugging Face processor. Each step it yields a
+:class:`Penalties`: which tokens to decay by how many repetitions, and how many repetitions' worth
+of end-of-sequence boost to give.
+
+The *critical token* of a structural repeat is the token that began the last copy of the repeated
+span of units (the token holding the first byte of its first statement). It is decayed only at the
+step where the next copy would begin that token: when the code ends with a complete statement and
+the whitespace typed since matches, line for line, the whitespace that preceded the critical token
+in the last copy (a newline, then the same indentation). Elsewhere the same token id means
+something else (``assert`` inside a string, a name in an expression) and is left alone. This is
+what makes the decay independent of how a tokenizer splits ``"\\n    assert"``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from codemask.repetition.config import RPG
+from codemask.repetition.detector import TandemRepeats
+from codemask.repetition.units import StatementUnits, Unit
+
+_WHITESPACE = b" \t\r\n\f\v"
+_LABEL_IDS: dict[str, int] = {}
+
+
+@dataclass
+class Penalties:
+    """What to do to one row's next-token distribution: ``decay[token] = count``, and the EOS boost count."""
+
+    decay: dict[int, int] = field(default_factory=dict)
+    eos: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.decay) or self.eos > 0
+
+
+class RepetitionState:
+    """The repetition state of one sequence (prompt + generated tokens)."""
+
+    def __init__(self, rpg: RPG, token_bytes: Sequence[bytes], prompt_ids: Sequence[int] = ()) -> None:
+        self.rpg = rpg
+        self.token_bytes = token_bytes
+        self.token_ids: list[int] = []
+        self.ends: list[int] = []  # byte offset where each token ends
+        self.units = StatementUnits(rpg.language)
+        self.tokens = TandemRepeats(rpg.max_period)
+        self.unit_repeats = TandemRepeats(rpg.max_period)
+        self._synced: list[Unit] = []  # the units unit_repeats holds
+        self.append(prompt_ids)
+
+    def append(self, token_ids: Sequence[int]) -> None:
+        data = bytearray()
+        end = self.ends[-1] if self.ends else 0
+        for token in token_ids:
+            piece = self.token_bytes[token] if 0 <= token < len(self.token_bytes) else b""
+            data += piece
+            end += len(piece)
+            self.token_ids.append(int(token))
+            self.ends.append(end)
+            if self.rpg.content:
+                self.tokens.push(int(token))
+        self.units.append(bytes(data))
+
+    def rollback(self, count: int) -> None:
+        if not 0 <= count <= len(self.token_ids):
+            raise ValueError(f"cannot roll back {count} of {len(self.token_ids)} tokens")
+        if count == 0:
+            return
+        del self.token_ids[-count:]
+        del self.ends[-count:]
+        if self.rpg.content:
+            self.tokens.pop(count)
+        self.units.truncate(self.ends[-1] if self.ends else 0)
+
+    def fork(self) -> RepetitionState:
+        other = RepetitionState.__new__(RepetitionState)
+        other.rpg = self.rpg
+        other.token_bytes = self.token_bytes
+        other.token_ids = list(self.token_ids)
+        other.ends = list(self.ends)
+        other.units = self.units.fork()
+        other.tokens = self.tokens.fork()
+        other.unit_repeats = self.unit_repeats.fork()
+        other._synced = list(self._synced)
+        return other
+
+    # -- the step ----------------------------------------------------------------------------
+
+    def penalties(self) -> Penalties:
+        """The decays and EOS boost for the token that comes next."""
+        result = Penalties()
+        if self.rpg.content:
+            self._content_repeat(result)
+        self._structural_repeat(result)
+        return result
+
+    def _content_repeat(self, result: Penalties) -> None:
+        repeat = self.tokens.repeat()
+        if repeat is not None and repeat.copies * repeat.period >= self.rpg.min_content_tokens:
+            result.decay[self.tokens.next_symbol(repeat)] = repeat.count
+
+    def _structural_repeat(self, result: Penalties) -> None:
+        text = self.units.text
+        gap = _whitespace_before(text, len(text))
+        if b"\n" not in text[len(text) - gap:]:
+            return  # mid-line: no statement can begin with the next token
+        self.units.refresh()
+        if self.units.code_end != len(text) - gap:
+            return  # the last line is no complete statement (a continuation line, an open bracket)
+        self._sync_unit_repeats()
+        repeat = self.unit_repeats.repeat()
+        if repeat is None:
+            return
+        first = self._synced[len(self._synced) - repeat.period].start
+        critical = bisect.bisect_right(self.ends, first)  # the token that holds the unit's first byte
+        if critical >= len(self.token_ids):
+            return
+        begins = self.ends[critical - 1] if critical else 0
+        gap_start = first - _whitespace_before(text, first)
+        if begins < gap_start:
+            return  # the token also holds the end of the statement before: no clean boundary
+        if _layout(bytes(text[gap_start:begins])) != _layout(bytes(text[len(text) - gap:])):
+            return
+        token = self.token_ids[critical]
+        result.decay[token] = max(result.decay.get(token, 0), repeat.count)
+        if self.units.complete:
+            result.eos = repeat.count
+
+    def _sync_unit_repeats(self) -> None:
+        """Make ``unit_repeats`` hold the current units: pop what changed at the tail, push the new ones."""
+        units, synced = self.units.units, self._synced
+        same, limit = 0, min(len(units), len(synced))
+        while same < limit and (units[same] is synced[same] or units[same] == synced[same]):
+            same += 1
+        self.unit_repeats.pop(len(synced) - same)
+        self.unit_repeats.extend(_LABEL_IDS.setdefault(u.label, len(_LABEL_IDS)) for u in units[same:])
+        self._synced = list(units)
+
+
+def _whitespace_before(text: bytes | bytearray, at: int) -> int:
+    """How many whitespace bytes end ``text[:at]``."""
+    start = at
+    while start > 0 and text[start - 1] in _WHITESPACE:
+        start -= 1
+    return at - start
+
+
+def _layout(gap: bytes) -> tuple[bool, bytes]:
+    """Whitespace as it matters for where a statement begins: whether it ends a line, and the indentation after."""
+    return b"\n" in gap, gap[gap.rfind(b"\n") + 1:]

@@ -1,0 +1,117 @@
+"""Statement units from tree-sitter: real and partial code, Python and Go, incremental = fresh at every step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from codemask.repetition.units import LANGUAGES, StatementUnits, statement_units, ts_language
+
+ROOT = Path(__file__).resolve().parents[2]
+CODEREPETEVAL = ROOT.parent / "shared" / "data" / "coderepeteval" / "CodeGenerationBenchmarks.jsonl"
+GO_FILES = sorted((ROOT / "tests" / "data" / "code" / "go").glob("*.go"))
+
+PYTHON = '''import math
+
+
+def area(shape, size):
+    """Area of a regular shape."""
+    if shape == "square":
+        return size * size
+    elif shape == "circle":
+        return math.pi * size ** 2  # exact enough
+    for _ in range(3):
+        size += 1
+    raise ValueError(shape)
+'''
+
+
+def _coderepeteval(indices: list[int]) -> list[str]:
+    rows = CODEREPETEVAL.read_text().splitlines()
+    return [(lambda r: r["prompt"] + r["samples"][0])(json.loads(rows[i])) for i in indices]
+
+
+def test_python_units_in_source_order() -> None:
+    labels = [u.label for u in statement_units(PYTHON)]
+    assert labels == [
+        "import_statement", "function_definition", "expression_statement:string", "if_statement",
+        "return_statement", "elif_clause", "return_statement", "comment", "for_statement",
+        "expression_statement:augmented_assignment", "raise_statement",
+    ]
+    starts = [u.start for u in statement_units(PYTHON)]
+    assert PYTHON.encode()[starts[4]:].startswith(b"return size * size")
+
+
+def test_partial_code_keeps_the_statements_before_the_unfinished_line() -> None:
+    partial = PYTHON[: PYTHON.index("raise") + 9]  # "raise Val"
+    labels = [u.label for u in statement_units(partial)]
+    assert labels[:10] == [u.label for u in statement_units(PYTHON)][:10]
+    unfinished = "def f(xs):\n    total = 0\n    for x in xs:\n        total += (x *\n"
+    labels = [u.label for u in statement_units(unfinished)]
+    assert labels[:2] == ["function_definition", "expression_statement:assignment"]
+
+
+def test_go_units() -> None:
+    source = 'package main\n\nimport "fmt"\n\nfunc main() {\n\tx := 1\n\tx++\n\tfmt.Println(x)\n\treturn\n}\n'
+    labels = [u.label for u in statement_units(source, "go")]
+    assert labels == ["package_clause", "import_declaration", "function_declaration", "short_var_declaration",
+                      "inc_statement", "expression_statement:call_expression", "return_statement"]
+
+
+@pytest.mark.parametrize("language", sorted(LANGUAGES))
+def test_every_unit_kind_exists_in_the_grammar(language: str) -> None:
+    grammar = ts_language(language)
+    missing = [k for k in LANGUAGES[language].unit_kinds if not grammar.id_for_node_kind(k, True)]
+    assert not missing
+
+
+def _check_incremental(source: str, language: str, chunk: int) -> None:
+    data = source.encode()
+    units = StatementUnits(language)
+    for i in range(0, len(data), chunk):
+        units.append(data[i: i + chunk])
+        units.refresh()
+        assert units.units == statement_units(bytes(units.text), language), (language, i)
+
+
+@pytest.mark.parametrize("index", [0, 280, 400])
+def test_incremental_equals_fresh_parse_on_generated_python(index: int) -> None:
+    (source,) = _coderepeteval([index])  # prompts with docstrings, loops, unfinished code at the end
+    _check_incremental(source[:2500], "python", 5)
+
+
+def test_incremental_equals_fresh_parse_on_go() -> None:
+    _check_incremental(GO_FILES[0].read_text()[:3000], "go", 7)
+
+
+def test_truncate_then_append_again() -> None:
+    data = PYTHON.encode()
+    units = StatementUnits()
+    units.append(data)
+    units.refresh()
+    full = list(units.units)
+    cut = data.index(b"    for")
+    units.truncate(cut)
+    units.refresh()
+    assert units.units == statement_units(data[:cut])
+    units.append(data[cut:])
+    units.refresh()
+    assert units.units == full
+    assert units.complete and units.code_end == len(data.rstrip())
+
+
+def test_complete_and_code_end() -> None:
+    units = StatementUnits()
+    units.append(b"for i in x:\n    ")
+    units.refresh()
+    assert not units.complete  # a loop with no body yet may not end here
+    units.append(b"y = i\n")
+    units.refresh()
+    assert units.complete and units.code_end == len(b"for i in x:\n    y = i")
+    units.append(b"z = (\n    ")
+    units.refresh()
+    assert not units.complete and units.code_end < len(units.text.rstrip())
+    with pytest.raises(ValueError, match="RPG has no statement units"):
+        StatementUnits("cobol")
