@@ -18,9 +18,11 @@ from codemask.errors import (
 )
 from codemask.generate import GenerationResult, GenerationStats, constrained_generate
 from codemask.grammar import Grammar
+from codemask.repetition import RPG
 from codemask.vocab import Vocabulary
 
 __all__ = [
+    "RPG",
     "CodemaskError",
     "CompiledGrammar",
     "GenerationResult",
