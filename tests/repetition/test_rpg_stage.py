@@ -1,0 +1,139 @@
+"""RPG's decision per step on a real tokenizer, and the stage's arithmetic on the logits."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from codemask import RPG
+from codemask.assets import load_tokenizer
+from codemask.decoding.pipeline import StepLayout
+from codemask.repetition import Penalties, RepetitionStage, RepetitionState, apply_penalties_
+from codemask.vocab import Vocabulary
+
+CODE = "def test_add():\n    assert add(1, 2) == 3\n    assert add(2, 3) == 5\n    assert add(3, 4) == 7\n"
+NEXT = "    assert add(4, 5) == 9\n"
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple[object, Vocabulary]:
+    tokenizer = load_tokenizer("smollm2")
+    return tokenizer, Vocabulary.from_tokenizer(tokenizer)
+
+
+def _walk(tokenizer: object, vocab: Vocabulary, rpg: RPG) -> tuple[list[int], list[Penalties]]:
+    """Feed CODE + NEXT token by token (as the model would emit them); the penalties before each token."""
+    ids = tokenizer.encode(CODE + NEXT, add_special_tokens=False)  # type: ignore[attr-defined]
+    prefix = 0  # the prompt ends inside the third assert, the rest comes one token per step
+    while len(vocab.decode(ids[: prefix + 1])) < len(CODE) - 5:
+        prefix += 1
+    state = RepetitionState(rpg, vocab.token_bytes, ids[:prefix])
+    seen = []
+    for token in ids[prefix:]:
+        seen.append(state.penalties())
+        state.append([token])
+    return ids[prefix:], seen
+
+
+def _up_to_statement(tokenizer: Any, vocab: Vocabulary, code: str, statement: str) -> list[int]:
+    """The tokens of ``code + statement`` before the one that holds the statement's first character."""
+    ids = tokenizer.encode(code + statement, add_special_tokens=False)
+    start = len((code + statement[: len(statement) - len(statement.lstrip())]).encode())
+    count = 0
+    while len(vocab.decode(ids[: count + 1])) <= start:
+        count += 1
+    return ids[:count]
+
+
+def test_the_token_that_starts_the_next_copy_is_decayed_once_at_the_statement_start(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    tokens, seen = _walk(tokenizer, vocab, RPG(content=False))
+    starts = [i for i, t in enumerate(tokens) if b"assert" in vocab.token_bytes[t]]
+    assert len(starts) == 1
+    critical = starts[0]
+    # three asserts in a row: the span [assert_statement] repeated twice after its first occurrence
+    assert seen[critical].decay == {tokens[critical]: 2}
+    assert seen[critical].eos == 2  # the code so far is complete: ending here is allowed and boosted
+    for i, penalties in enumerate(seen):
+        if i != critical:
+            assert not penalties, (i, penalties)  # mid-line, or before the indentation is typed
+
+
+def test_no_eos_boost_where_the_code_could_not_end(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    ids = _up_to_statement(tokenizer, vocab, "for i in x:\n    print(i)\n    print(i)\n    print(i)\n", "    print(i)")
+    penalties = RepetitionState(RPG(content=False), vocab.token_bytes, ids).penalties()
+    assert list(penalties.decay.values()) == [2] and penalties.eos == 2  # the loop body is complete
+    unclosed = "xs = [\n    f(1),\n    f(2),\n    f(3),\n    "
+    ids = tokenizer.encode(unclosed, add_special_tokens=False)
+    assert not RepetitionState(RPG(content=False), vocab.token_bytes, ids).penalties()  # no statement ends there
+
+
+def test_content_repetition_of_tokens(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    ids = tokenizer.encode("x = 1", add_special_tokens=False)
+    newline = tokenizer.convert_tokens_to_ids("Ċ")
+    state = RepetitionState(RPG(), vocab.token_bytes, ids + [newline] * 6)
+    assert state.penalties().decay == {newline: 5}
+    assert not RepetitionState(RPG(content=False), vocab.token_bytes, ids + [newline] * 6).penalties().decay
+    short = RepetitionState(RPG(), vocab.token_bytes, ids + [newline] * 3)  # covers 3 < min_content_tokens tokens
+    assert not short.penalties().decay
+
+
+def test_rollback_and_fork_give_the_same_penalties(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    tokens, seen = _walk(tokenizer, vocab, RPG())
+    ids = tokenizer.encode(CODE + NEXT, add_special_tokens=False)
+    state = RepetitionState(RPG(), vocab.token_bytes, ids)
+    fork = state.fork()
+    state.rollback(len(tokens))
+    for token, expected in zip(tokens, seen, strict=True):
+        assert state.penalties() == expected
+        state.append([token])
+    assert fork.penalties() == state.penalties()
+
+
+def test_penalty_is_on_probabilities_and_keeps_masks() -> None:
+    rpg = RPG(penalty=0.9, eos_boost=1.25)
+    logits = torch.tensor([[2.0, -3.0, 0.5, 1.0, float("-inf")],
+                           [1.0, 1.0, 1.0, 1.0, 1.0]])
+    before = logits.clone()
+    apply_penalties_(logits, [Penalties({0: 2, 1: 3}, eos=2), Penalties()], rpg, stop_token_ids=[3, 4])
+    assert logits[0, 0] == pytest.approx(2.0 + 2 * math.log(0.9))
+    assert logits[0, 1] == pytest.approx(-3.0 + 3 * math.log(0.9)) and logits[0, 1] < before[0, 1]  # lowered
+    assert logits[0, 3] == pytest.approx(1.0 + 2 * math.log(1.25))
+    assert logits[0, 4] == float("-inf")  # a stop token the grammar forbids stays forbidden
+    assert torch.equal(logits[1], before[1]) and logits[0, 2] == before[0, 2]
+    p, q = torch.softmax(before[0], -1), torch.softmax(logits[0], -1)
+    assert (q[0] / q[2]).item() == pytest.approx(0.9**2 * (p[0] / p[2]).item(), rel=1e-5)  # probability × λ^count
+
+
+def test_stage_rows_follow_the_layout(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    looping = _up_to_statement(tokenizer, vocab, CODE, NEXT)
+    plain = tokenizer.encode("x = 1\n", add_special_tokens=False)
+    stage = RepetitionStage(RPG(content=False), vocab.token_bytes, sorted(vocab.stop_token_ids), [plain, looping])
+    try:
+        expected = RepetitionState(RPG(content=False), vocab.token_bytes, looping).penalties()
+        assert expected.decay
+        logits = torch.zeros(2, vocab.vocab_size)
+        layout = StepLayout.one_row_per_sequence([1, 0])
+        stage.prepare(layout)
+        stage.apply(logits, layout)
+        (token, count), = expected.decay.items()
+        assert logits[0, token] == pytest.approx(count * math.log(0.9)) and not logits[1].any()
+        stage.commit(1, [token])
+        stage.rollback(1, 1)
+        assert stage.states[1].penalties() == expected
+        assert stage.analysis_time_s[1] > 0
+    finally:
+        stage.close()
+
+
+def test_bad_settings_fail_early() -> None:
+    for kwargs in ({"penalty": 0.0}, {"penalty": 1.5}, {"eos_boost": 0.5}, {"language": "cobol"}):
+        with pytest.raises(ValueError):
+            RPG(**kwargs)  # type: ignore[arg-type]
