@@ -1,5 +1,6 @@
 """codemask: constrained and structured code generation with exact token masks."""
 
+from codemask.adadec import AdaDec
 from codemask.engine import (
     CompiledGrammar,
     GrammarCompiler,
@@ -23,6 +24,7 @@ from codemask.vocab import Vocabulary
 
 __all__ = [
     "RPG",
+    "AdaDec",
     "CodemaskError",
     "CompiledGrammar",
     "GenerationResult",
