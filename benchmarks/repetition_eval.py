@@ -1,0 +1,237 @@
+"""Repetition: CodeRepetEval metrics and pass@1 for greedy, HF repetition_penalty, sampling and RPG.
+
+Same model, same prompts, one process. Configurations:
+
+- ``greedy``: ``constrained_generate`` with no grammar, temperature 0;
+- ``hf-rep1.2``: ``model.generate(do_sample=False, repetition_penalty=1.2)`` (CTRL's penalty);
+- ``t0.8``: ``constrained_generate(temperature=0.8, seed=0)``;
+- ``rpg``: ``constrained_generate(repetition=codemask.RPG())`` (λ = 0.9), greedy.
+
+On CodeRepetEval's code-generation prompts (``../shared/data/coderepeteval``: prompts on which greedy
+decoding repeats itself; every ``--stride``-th distinct prompt, ``--prompts`` of them) it reports the
+paper's metrics from :mod:`codemask.metrics`: EGP (ended by end-of-sequence), TR-4 over the
+completion's grammar tokens and over its statement units, TR-S (repeated lines of the completion),
+CCP (prompt + completion compiles), tokens generated and seconds per sample. On HumanEval+ it reports
+pass@1 (greedy configurations; the base tests of each task, in a subprocess with a time limit). The
+RPG row also gives the stage's CPU time per decoding step (its analysis runs beside the forward pass).
+
+Targets (issue 7; RPG vs greedy, same model): EGP +50 points, TR-S -30% relative, CCP up, pass@1 not
+below greedy, time per sample down, stage overhead <= 1 ms per step.
+
+Usage: benchmarks/.venv/bin/python benchmarks/repetition_eval.py [--models smollm2,qwen-coder]
+       [--prompts 24] [--max-new-tokens 128] [--humaneval 10] [--threads N] [--merge] [--update-readme]
+(``--merge`` keeps the other models' entries of the last results file: one model per process.)
+Time it on an otherwise idle machine (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import argparse
+import gzip
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from codemask import RPG, constrained_generate, metrics
+from codemask.assets import load_model, load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = ROOT.parent / "shared" / "data"
+CONFIGS = ("greedy", "hf-rep1.2", "t0.8", "rpg")
+
+
+@dataclass
+class Sample:
+    prompt: str
+    text: str
+    tokens: int
+    ended: bool
+    seconds: float
+    rpg_cpu_s: float = 0.0
+
+
+def generate(model: Any, tokenizer: Any, config: str, prompt: str, max_new_tokens: int) -> Sample:
+    """One completion of ``prompt`` under ``config``."""
+    started = time.perf_counter()
+    if config == "hf-rep1.2":
+        ids = tokenizer(prompt, return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, repetition_penalty=1.2,
+                                 pad_token_id=tokenizer.eos_token_id)
+        new = out[0, ids["input_ids"].shape[1]:].tolist()
+        stops = set(model.generation_config.eos_token_id if isinstance(model.generation_config.eos_token_id, list)
+                    else [model.generation_config.eos_token_id])
+        ended = bool(new) and new[-1] in stops
+        new = new[:-1] if ended else new
+        return Sample(prompt, tokenizer.decode(new), len(new), ended, time.perf_counter() - started)
+    kwargs: dict[str, Any] = {"temperature": 0.8, "seed": 0} if config == "t0.8" else {}
+    if config == "rpg":
+        kwargs["repetition"] = RPG()
+    result = constrained_generate(model, tokenizer, prompt, max_new_tokens=max_new_tokens, **kwargs)
+    return Sample(prompt, result.text, len(result.token_ids), result.finish_reason == "stop",
+                  time.perf_counter() - started, result.stats.repetition_time_s)
+
+
+def coderepeteval_prompts(count: int, stride: int) -> list[str]:
+    distinct: list[str] = []
+    for line in (DATA / "coderepeteval" / "CodeGenerationBenchmarks.jsonl").read_text().splitlines():
+        prompt = json.loads(line)["prompt"]
+        if prompt not in distinct:
+            distinct.append(prompt)
+    return distinct[::stride][:count]
+
+
+def humaneval_tasks(count: int) -> list[dict[str, Any]]:
+    with gzip.open(DATA / "humanevalplus" / "HumanEvalPlus.jsonl.gz", "rt") as f:
+        tasks = [json.loads(line) for line in f]
+    return tasks[:: max(1, len(tasks) // count)][:count] if count else []
+
+
+def passes(task: dict[str, Any], completion: str, timeout_s: float = 10.0) -> bool:
+    program = f"{task['prompt']}{completion}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(program)
+    try:
+        done = subprocess.run([sys.executable, f.name], capture_output=True, timeout=timeout_s)
+        return done.returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+    finally:
+        os.unlink(f.name)
+
+
+def summarise(samples: list[Sample]) -> dict[str, Any]:
+    completions = [s.text for s in samples]
+    tokens = sum(s.tokens for s in samples)
+    return {
+        "egp": sum(s.ended for s in samples) / len(samples),
+        "tr4_tokens": metrics.mean(metrics.tr_n(metrics.grammar_tokens(c), 4) for c in completions),
+        "tr4_units": metrics.mean(metrics.tr_n(metrics.unit_labels(c), 4) for c in completions),
+        "tr_s": metrics.mean(metrics.tr_s(c) for c in completions),
+        "ccp": metrics.ccp(s.prompt + s.text for s in samples),
+        "length": tokens / len(samples),
+        "seconds": sum(s.seconds for s in samples) / len(samples),
+        "rpg_us_per_step": 1e6 * sum(s.rpg_cpu_s for s in samples) / max(tokens, 1),
+    }
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    model, tokenizer = load_model(name), load_tokenizer(name)
+    constrained_generate(model, tokenizer, "def f():", max_new_tokens=2, repetition=RPG())  # first-call costs
+    prompts = coderepeteval_prompts(args.prompts, args.stride)
+    tasks = humaneval_tasks(args.humaneval)
+    report: dict[str, Any] = {"model": name, "prompts": len(prompts), "stride": args.stride,
+                              "humaneval": len(tasks), "max_new_tokens": args.max_new_tokens, "configs": {}}
+    for config in CONFIGS:
+        samples = [generate(model, tokenizer, config, p, args.max_new_tokens) for p in prompts]
+        row = summarise(samples)
+        row["outputs"] = [{"text": s.text, "ended": s.ended, "tokens": s.tokens} for s in samples]
+        if tasks and config != "t0.8":
+            done = [generate(model, tokenizer, config, t["prompt"], args.max_new_tokens) for t in tasks]
+            row["pass@1"] = sum(passes(t, s.text) for t, s in zip(tasks, done, strict=True)) / len(tasks)
+            row["humaneval_egp"] = sum(s.ended for s in done) / len(done)
+        report["configs"][config] = row
+        print(name, config, {k: v for k, v in row.items() if k != "outputs"}, flush=True)
+    return report
+
+
+def markdown(report: dict[str, Any]) -> str:
+    runs = "; ".join(f"{e['model']}: {e['prompts']} CodeRepetEval prompts (every {e['stride']}th distinct one), "
+                     f"{e['humaneval']} HumanEval+ tasks, at most {e['max_new_tokens']} new tokens"
+                     for e in report["models"])
+    lines = [
+        f"### Repetition (`benchmarks/repetition_eval.py`)\n\n{report['machine']}, {report['date']}; {runs}; "
+        f"`{report['command']}`. EGP: ended by end-of-sequence; TR-4: repeated 4-grams of the completion's "
+        "grammar tokens / statement units; TR-S: repeated lines; CCP: prompt + completion compiles; pass@1 on the "
+        "HumanEval+ base tests (metrics in `codemask.metrics`; outputs in `benchmarks/results/repetition_eval.json`).",
+        "",
+        "| model | decoding | EGP | TR-4 tokens | TR-4 units | TR-S | CCP | pass@1 | tokens | s/sample | RPG µs/step |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for entry in report["models"]:
+        for config, r in entry["configs"].items():
+            pass_at_1 = f"{r['pass@1']:.0%}" if "pass@1" in r else "—"
+            step = f"{r['rpg_us_per_step']:.0f}" if config == "rpg" else "—"
+            lines.append(f"| {entry['model']} | {config} | {r['egp']:.0%} | {r['tr4_tokens']:.1%} | "
+                         f"{r['tr4_units']:.1%} | {r['tr_s']:.1%} | {r['ccp']:.0%} | {pass_at_1} | "
+                         f"{r['length']:.0f} | {r['seconds']:.1f} | {step} |")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("egp", "EGP"), ("tr_s", "TR-S"), ("ccp", "CCP"), ("seconds", "seconds per sample")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(14, 3.5))
+    width = 0.8 / max(len(report["models"]), 1)
+    for m, entry in enumerate(report["models"]):
+        for ax, (key, title) in zip(axes, panels, strict=True):
+            values = [entry["configs"][c][key] for c in CONFIGS]
+            ax.bar([i + m * width for i in range(len(CONFIGS))], values, width, label=entry["model"])
+            ax.set_title(title)
+            ax.set_xticks([i + width * (len(report["models"]) - 1) / 2 for i in range(len(CONFIGS))], CONFIGS,
+                          rotation=20)
+    axes[0].legend()
+    fig.suptitle("CodeRepetEval subset (see the README table for sizes)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="smollm2,qwen-coder")
+    parser.add_argument("--prompts", type=int, default=24)
+    parser.add_argument("--stride", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--humaneval", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
+    parser.add_argument("--update-readme", action="store_true")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    started = time.time()
+    path = RESULTS / "repetition_eval.json"
+    fresh = [run_model(name, args) for name in args.models.split(",")]
+    previous = json.loads(path.read_text())["models"] if args.merge and path.exists() else []
+    names = {entry["model"] for entry in fresh}
+    report: dict[str, Any] = {
+        "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads per process",
+        "date": time.strftime("%Y-%m-%d"),
+        "command": "benchmarks/.venv/bin/python " + " ".join(["benchmarks/repetition_eval.py", *sys.argv[1:]]),
+        "models": [e for e in previous if e["model"] not in names] + fresh,
+        "wall_s": time.time() - started,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown(report)
+    (RESULTS / "repetition_eval.md").write_text(table + "\n")
+    plot(report, RESULTS / "repetition_eval.png")
+    print(table)
+    if args.update_readme:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from update_readme import README, update_section
+
+        update_section(README, "repetition_eval", table + "\n\n![repetition](benchmarks/results/repetition_eval.png)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""RPG with the packaged SmolLM2 on a CodeRepetEval prompt where greedy decoding loops."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import LogitsProcessorList
+
+from codemask import RPG, Grammar, constrained_generate, metrics
+from codemask.hf import repetition_logits_processor
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+CODEREPETEVAL = DATA / "coderepeteval" / "CodeGenerationBenchmarks.jsonl"
+LOOPING = 278  # ends in a run of print(count_upper(...)) lines; SmolLM2 greedy prints count_upper('A') forever
+
+
+@pytest.fixture(scope="module")
+def prompt() -> str:
+    return str(json.loads(CODEREPETEVAL.read_text().splitlines()[LOOPING])["prompt"])
+
+
+def test_rpg_ends_where_greedy_loops(smollm2: tuple[Any, Any], prompt: str) -> None:
+    model, tokenizer = smollm2
+    greedy = constrained_generate(model, tokenizer, prompt, max_new_tokens=64)
+    rpg = constrained_generate(model, tokenizer, prompt, max_new_tokens=64, repetition=RPG())
+    assert greedy.finish_reason == "length" and metrics.tr_s(greedy.text) >= 0.5, greedy.text  # the loop
+    assert rpg.finish_reason == "stop", rpg.text  # ended by itself
+    assert metrics.tr_s(rpg.text) < metrics.tr_s(greedy.text)
+    assert 0 < rpg.stats.repetition_time_s < 0.01 * rpg.stats.steps  # < 10 ms of CPU per step, on a busy machine
+
+
+def test_hf_processor_equals_constrained_generate(smollm2: tuple[Any, Any], prompt: str) -> None:
+    model, tokenizer = smollm2
+    processor = repetition_logits_processor(tokenizer, RPG(), model)
+    ids = tokenizer(prompt, return_tensors="pt")
+    with torch.inference_mode():
+        out = model.generate(**ids, logits_processor=LogitsProcessorList([processor]), max_new_tokens=40,
+                             do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    theirs = [t for t in out[0, ids["input_ids"].shape[1]:].tolist() if t != tokenizer.eos_token_id]
+    ours = constrained_generate(model, tokenizer, prompt, max_new_tokens=40, repetition=RPG())
+    assert theirs == ours.token_ids
+
+
+def test_composes_with_a_grammar(smollm2: tuple[Any, Any], prompt: str) -> None:
+    model, tokenizer = smollm2
+    pattern = r"\n(print\(count_upper\('[A-Za-z]{1,6}'\)\)\n){1,8}"
+    grammar = Grammar.from_regex(pattern)
+    plain = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=120)
+    rpg = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=120, repetition=RPG())
+    for result in (plain, rpg):
+        assert re.fullmatch(pattern, result.text) and result.finish_reason == "grammar_end", result.text
+    assert rpg.text.count("\n") <= plain.text.count("\n")
+    assert metrics.tr_s(rpg.text) <= metrics.tr_s(plain.text)
