@@ -13,6 +13,7 @@ import os
 import pickle
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,11 +86,13 @@ class GrammarCompiler:
     """Compiles grammars for one vocabulary.
 
     ``cache_dir=None`` uses the default folder; ``cache_dir=False`` disables the disk cache.
-    ``progress`` shows a progress bar when a compilation takes more than a second.
+    ``progress`` shows a progress bar when a compilation takes more than a second. The
+    ``memory_size`` most recently used grammars stay compiled in memory (a server compiling a
+    schema per request must not grow without bound); older ones come back from disk.
     """
 
     def __init__(self, vocab: ByteVocabulary, *, cache_dir: str | Path | bool | None = None,
-                 progress: bool = True) -> None:
+                 progress: bool = True, memory_size: int = 128) -> None:
         self.vocab = vocab
         self.cache_dir: Path | None
         if cache_dir is False:
@@ -99,7 +102,8 @@ class GrammarCompiler:
         else:
             self.cache_dir = Path(cache_dir)
         self.progress = progress
-        self._memory: dict[str, CompiledGrammar] = {}
+        self._memory: OrderedDict[str, CompiledGrammar] = OrderedDict()
+        self._memory_size = memory_size
         self._lock = threading.Lock()
 
     def compile(self, grammar: Grammar) -> CompiledGrammar:
@@ -111,6 +115,7 @@ class GrammarCompiler:
         with self._lock:
             found = self._memory.get(key)
             if found is not None:
+                self._memory.move_to_end(key)
                 return found
             artifacts = self._load(key)
             if artifacts is None:
@@ -118,6 +123,8 @@ class GrammarCompiler:
                 self._store(key, artifacts)
             compiled = CompiledGrammar(grammar, self.vocab, artifacts)
             self._memory[key] = compiled
+            if len(self._memory) > self._memory_size:
+                self._memory.popitem(last=False)
             return compiled
 
     def _key(self, grammar: Grammar) -> str:
