@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from codemask.engine.automaton import BYTE_ALPHABET, DFA, compile_expr, minimize, trim
+from codemask.engine.automaton import BYTE_ALPHABET, DFA, compile_expr, distinct_rows, minimize, trim
 from codemask.grammar.ebnf import parse_ebnf
 
 
@@ -53,3 +53,17 @@ def test_cached_automata_depend_on_the_callee_indices() -> None:
     assert again is first  # same body, same callee: shared
     assert [c for c in other.calls if c] == [{2: 1}] and [c for c in first.calls if c] == [{1: 1}]
     assert not first.trans.flags.writeable  # shared automata cannot be changed by one user
+
+
+def test_distinct_rows_numbers_rows_as_numpy_unique_does() -> None:
+    rng = np.random.default_rng(0)
+    for width in (1, 3, 258, 5000):  # 5000 columns: beyond the hash weights, the exact fallback
+        table = rng.integers(-1, 3, size=(400, width))
+        table[200:] = table[rng.integers(0, 200, size=200)]  # many repeated rows
+        first, classes = distinct_rows(table)
+        _, expected = np.unique(table, axis=0, return_inverse=True)
+        expected = expected.reshape(-1)
+        # same partition of the rows, and each class's first row is a member of it
+        assert len(first) == len(set(expected.tolist()))
+        assert all((classes == classes[i]).tolist() == (expected == expected[i]).tolist() for i in range(0, 400, 7))
+        assert (table[first[classes]] == table).all()

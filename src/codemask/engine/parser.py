@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from codemask.engine.automaton import RTN
+from codemask.engine.automaton import RTN, distinct_rows
 from codemask.errors import GrammarError
 
 ROOT = -1
@@ -181,9 +181,9 @@ class ParserCore:
             self.table[state] = DEAD
             return
         targets = self._trans[[self.node_state[s] for s in stacks]]
-        columns, inverse = distinct_columns(targets)
+        first, inverse = distinct_rows(targets.T)
         outcomes = []
-        for column in columns.T.tolist():
+        for column in targets[:, first].T.tolist():
             moved = [self.node(t, self.node_parents[s]) for t, s in zip(column, stacks, strict=True) if t >= 0]
             outcomes.append(self.closure(moved) if moved else DEAD)
         self.table[state] = np.array(outcomes, dtype=np.int32)[inverse.reshape(-1)]
@@ -217,28 +217,3 @@ class ParserCore:
         """The real-parse state after the top frame of ``stack`` ends: its callers resume."""
         parents = [p for p in self.node_parents[stack] if p >= 0]
         return self.closure(parents) if parents else DEAD
-
-
-_COLUMN_WEIGHTS = np.random.default_rng(7).integers(1, 2**31, size=64, dtype=np.int64)
-
-
-def distinct_columns(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct columns of a small-height int table, and each column's index among them.
-
-    Columns are keyed by one int64 each (the value itself for one row, a random linear form
-    otherwise) and checked afterwards, so a collision falls back to the exact row-wise unique.
-    """
-    if table.shape[0] == 1:
-        keys = table[0].astype(np.int64)
-    elif table.shape[0] <= len(_COLUMN_WEIGHTS):
-        with np.errstate(over="ignore"):
-            keys = _COLUMN_WEIGHTS[: table.shape[0]] @ table.astype(np.int64)
-    else:
-        columns, inverse = np.unique(table, axis=1, return_inverse=True)
-        return columns, inverse.reshape(-1)
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    columns = table[:, first]
-    if not (columns[:, inverse] == table).all():
-        columns, inverse = np.unique(table, axis=1, return_inverse=True)
-    return columns, inverse.reshape(-1)
