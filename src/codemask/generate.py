@@ -32,6 +32,7 @@ from codemask.engine.matcher import GrammarMatcher
 from codemask.engine.token_trie import ByteVocabulary
 from codemask.grammar.resolve import as_grammar
 from codemask.repetition import RPG, RepetitionStage
+from codemask.speculative import Drafter, SpeculativeRunner, resolve_drafter
 
 FinishReason = Literal["stop", "grammar_end", "length"]
 TokenCallback = Callable[[int, list[int], str], None]
@@ -47,7 +48,9 @@ class GenerationStats:
     unfinished (prefill included); ``mask_time_s`` is CPU time spent computing this row's masks;
     ``repetition_time_s`` the CPU time RPG's analysis of this row took (0 without ``repetition=``);
     with ``uncertainty=AdaDec()``, ``pauses`` counts the steps whose entropy reached τ,
-    ``lookahead_tokens`` the tokens its rollouts fed the model and ``lookahead_time_s`` their wall time.
+    ``lookahead_tokens`` the tokens its rollouts fed the model and ``lookahead_time_s`` their wall time;
+    with ``speculative=``, ``drafted_tokens`` counts the tokens sent for verification and
+    ``accepted_tokens`` those of them that are in the output (a verification pass is a forward pass).
     """
 
     prompt_tokens: int
@@ -60,6 +63,8 @@ class GenerationStats:
     pauses: int = 0
     lookahead_tokens: int = 0
     lookahead_time_s: float = 0.0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
     wall_time_s: float = 0.0
 
     @property
@@ -96,7 +101,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: str, grammar: Any =
                          on_token: TokenCallback | None = None, jump_forward: bool = True,
                          compiler: GrammarCompiler | None = None,
                          repetition: RPG | None = None,
-                         uncertainty: AdaDec | None = None) -> GenerationResult: ...
+                         uncertainty: AdaDec | None = None,
+                         speculative: str | Drafter | None = None) -> GenerationResult: ...
 
 
 @overload
@@ -106,7 +112,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: Sequence[str], gram
                          on_token: TokenCallback | None = None, jump_forward: bool = True,
                          compiler: GrammarCompiler | None = None,
                          repetition: RPG | None = None,
-                         uncertainty: AdaDec | None = None) -> list[GenerationResult]: ...
+                         uncertainty: AdaDec | None = None,
+                         speculative: str | Drafter | None = None) -> list[GenerationResult]: ...
 
 
 def constrained_generate(
@@ -126,6 +133,7 @@ def constrained_generate(
     compiler: GrammarCompiler | None = None,
     repetition: RPG | None = None,
     uncertainty: AdaDec | None = None,
+    speculative: str | Drafter | None = None,
 ) -> GenerationResult | list[GenerationResult]:
     """Generate from ``prompt`` (one string, or a list for a batch) so that the output matches ``grammar``.
 
@@ -140,7 +148,10 @@ def constrained_generate(
     a repeated span of statements or tokens (applied after the grammar mask, on probabilities).
     ``uncertainty=AdaDec()`` pauses where the next-token entropy reaches the model's threshold and
     reranks the top candidates by a short lookahead that the grammar and RPG constrain too.
-    Returns one result, or a list for a list of prompts.
+    ``speculative="auto"`` (or a :class:`~codemask.speculative.Drafter`) drafts tokens from the grammar
+    and the context and verifies them in one forward pass: greedy output is token for token the
+    same, sampling draws from the same distribution, with fewer forward passes (off, with a warning,
+    together with ``uncertainty=``). Returns one result, or a list for a list of prompts.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -172,8 +183,13 @@ def constrained_generate(
     loop = _DecodingLoop(model, tokenizer, vocab, rows, pipeline, stage, device)
     if adadec is not None:
         adadec.attach(loop)  # the rollouts fork the loop's KV cache
+    drafter = resolve_drafter(speculative, uncertainty=adadec is not None)
     try:
-        loop.run(max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
+        if drafter is None:
+            loop.run(max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
+        else:
+            SpeculativeRunner(loop, drafter, SamplingParams(temperature, top_k, top_p), generator).run(
+                max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
     finally:
         pipeline.close()
     if isinstance(stages[-1], RepetitionStage):
@@ -237,7 +253,7 @@ class _DecodingLoop:
                 break
             layout = StepLayout.one_row_per_sequence(active)
             self.pipeline.prepare(layout)
-            logits = self._forward(feeds)
+            logits = self._forward(feeds)[:, -1]
             for i in active:
                 self.rows[i].stats.forward_passes += 1
             chosen = self.pipeline.process(logits[active], layout).tolist()
@@ -246,6 +262,10 @@ class _DecodingLoop:
                 feeds[i] = self._advance(i, int(token), max_new_tokens, stops, jump_forward, on_token)
                 if self.rows[i].finish_reason is not None:
                     self.rows[i].stats.wall_time_s = time.perf_counter() - started
+        self.record_times(started)
+
+    def record_times(self, started: float) -> None:
+        """Copy the grammar stage's mask times into the rows' stats; rows still open end now."""
         for i, row in enumerate(self.rows):
             row.stats.mask_time_s = self.stage.mask_time_s[i]
             if row.stats.wall_time_s == 0.0:
@@ -323,8 +343,9 @@ class _DecodingLoop:
 
     # -- the model ---------------------------------------------------------------------------
 
-    def _forward(self, feeds: list[list[int]]) -> torch.Tensor:
-        """Run the model on each row's new tokens (right-aligned); the last position's logits per row."""
+    def _forward(self, feeds: list[list[int]], keep: int = 1) -> torch.Tensor:
+        """Run the model on each row's new tokens (right-aligned); the last ``keep`` positions' logits
+        per row, ``[rows, keep, vocab]`` (speculative verification keeps K+1)."""
         width = max(len(f) for f in feeds)
         ids = torch.full((len(feeds), width), self.pad_id, dtype=torch.long)
         real = torch.zeros((len(feeds), width), dtype=torch.long)
@@ -344,6 +365,6 @@ class _DecodingLoop:
         positions = (self.attention.cumsum(-1) - 1).clamp(min=0)[:, -width:]
         with torch.inference_mode():
             out = self.model(input_ids=ids, attention_mask=self.attention, position_ids=positions,
-                             past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+                             past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
         self.cache = out.past_key_values
-        return out.logits[:, -1, :].float()
+        return out.logits[:, -keep:, :].float()

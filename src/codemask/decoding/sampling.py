@@ -39,13 +39,22 @@ def select_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch
     """One token id per row of ``[rows, vocab]`` logits (a long tensor on the logits' device)."""
     if params.greedy:
         return logits.argmax(dim=-1)
+    return torch.multinomial(sampling_probabilities(logits, params), 1, generator=generator).squeeze(-1)
+
+
+def sampling_probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution ``select_tokens`` samples from (temperature, then top-k, then top-p), per row.
+
+    Public because speculative sampling needs the probabilities themselves, not one draw.
+    """
+    if params.greedy:
+        raise ValueError("greedy decoding has no sampling distribution (temperature is 0)")
     scaled = logits.float() / params.temperature
     if params.top_k:
         scaled = _keep_top_k(scaled, params.top_k)
     if params.top_p < 1.0:
         scaled = _keep_top_p(scaled, params.top_p)
-    probs = torch.softmax(scaled, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return torch.softmax(scaled, dim=-1)
 
 
 def _keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:

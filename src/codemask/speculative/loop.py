@@ -1,0 +1,223 @@
+"""The speculative decoding loop: draft, verify K+1 positions in one forward pass, keep what is confirmed.
+
+It drives ``constrained_generate``'s own decoding loop (its rows, KV cache, pipeline and commit
+logic) with a different step:
+
+1. **Draft.** Each unfinished row's drafter proposes up to its adaptive length. The draft is made
+   what plain decoding would write if the model confirmed it: cut at the first token the grammar
+   refuses (or a stop token), and — with jump-forward — each token followed by exactly the forced
+   tokens plain decoding appends after it (a context match that tokenises a forced stretch another
+   way is re-spliced, or cut).
+2. **Verify.** One forward pass over each row's uncached tokens plus its draft, keeping the logits
+   of the last K+1 positions. The pipeline's stages see them as a
+   :meth:`~codemask.decoding.pipeline.StepLayout.verification` layout — row ``j`` of a sequence is
+   its state after ``j`` drafts — so the grammar stage fills K+1 masks by walking a fork of the
+   matcher along the draft, and RPG analyses a fork that took the drafts.
+3. **Confirm.** Walking the positions in order, the token plain decoding would pick at each one
+   (greedy: the argmax; sampling: speculative sampling against the drafted token, see
+   :mod:`codemask.speculative.verify`) is committed through the loop's own ``_advance`` (forced
+   continuation, stop strings, length, callbacks); the walk continues while what was committed is
+   what the draft holds. Greedy output is therefore token for token the output of plain decoding,
+   and sampled output has the same distribution.
+4. **Roll back.** The matcher and stages only ever saw committed tokens (the masks came from
+   forks). In the KV cache, a row's rejected draft positions become holes hidden by the attention
+   mask — the loop already tolerates masked holes and takes position ids from the mask — so rows of
+   a batch may confirm different lengths in the same pass; trailing columns that every row rejected
+   are cropped off the cache.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from codemask.decoding.pipeline import StepLayout
+from codemask.decoding.sampling import SamplingParams, sampling_probabilities
+from codemask.engine.matcher import GrammarMatcher
+from codemask.speculative.drafters import DraftEnv, Drafter, DraftState, auto_drafter
+from codemask.speculative.verify import DraftLength, accept_or_resample
+
+_JUMP_BUDGET = 1 << 30  # while drafting, forced continuations are not cut by the token budget
+
+
+def resolve_drafter(speculative: str | Drafter | None, *, uncertainty: bool) -> Drafter | None:
+    """The drafter for ``constrained_generate(speculative=...)``; None when speculation is off.
+
+    AdaDec reranks from the loop's KV cache at the committed position; inside a verification pass
+    the cache already holds the drafts, so its lookahead would start from the wrong state. With
+    ``uncertainty=`` speculation is therefore switched off for the call, with a warning.
+    """
+    if speculative is None:
+        return None
+    if speculative == "auto":
+        drafter: Drafter = auto_drafter()
+    elif isinstance(speculative, Drafter):
+        drafter = speculative
+    else:
+        raise ValueError(f"speculative must be 'auto', a Drafter or None, got {speculative!r}")
+    if uncertainty:
+        warnings.warn("speculative decoding is disabled for this call: AdaDec's lookahead (uncertainty=) "
+                      "reranks from the committed KV cache and cannot run inside a verification pass",
+                      stacklevel=3)
+        return None
+    return drafter
+
+
+class SpeculativeRunner:
+    """Runs one generation of ``loop`` (a ``codemask.generate._DecodingLoop``) speculatively."""
+
+    def __init__(self, loop: Any, drafter: Drafter, params: SamplingParams,
+                 generator: torch.Generator | None) -> None:
+        self.loop = loop
+        self.params = params
+        self.generator = generator
+        vocab = loop.vocab
+        self.stop_ids = frozenset(int(t) for t in vocab.stop_token_ids)
+        env = DraftEnv(loop.tokenizer, vocab.token_bytes, self.stop_ids, loop.device)
+        self.states: list[DraftState] = [drafter.start(row.prompt_ids, env) for row in loop.rows]
+        self.lengths = [DraftLength(drafter.max_tokens, minimum=min(2, drafter.max_tokens))
+                        for _ in loop.rows]
+
+    def run(self, max_new_tokens: int, stops: list[bytes], jump_forward: bool, on_token: Any) -> None:
+        loop = self.loop
+        started = time.perf_counter()
+        feeds: list[list[int]] = [list(row.prompt_ids) for row in loop.rows]
+        for index, row in enumerate(loop.rows):
+            if loop.stage.only_stop_allowed(index):
+                row.finish_reason = "grammar_end"
+        while True:
+            active = [i for i, row in enumerate(loop.rows) if row.finish_reason is None]
+            if not active:
+                break
+            drafts = {i: self._draft(i, max_new_tokens, jump_forward) for i in active}
+            layout = StepLayout.verification({i: tuple(d) for i, d in drafts.items()})
+            loop.pipeline.prepare(layout)
+            width = max(len(d) for d in drafts.values()) + 1
+            logits = loop._forward([feeds[i] + drafts[i] if i in drafts else [loop.pad_id]
+                                    for i in range(len(loop.rows))], keep=width)
+            rows = torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active])
+            for stage in loop.pipeline.stages:
+                stage.apply(rows, layout)
+            decide = self._decider(rows, layout)
+            first = 0
+            for i in active:
+                loop.rows[i].stats.forward_passes += 1
+                feeds[i] = self._confirm(i, drafts[i], first, decide,
+                                         (max_new_tokens, stops, jump_forward, on_token))
+                first += len(drafts[i]) + 1
+                if loop.rows[i].finish_reason is not None:
+                    loop.rows[i].stats.wall_time_s = time.perf_counter() - started
+            self._crop_rejected()
+        loop.record_times(started)
+
+    # -- drafting ----------------------------------------------------------------------------
+
+    def _draft(self, index: int, max_new_tokens: int, jump_forward: bool) -> list[int]:
+        """This step's draft for row ``index``: at most its adaptive length, and never past the
+        token budget (the last token of a step is always the model's own)."""
+        row = self.loop.rows[index]
+        limit = min(self.lengths[index].current, max_new_tokens - len(row.token_ids) - 1)
+        if limit < 1:
+            return []
+        proposal = self.states[index].propose([], row.matcher, limit)
+        return self._as_plain_decoding_writes(proposal, row.matcher, jump_forward)[:limit]
+
+    def _as_plain_decoding_writes(self, draft: Sequence[int], matcher: GrammarMatcher | None,
+                                  jump_forward: bool) -> list[int]:
+        """``draft`` cut at the first refused or stop token, with each token followed by the forced
+        tokens plain decoding would append after it (realigned with the draft's own bytes, or cut)."""
+        probe = matcher.fork() if matcher is not None else None
+        out: list[int] = []
+        j = 0
+        while j < len(draft):
+            token = int(draft[j])
+            if token in self.stop_ids or (probe is not None and probe.is_terminated()):
+                break
+            if probe is None:
+                out.append(token)
+                j += 1
+                continue
+            tokens = self.loop._jump_forward(probe, token, _JUMP_BUDGET) if jump_forward else [token]
+            if not all(probe.accept_token(t) for t in tokens):
+                break
+            out += tokens
+            aligned = self._realign(draft, j, self.loop._bytes_of(tokens))
+            if aligned is None:
+                break
+            j = aligned
+        return out
+
+    def _realign(self, draft: Sequence[int], start: int, text: bytes) -> int | None:
+        """The index after the draft tokens from ``start`` that spell exactly ``text`` (None: no boundary)."""
+        spelled = 0
+        j = start
+        token_bytes = self.loop.vocab.token_bytes
+        while spelled < len(text) and j < len(draft):
+            piece = token_bytes[int(draft[j])]
+            if text[spelled: spelled + len(piece)] != piece:
+                return None
+            spelled += len(piece)
+            j += 1
+        return j if spelled == len(text) else None
+
+    # -- verification ------------------------------------------------------------------------
+
+    def _decider(self, rows: torch.Tensor, layout: StepLayout) -> Any:
+        """``decide(row, drafted_token_or_None) -> token``: the token plain decoding picks at a row."""
+        if self.params.greedy:
+            chosen = rows.argmax(dim=-1).tolist()  # the one host sync of a greedy step
+            return lambda r, _drafted: int(chosen[r])
+        probs = sampling_probabilities(rows, self.params)
+        return lambda r, drafted: accept_or_resample(probs[r], drafted, self.generator)[0]
+
+    def _confirm(self, index: int, draft: list[int], first: int, decide: Any,
+                 advance_args: tuple[Any, ...]) -> list[int]:
+        """Commit what the verification pass confirms for row ``index``; returns its next feed.
+
+        ``first`` is the row's first logits row (its state before the draft). At each position the
+        picked token goes through the loop's ``_advance`` (which may append a forced continuation);
+        the walk continues while the committed tokens are the draft's next tokens.
+        """
+        loop = self.loop
+        row = loop.rows[index]
+        before = len(row.token_ids)
+        j = 0
+        while True:
+            token = decide(first + j, draft[j] if j < len(draft) else None)
+            tokens = loop._advance(index, token, *advance_args)
+            if row.finish_reason is not None or draft[j: j + len(tokens)] != tokens:
+                break
+            j += len(tokens)
+        appended = row.token_ids[before:]
+        self.states[index].commit(appended)
+        accepted = _common_prefix(appended, draft)
+        row.stats.drafted_tokens += len(draft)
+        row.stats.accepted_tokens += accepted
+        self.lengths[index].update(len(draft), accepted)
+        rejected = len(draft) - accepted
+        if rejected:
+            loop.attention[index, -rejected:] = 0  # the cache positions of the rejected drafts become holes
+        return appended[accepted:] if row.finish_reason is None else [loop.pad_id]
+
+    def _crop_rejected(self) -> None:
+        """Drop trailing cache columns that no row attends to (rejected drafts of every row)."""
+        attention = self.loop.attention
+        live = torch.nonzero(attention.any(dim=0)).flatten()
+        keep = int(live[-1]) + 1 if len(live) else 0
+        extra = attention.shape[1] - keep
+        if extra > 0:
+            self.loop.cache.crop(-extra)
+            self.loop.attention = attention[:, :keep]
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
