@@ -31,6 +31,8 @@ from codemask.engine.compiler import GrammarCompiler
 from codemask.engine.matcher import GrammarMatcher
 from codemask.engine.token_trie import ByteVocabulary
 from codemask.grammar.resolve import as_grammar
+from codemask.monitors.monitor import Monitor
+from codemask.monitors.stage import MonitorStage
 from codemask.repetition import RPG, RepetitionStage
 from codemask.speculative import Drafter, SpeculativeRunner, resolve_drafter
 
@@ -50,7 +52,11 @@ class GenerationStats:
     with ``uncertainty=AdaDec()``, ``pauses`` counts the steps whose entropy reached τ,
     ``lookahead_tokens`` the tokens its rollouts fed the model and ``lookahead_time_s`` their wall time;
     with ``speculative=``, ``drafted_tokens`` counts the tokens sent for verification and
-    ``accepted_tokens`` those of them that are in the output (a verification pass is a forward pass).
+    ``accepted_tokens`` those of them that are in the output (a verification pass is a forward pass);
+    with ``monitors=``, ``monitor_steps`` counts the steps a monitor triggered at, ``monitor_queries``
+    the language-server requests, ``monitor_timeouts`` those that got no answer in time (the step
+    went unconstrained), ``monitor_time_s`` the monitors' wall time (overlapped with the forward
+    pass) and ``monitor_wait_s`` how long decoding waited for them.
     """
 
     prompt_tokens: int
@@ -65,6 +71,11 @@ class GenerationStats:
     lookahead_time_s: float = 0.0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    monitor_steps: int = 0
+    monitor_queries: int = 0
+    monitor_timeouts: int = 0
+    monitor_time_s: float = 0.0
+    monitor_wait_s: float = 0.0
     wall_time_s: float = 0.0
 
     @property
@@ -102,7 +113,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: str, grammar: Any =
                          compiler: GrammarCompiler | None = None,
                          repetition: RPG | None = None,
                          uncertainty: AdaDec | None = None,
-                         speculative: str | Drafter | None = None) -> GenerationResult: ...
+                         speculative: str | Drafter | None = None,
+                         monitors: Sequence[Monitor] | None = None) -> GenerationResult: ...
 
 
 @overload
@@ -113,7 +125,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: Sequence[str], gram
                          compiler: GrammarCompiler | None = None,
                          repetition: RPG | None = None,
                          uncertainty: AdaDec | None = None,
-                         speculative: str | Drafter | None = None) -> list[GenerationResult]: ...
+                         speculative: str | Drafter | None = None,
+                         monitors: Sequence[Monitor] | None = None) -> list[GenerationResult]: ...
 
 
 def constrained_generate(
@@ -134,6 +147,7 @@ def constrained_generate(
     repetition: RPG | None = None,
     uncertainty: AdaDec | None = None,
     speculative: str | Drafter | None = None,
+    monitors: Sequence[Monitor] | None = None,
 ) -> GenerationResult | list[GenerationResult]:
     """Generate from ``prompt`` (one string, or a list for a batch) so that the output matches ``grammar``.
 
@@ -151,7 +165,10 @@ def constrained_generate(
     ``speculative="auto"`` (or a :class:`~codemask.speculative.Drafter`) drafts tokens from the grammar
     and the context and verifies them in one forward pass: greedy output is token for token the
     same, sampling draws from the same distribution, with fewer forward passes (off, with a warning,
-    together with ``uncertainty=``). Returns one result, or a list for a list of prompts.
+    together with ``uncertainty=``). ``monitors=codemask.monitors.for_workspace(workspace, file)`` masks
+    names a language server says do not exist (members, keyword arguments, imports), ANDed with the
+    grammar; the prompt is taken as the file's text before the cursor unless the monitors were given
+    a ``prefix``. Returns one result, or a list for a list of prompts.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -174,6 +191,9 @@ def constrained_generate(
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     stage = GrammarStage(matchers, vocab.vocab_size)
     stages: list[Stage] = [stage]
+    monitor_stage = MonitorStage.for_generation(monitors, vocab, prompts) if monitors else None
+    if monitor_stage is not None:  # after the grammar: its -inf lands on the grammar's, an AND
+        stages.append(monitor_stage)
     if repetition is not None:  # after the grammar mask: the decay acts on the allowed tokens' probabilities
         stages.append(RepetitionStage(repetition, vocab.token_bytes, sorted(vocab.stop_token_ids), encoded))
     selector: Selector = SamplingSelector(SamplingParams(temperature, top_k, top_p), generator)
@@ -197,6 +217,8 @@ def constrained_generate(
             row.stats.repetition_time_s = spent
     if adadec is not None:
         adadec.record([row.stats for row in rows])
+    if monitor_stage is not None:
+        monitor_stage.record([row.stats for row in rows])
     results = [_result(row) for row in rows]
     return results[0] if single else results
 

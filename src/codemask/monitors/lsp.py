@@ -1,0 +1,458 @@
+"""A thin language-server client: JSON-RPC 2.0 over a server's stdin/stdout, on stdlib threads.
+
+Why not multilspy: it pins ``jedi-language-server==0.41.3``, reports completions by ``label`` (not the
+text a completion inserts), runs an asyncio loop per server, and fails on TypeScript's
+``workspace/configuration`` requests; the monitors need one blocking call with a hard deadline per
+decoding step, from whatever thread the decoding stage runs in. Why not pygls: its client side is
+asyncio too and adds nothing the monitors use. This client is a reader thread that resolves one
+:class:`concurrent.futures.Future` per request id; everything else (documents, restarts) lives in
+:class:`LanguageServer`.
+
+Guarantees the decoding loop relies on: a request never blocks longer than its timeout; a server
+that dies fails every pending request at once (the reader sees end-of-file); a server that stalls
+answers nothing until it catches up, and requests made meanwhile fail immediately instead of each
+waiting out its own timeout.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any
+
+from codemask.monitors.spec import ServerSpec
+from codemask.monitors.text import minimal_edit, position_of
+
+
+class ServerUnavailable(RuntimeError):
+    """The server is not running, not ready, crashed, or did not answer in time."""
+
+
+class JsonRpcConnection:
+    """Framed JSON-RPC over a subprocess's pipes; one reader thread, one future per request."""
+
+    def __init__(self, process: subprocess.Popen[bytes], on_request: Callable[[str, Any], Any],
+                 on_notification: Callable[[str, Any], None]) -> None:
+        self.process = process
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self.closed = threading.Event()
+        self._reader = threading.Thread(target=self._read_loop, name="codemask-lsp-reader", daemon=True)
+        self._reader.start()
+        threading.Thread(target=self._drain_stderr, name="codemask-lsp-stderr", daemon=True).start()
+
+    def request(self, method: str, params: Any) -> tuple[int, Future[Any]]:
+        """Send a request; its answer (or failure) arrives in the returned future."""
+        future: Future[Any] = Future()
+        request_id = next(self._ids)
+        with self._lock:
+            self._pending[request_id] = future
+        if not self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}):
+            self._fail(request_id, ServerUnavailable("the server's input is closed"))
+        return request_id, future
+
+    def notify(self, method: str, params: Any) -> bool:
+        """Send a notification; False when the server can no longer be written to."""
+        return self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def forget(self, request_id: int) -> None:
+        """Stop waiting for ``request_id`` (after a timeout) and ask the server to cancel it."""
+        with self._lock:
+            self._pending.pop(request_id, None)
+        self.notify("$/cancelRequest", {"id": request_id})
+
+    @property
+    def outstanding(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def _send(self, message: dict[str, Any]) -> bool:
+        body = json.dumps(message, ensure_ascii=False).encode("utf-8")
+        stdin = self.process.stdin
+        if stdin is None or self.closed.is_set():
+            return False
+        try:
+            with self._lock:
+                stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+        return True
+
+    def _fail(self, request_id: int, error: Exception) -> None:
+        with self._lock:
+            future = self._pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def _read_loop(self) -> None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            while True:
+                message = _read_message(stdout)
+                if message is None:
+                    break
+                self._dispatch(message)
+        finally:
+            self.closed.set()
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            for future in pending.values():
+                if not future.done():
+                    future.set_exception(ServerUnavailable("the server exited"))
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "method" not in message:  # a response
+            with self._lock:
+                future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
+            if future is None or future.done():
+                return  # answered after we stopped waiting
+            if "error" in message:
+                future.set_exception(ServerUnavailable(f"server error: {message['error']}"))
+            else:
+                future.set_result(message.get("result"))
+        elif "id" in message:  # a request from the server: answer it, or it may wait for us forever
+            result = self._on_request(message["method"], message.get("params"))
+            self._send({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        else:
+            self._on_notification(message["method"], message.get("params"))
+
+    def _drain_stderr(self) -> None:
+        """Keep reading the server's log so that a chatty server never blocks on a full pipe."""
+        stderr = self.process.stderr
+        if stderr is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            while stderr.read(65536):
+                pass
+
+
+def _read_message(stream: Any) -> dict[str, Any] | None:
+    """One framed message, or None at end of file."""
+    length = None
+    while True:
+        line = stream.readline()
+        if not line:
+            return None
+        line = line.strip()
+        if not line:
+            break
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    if length is None:
+        return {}
+    body = stream.read(length)
+    if len(body) < length:
+        return None
+    try:
+        message = json.loads(body)
+    except json.JSONDecodeError:
+        return {}
+    return message if isinstance(message, dict) else {}
+
+
+class LanguageServer:
+    """One server process on one workspace, restarted after a crash, with its open documents.
+
+    Start-up runs in a background thread; :meth:`wait_ready` blocks until the server answered
+    ``initialize`` and a first probe request (and finished any work-done progress it announced).
+    Until then, and while a restart is under way, requests raise :class:`ServerUnavailable` at
+    once. Documents are kept in sync with incremental ``didChange`` edits and re-opened after a
+    restart.
+    """
+
+    def __init__(self, spec: ServerSpec, workspace: Path) -> None:
+        self.spec = spec
+        self.workspace = workspace.resolve()
+        self.ready = threading.Event()
+        self.start_error: str | None = None
+        self.restarts = 0
+        self.latencies_s: list[float] = []
+        self._connection: JsonRpcConnection | None = None
+        self._documents: dict[str, tuple[str, int]] = {}  # uri -> (text the server has, version)
+        self._lock = threading.RLock()
+        self._progress: set[Any] = set()
+        self._progress_seen = threading.Event()
+        self._stalled: tuple[float, Future[Any]] | None = None  # (when, a ping after a timeout)
+        self._closed = False
+        self._starting: threading.Thread | None = None
+        self._restart_times: list[float] = []
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the server in the background (idempotent while it runs or starts)."""
+        with self._lock:
+            if self._closed or (self._starting is not None and self._starting.is_alive()):
+                return
+            if self._connection is not None and not self._connection.closed.is_set():
+                return
+            self.ready.clear()
+            self._starting = threading.Thread(target=self._start, name="codemask-lsp-start", daemon=True)
+            self._starting.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until the server can answer (False when it did not within ``timeout``)."""
+        return self.ready.wait(self.spec.startup_timeout_s if timeout is None else timeout)
+
+    @property
+    def pid(self) -> int | None:
+        connection = self._connection
+        return None if connection is None else connection.process.pid
+
+    def _start(self) -> None:
+        try:
+            process = subprocess.Popen(self.spec.command, cwd=self.workspace, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       env={**os.environ, **self.spec.env})
+        except OSError as error:
+            self.start_error = f"cannot start {self.spec.command[0]}: {error}. {self.spec.install}"
+            return
+        connection = JsonRpcConnection(process, self._answer_server_request, self._on_notification)
+        try:
+            self._initialize(connection)
+        except (ServerUnavailable, FutureTimeout) as error:
+            self.start_error = f"{self.spec.name} did not start: {error!r}"
+            _terminate(process)
+            return
+        with self._lock:
+            self._connection = connection
+            self._stalled = None
+            for uri, (text, version) in list(self._documents.items()):
+                self._documents[uri] = (text, version + 1)
+                connection.notify("textDocument/didOpen", {"textDocument": {
+                    "uri": uri, "languageId": self.spec.language_id, "version": version + 1, "text": text}})
+        self.start_error = None
+        self.ready.set()
+
+    def _initialize(self, connection: JsonRpcConnection) -> None:
+        deadline = time.monotonic() + self.spec.startup_timeout_s
+        _, answer = connection.request("initialize", self._initialize_params())
+        answer.result(timeout=max(0.0, deadline - time.monotonic()))
+        connection.notify("initialized", {})
+        if self.spec.settings:
+            connection.notify("workspace/didChangeConfiguration", {"settings": self.spec.settings})
+        # Servers that index announce it with work-done progress; give them a moment to begin one.
+        self._progress_seen.wait(self.spec.progress_grace_s)
+        while self._progress and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self.spec.warmup:
+            self._warm_up(connection, deadline)
+
+    def _warm_up(self, connection: JsonRpcConnection, deadline: float) -> None:
+        """Ready means answering: one completion on a scratch document loads what the first real one needs."""
+        uri = (self.workspace / f"__codemask_warmup__{self.spec.extension}").as_uri()
+        text = self.spec.warmup
+        connection.notify("textDocument/didOpen", {"textDocument": {
+            "uri": uri, "languageId": self.spec.language_id, "version": 1, "text": text}})
+        _, answer = connection.request("textDocument/completion", {
+            "textDocument": {"uri": uri}, "position": position_of(text, len(text))})
+        try:
+            answer.result(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            connection.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+    def _initialize_params(self) -> dict[str, Any]:
+        root = self.workspace.as_uri()
+        return {
+            "processId": os.getpid(),
+            "rootUri": root,
+            "rootPath": str(self.workspace),
+            "workspaceFolders": [{"uri": root, "name": self.workspace.name}],
+            "initializationOptions": self.spec.init_options,
+            "capabilities": {
+                "general": {"positionEncodings": ["utf-16"]},
+                "window": {"workDoneProgress": True},
+                "workspace": {"configuration": True, "workspaceFolders": True},
+                "textDocument": {
+                    "synchronization": {"dynamicRegistration": False},
+                    "completion": {"completionItem": {"snippetSupport": True, "insertReplaceSupport": True,
+                                                      "labelDetailsSupport": True},
+                                   "contextSupport": True},
+                    "signatureHelp": {"signatureInformation": {"parameterInformation": {
+                        "labelOffsetSupport": True}, "activeParameterSupport": True}},
+                },
+            },
+        }
+
+    def _answer_server_request(self, method: str, params: Any) -> Any:
+        """Answers to what servers ask their client (configuration, progress tokens, registrations)."""
+        if method == "workspace/configuration":
+            items = (params or {}).get("items", [])
+            return [self._setting(item.get("section")) for item in items]
+        if method == "workspace/workspaceFolders":
+            return [{"uri": self.workspace.as_uri(), "name": self.workspace.name}]
+        return None
+
+    def _setting(self, section: str | None) -> Any:
+        value: Any = self.spec.settings
+        for part in (section or "").split("."):
+            if not part:
+                continue
+            value = value.get(part) if isinstance(value, dict) else None
+        return value if value is not None else {}
+
+    def _on_notification(self, method: str, params: Any) -> None:
+        if method != "$/progress" or not isinstance(params, dict):
+            return
+        kind = (params.get("value") or {}).get("kind")
+        if kind == "begin":
+            self._progress.add(params.get("token"))
+            self._progress_seen.set()
+        elif kind == "end":
+            self._progress.discard(params.get("token"))
+
+    def _ensure_running(self) -> JsonRpcConnection:
+        """The live connection; after a crash, starts a restart and raises (this step goes unconstrained)."""
+        connection = self._connection
+        if connection is not None and not connection.closed.is_set() and self.ready.is_set():
+            return connection
+        if connection is not None and connection.closed.is_set():
+            self._restart()
+        raise ServerUnavailable(self.start_error or f"{self.spec.name} is not ready")
+
+    def _restart(self) -> None:
+        """Restart in the background, at most ``max_restarts`` times a minute (no crash loops)."""
+        with self._lock:
+            if self._closed or (self._starting is not None and self._starting.is_alive()):
+                return
+            now = time.monotonic()
+            self._restart_times = [t for t in self._restart_times if now - t < 60.0]
+            if len(self._restart_times) >= self.spec.max_restarts:
+                return
+            self._restart_times.append(now)
+            self.restarts += 1
+            self._connection = None
+        self.start()
+
+    def close(self) -> None:
+        """``shutdown`` + ``exit``, then terminate the process if it lingers."""
+        with self._lock:
+            self._closed = True
+            connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        if not connection.closed.is_set():
+            _, answer = connection.request("shutdown", None)
+            with contextlib.suppress(Exception):
+                answer.result(timeout=1.0)
+            connection.notify("exit", None)
+        _terminate(connection.process)
+
+    # -- documents and requests --------------------------------------------------------------
+
+    def document(self, uri: str) -> str | None:
+        """The text the server has for ``uri`` (None before it was opened)."""
+        known = self._documents.get(uri)
+        return None if known is None else known[0]
+
+    def sync(self, uri: str, text: str) -> None:
+        """Make the server's copy of ``uri`` equal ``text`` (``didOpen`` once, then one minimal edit)."""
+        connection = self._ensure_running()
+        with self._lock:
+            known = self._documents.get(uri)
+            if known is None:
+                self._documents[uri] = (text, 1)
+                connection.notify("textDocument/didOpen", {"textDocument": {
+                    "uri": uri, "languageId": self.spec.language_id, "version": 1, "text": text}})
+                return
+            old, version = known
+            edit = minimal_edit(old, text)
+            if edit is None:
+                return
+            self._documents[uri] = (text, version + 1)
+            connection.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version + 1},
+                                                         "contentChanges": [edit.as_change(old)]})
+
+    def request_at(self, method: str, uri: str, text: str, cursor: int, timeout: float,
+                   extra: dict[str, Any] | None = None) -> Any:
+        """Sync ``uri`` to ``text`` and send ``method`` at code-point offset ``cursor``; its result.
+
+        Raises :class:`ServerUnavailable` when the server is down, restarting, still busy with a
+        request that timed out earlier (a stalled server), or does not answer within ``timeout``.
+        """
+        self._check_not_stalled()
+        self.sync(uri, text)
+        params = {"textDocument": {"uri": uri}, "position": position_of(text, cursor), **(extra or {})}
+        connection = self._ensure_running()
+        started = time.perf_counter()
+        request_id, future = connection.request(method, params)
+        try:
+            result = future.result(timeout=timeout)
+        except FutureTimeout:
+            connection.forget(request_id)
+            self._stalled = (time.monotonic(), connection.request("$/codemask/ping", None)[1])
+            raise ServerUnavailable(f"{method} took longer than {timeout:.3f} s") from None
+        self.latencies_s.append(time.perf_counter() - started)
+        return result
+
+    def _check_not_stalled(self) -> None:
+        """After a timeout, ask nothing more until the server answers a ping (any answer, even an error).
+
+        A stalled server then costs one timeout, not one per step. A server that ignores the ping is
+        asked again after ``stall_retry_s``.
+        """
+        stalled = self._stalled
+        if stalled is None:
+            return
+        since, ping = stalled
+        connection = self._connection
+        alive = connection is not None and not connection.closed.is_set()
+        if alive and not ping.done() and time.monotonic() - since < self.spec.stall_retry_s:
+            raise ServerUnavailable(f"{self.spec.name} is still busy with an earlier request")
+        self._stalled = None
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    for stream in (process.stdin, process.stdout, process.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            if stream is not None:
+                stream.close()
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+_SERVERS: dict[tuple[str, Path], LanguageServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def server_for(spec: ServerSpec, workspace: str | os.PathLike[str]) -> LanguageServer:
+    """The process-wide server of ``spec`` on ``workspace``: started once, reused by every monitor."""
+    key = (spec.name, Path(workspace).resolve())
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(key)
+        if server is None or server._closed:
+            server = LanguageServer(spec, key[1])
+            _SERVERS[key] = server
+    server.start()
+    return server
+
+
+@atexit.register
+def shutdown_all() -> None:
+    """Shut every server down (registered with :mod:`atexit`; also usable by tests)."""
+    with _SERVERS_LOCK:
+        servers = list(_SERVERS.values())
+        _SERVERS.clear()
+    for server in servers:
+        server.close()

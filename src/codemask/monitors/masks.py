@@ -1,0 +1,180 @@
+"""Allowed-token masks from sets of names, vectorised over the byte-sorted vocabulary.
+
+A language server answers with names (members, importable names, keyword parameters); a decoding
+step needs a boolean per token id. Tokens are sorted by their bytes (the engine's
+:class:`~codemask.engine.token_trie.TokenTrie`), so for one name the tokens that *are* one of its
+prefixes are found by binary search, and the tokens that *start with* the whole name form one
+contiguous range whose byte after the name is checked with one gather. The work per step is a few
+numpy calls over the names and over those ranges; nothing loops over the vocabulary in Python.
+
+A token is allowed after the text typed so far (``typed``, e.g. ``"app"`` after ``xs.``) when
+``typed + token`` is a prefix of ``lead + name`` for some name, or begins with ``lead + name``
+followed by a break character (``.append(`` is fine, ``.appendix`` is not unless it is a name). The
+``lead`` is what must come between the text and the name (``"."`` when the next token may merge
+the dot, ``" "`` after ``import``); with nothing typed yet, only tokens that start with the lead and
+an identifier byte are constrained, every other token is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
+
+_IDENTIFIER_BYTES = np.zeros(256, dtype=bool)
+for _b in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_":
+    _IDENTIFIER_BYTES[_b] = True
+_IDENTIFIER_BYTES[0x80:] = True  # non-ASCII letters may be identifier characters: never a break
+
+
+class NameMasks:
+    """Masks over one vocabulary's token ids (``width`` of them) for one language's break characters."""
+
+    def __init__(self, vocab: ByteVocabulary, break_characters: str, width: int | None = None) -> None:
+        self.width = max(width or 0, vocab.vocab_size)
+        self.trie: TokenTrie = token_trie(vocab)
+        self.matrix = self.trie.matrix
+        self.lengths = self.trie.lengths
+        self.keys = _sorted_keys(self.trie)
+        self.breaks = np.zeros(256, dtype=bool)
+        self.breaks[list(break_characters.encode("utf-8"))] = True
+        self._all_rows = np.arange(self.trie.num_tokens)
+        self._break_first = np.flatnonzero(self.breaks[self.matrix[:, 0]])
+        self._scopes: dict[bytes, np.ndarray] = {}
+        self._keyword_forms: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
+
+    # -- names ---------------------------------------------------------------------------------
+
+    def allowed(self, names: Iterable[str], typed: bytes = b"", lead: bytes = b"") -> np.ndarray | None:
+        """Bool mask over token ids, or None when no name fits what is typed (leave the step alone)."""
+        targets = {lead + n.encode("utf-8") for n in names if n}
+        rests = sorted(t[len(typed):] for t in targets if t.startswith(typed))
+        if not rests:
+            return None
+        rows = np.concatenate([self._prefix_rows(rests), self._break_rows(rests)])
+        mask = np.zeros(self.width, dtype=bool)
+        mask[self.trie.token_ids(np.unique(rows))] = True
+        scope = self._scope(lead) if len(typed) <= len(lead) else self._scope(None)
+        mask |= ~scope
+        return mask
+
+    def _prefix_rows(self, rests: list[bytes]) -> np.ndarray:
+        """Rows of tokens equal to a non-empty prefix of some rest."""
+        limit = self.matrix.shape[1]
+        prefixes = {r[:k] for r in rests for k in range(1, min(len(r), limit) + 1)}
+        return self._exact_rows(sorted(prefixes))
+
+    def _break_rows(self, rests: list[bytes]) -> np.ndarray:
+        """Rows of tokens that spell a whole rest and then a break character."""
+        parts = [self._break_first] if b"" in rests else []
+        whole = [r for r in rests if r and r[-1] < 0xFF and len(r) < self.matrix.shape[1]]
+        if whole:
+            lo = np.searchsorted(self.keys, np.array(whole, dtype=self.keys.dtype), side="left")
+            upper = [r[:-1] + bytes([r[-1] + 1]) for r in whole]
+            hi = np.searchsorted(self.keys, np.array(upper, dtype=self.keys.dtype), side="left")
+            rows = expand_ranges(lo, hi)
+            column = np.repeat(np.array([len(r) for r in whole]), hi - lo)
+            keep = (self.lengths[rows] > column) & self.breaks[self.matrix[rows, column]]
+            parts.append(rows[keep])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def _exact_rows(self, spellings: list[bytes]) -> np.ndarray:
+        if not spellings:
+            return np.zeros(0, dtype=np.int64)
+        wanted = np.array(spellings, dtype=self.keys.dtype)
+        at = np.searchsorted(self.keys, wanted, side="left")
+        found = at < len(self.keys)
+        found[found] &= self.keys[at[found]] == wanted[found]
+        lengths = np.array([len(s) for s in spellings])
+        found[found] &= self.lengths[at[found]] == lengths[found]  # zero padding: b"a" vs b"a\0"
+        return at[found]
+
+    def _scope(self, lead: bytes | None) -> np.ndarray:
+        """Token ids the name constraint applies to: all tokens (None), or those starting lead + identifier byte."""
+        key = b"\xff<all>" if lead is None else lead
+        scope = self._scopes.get(key)
+        if scope is None:
+            if lead is None:
+                rows = self._all_rows
+            else:
+                n = len(lead)
+                ok = self.lengths > n
+                if n:
+                    ok &= (self.matrix[:, :n] == np.frombuffer(lead, dtype=np.uint8)).all(axis=1)
+                ok &= _IDENTIFIER_BYTES[self.matrix[:, min(n, self.matrix.shape[1] - 1)]]
+                rows = np.flatnonzero(ok)
+            scope = np.zeros(self.width, dtype=bool)
+            scope[self.trie.token_ids(rows)] = True
+            self._scopes[key] = scope
+        return scope
+
+    # -- keyword arguments -------------------------------------------------------------------
+
+    def keywords(self, names: Iterable[str], typed: bytes = b"") -> np.ndarray:
+        """Bool mask that forbids finishing ``word=`` (a keyword argument) unless ``word`` is a name.
+
+        Only tokens that complete such a form are constrained: with nothing typed, tokens like
+        ``" key="`` (spaces, an identifier, ``=`` not followed by ``=``); after a typed partial, tokens
+        that go on with identifier bytes and then ``=``.
+        """
+        rows, words = self._keyword_form(bool(typed))
+        full = np.char.add(np.array(typed, dtype=f"S{max(len(typed), 1)}"), words) if typed else words
+        wanted = np.array(sorted({n.encode("utf-8") for n in names}) or [b"\xff"])
+        bad = rows[~np.isin(full, wanted)]
+        mask = np.ones(self.width, dtype=bool)
+        mask[self.trie.token_ids(bad)] = False
+        return mask
+
+    def _keyword_form(self, typed: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Rows that complete ``word=`` and their words (built once per vocabulary and case)."""
+        cached = self._keyword_forms.get(typed)
+        if cached is not None:
+            return cached
+        m, lengths = self.matrix, self.lengths
+        width = m.shape[1]
+        spaces = np.zeros(len(lengths), dtype=np.int64) if typed else _run_length(m == ord(" "), lengths)
+        shifted = _shift_left(m, spaces)
+        run = _run_length(_IDENTIFIER_BYTES[shifted], lengths - spaces)
+        at = np.minimum(spaces + run, width - 1)
+        eq = (spaces + run < lengths) & (m[np.arange(len(m)), at] == ord("="))
+        nxt = np.minimum(at + 1, width - 1)
+        eq &= (at + 1 >= lengths) | (m[np.arange(len(m)), nxt] != ord("="))
+        if not typed:
+            eq &= run > 0
+        rows = np.flatnonzero(eq)
+        column = np.arange(width)
+        words_matrix = np.where(column[None, :] < run[rows, None], shifted[rows], 0).astype(np.uint8)
+        words = np.ascontiguousarray(words_matrix).view(f"S{width}").ravel()
+        self._keyword_forms[typed] = (rows, words)
+        return rows, words
+
+
+def _sorted_keys(trie: TokenTrie) -> np.ndarray:
+    """The trie's sorted token bytes as fixed-width byte strings (a view when numpy agrees on the order)."""
+    width = trie.matrix.shape[1]
+    keys = np.ascontiguousarray(trie.matrix).view(f"S{width}").ravel()
+    if len(keys) > 1 and not bool(np.all(keys[:-1] <= keys[1:])):
+        raise ValueError("token bytes with trailing NUL bytes break the sorted-key order")
+    return keys
+
+
+def _run_length(flags: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per row, how many leading columns are True (within the row's length)."""
+    width = flags.shape[1]
+    inside = np.arange(width)[None, :] < lengths[:, None]
+    stop = ~(flags & inside)
+    first = np.argmax(stop, axis=1)
+    return np.where(stop.any(axis=1), first, width).astype(np.int64)
+
+
+def _shift_left(matrix: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """Each row shifted left by ``by[row]`` columns (zero-filled)."""
+    if not by.any():
+        return matrix
+    width = matrix.shape[1]
+    columns = np.arange(width)[None, :] + by[:, None]
+    out = np.take_along_axis(matrix, np.minimum(columns, width - 1), axis=1)
+    out[columns >= width] = 0
+    return out

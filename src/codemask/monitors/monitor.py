@@ -1,0 +1,300 @@
+"""Monitors: trigger → query → allowed names → token mask, one decoding step at a time.
+
+A monitor looks at the text before the cursor (the document's text before the generation plus what
+was generated so far). When a trigger matches (``obj.``, ``from m import``, an argument position in
+a call) it asks the language server — once per trigger position: the answer is cached while the
+model types the name — turns the answer into names, and the names into a token mask
+(:mod:`codemask.monitors.masks`). A server that is down, starting or too slow costs that step its
+constraint and nothing else (the monitor counts a timeout).
+
+All monitors of one file share a :class:`WorkspaceFile`: its server (one process per workspace,
+:func:`~codemask.monitors.lsp.server_for`), its URI, and the text after the cursor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from codemask.monitors.lsp import LanguageServer, ServerUnavailable
+from codemask.monitors.masks import NameMasks
+from codemask.monitors.spec import LanguageSpec
+from codemask.monitors.text import CodeScanner, strip_snippet
+
+_NAME = re.compile(r"[^\W\d]\w*")
+_SKIPPED_KINDS = {14, 15}  # CompletionItemKind Keyword, Snippet: not names
+_CACHE_SIZE = 256
+
+
+@dataclass
+class MonitorCounters:
+    """What a monitor cost so far: server requests, timeouts among them, and their wall time."""
+
+    queries: int = 0
+    timeouts: int = 0
+    query_time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A server's names for one trigger position; ``incomplete`` mirrors ``isIncomplete``."""
+
+    names: tuple[str, ...]
+    incomplete: bool = False
+
+
+class WorkspaceFile:
+    """The file being generated into: its language, server, URI, and the text around the generation.
+
+    ``prefix`` is the document's text before the generated part (None: the prompt is that text,
+    the usual completion set-up); ``suffix`` the text after the cursor.
+    """
+
+    def __init__(self, language: LanguageSpec, server: LanguageServer, path: Path, prefix: str | None = None,
+                 suffix: str = "", timeout_s: float | None = None) -> None:
+        self.language = language
+        self.server = server
+        self.path = path.resolve()
+        self.uri = self.path.as_uri()
+        self.prefix = prefix
+        self.suffix = suffix
+        self.timeout_s = server.spec.request_timeout_s if timeout_s is None else timeout_s
+        code = language.code
+        self.scanner = CodeScanner(code.get("strings", []), code.get("unterminated", []), code.get("comments", []),
+                                   code.get("starts", ""))
+        self._scan_lock = threading.Lock()
+        self._last_scan: tuple[str, tuple[bool, tuple[tuple[str, int, int], ...]]] | None = None
+
+    def scan(self, text: str) -> tuple[bool, tuple[tuple[str, int, int], ...]]:
+        """Whether the end of ``text`` is code, and its open brackets (cached for the last text)."""
+        with self._scan_lock:
+            last = self._last_scan
+            if last is not None and last[0] is text:
+                return last[1]
+            result = self.scanner.scan(text)
+            self._last_scan = (text, result)
+            return result
+
+    def request(self, method: str, before_cursor: str, extra: dict[str, Any] | None = None,
+                temporary: bool = False) -> Any:
+        """``method`` with the document equal to ``before_cursor + suffix`` and the cursor between them.
+
+        ``temporary`` undoes the edit afterwards (an exact inverse ``didChange``): a probe that
+        inserted text the model has not written must not stay in the server's copy.
+        """
+        text = before_cursor + self.suffix
+        previous = self.server.document(self.uri)
+        try:
+            return self.server.request_at(method, self.uri, text, len(before_cursor), self.timeout_s, extra)
+        finally:
+            if temporary and previous is not None:
+                with contextlib.suppress(ServerUnavailable):
+                    self.server.sync(self.uri, previous)
+
+
+class Monitor(ABC):
+    """One kind of static check: where it triggers, what it asks, and the mask it makes of the answer."""
+
+    def __init__(self, file: WorkspaceFile) -> None:
+        self.file = file
+        self.language = file.language
+        self.counters = MonitorCounters()
+        self._cache: OrderedDict[tuple[str, str], Answer | None] = OrderedDict()
+
+    def document_text(self, prompt: str, generated: str) -> str:
+        """The text before the cursor: the file's prefix (or the prompt) and the generated text."""
+        return (prompt if self.file.prefix is None else self.file.prefix) + generated
+
+    def masks(self, text: str, masks: NameMasks) -> list[np.ndarray]:
+        """This step's masks (bool over token ids) for ``text`` before the cursor; [] when silent."""
+        in_code, brackets = self.file.scan(text)
+        if not in_code:
+            return []
+        return self.step_masks(text, brackets, masks)
+
+    @abstractmethod
+    def step_masks(self, text: str, brackets: tuple[tuple[str, int, int], ...], masks: NameMasks) -> list[np.ndarray]:
+        """Masks for a text whose end is code; ``brackets`` are its unclosed brackets."""
+
+    def ask(self, method: str, anchor: str, typed: str, parse: Any, extra: dict[str, Any] | None = None,
+            temporary: bool = False) -> Answer | None:
+        """The answer at ``anchor`` (the text before the name), cached per position.
+
+        Complete answers are reused while the name is typed; an ``isIncomplete`` one is asked again
+        with the typed part. None when the server cannot answer (a timeout is counted).
+        """
+        key = (anchor, "")
+        if key in self._cache:
+            cached = self._cache[key]
+            if cached is None or not cached.incomplete or not typed:
+                self._cache.move_to_end(key)
+                return cached
+            key = (anchor, typed)
+        started = time.perf_counter()
+        self.counters.queries += 1
+        try:
+            result = self.file.request(method, anchor + typed if key[1] else anchor, extra, temporary)
+        except ServerUnavailable:
+            self.counters.timeouts += 1
+            return None
+        finally:
+            self.counters.query_time_s += time.perf_counter() - started
+        answer = parse(result)
+        self._cache[key] = answer
+        if len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return answer
+
+
+def completion_names(result: Any) -> Answer | None:
+    """Names from a ``textDocument/completion`` result (list or ``CompletionList``).
+
+    The name is what the item inserts (``textEdit.newText``, else ``insertText``, else ``label``),
+    snippet syntax removed, cut at its first non-identifier character (``append(`` → ``append``).
+    """
+    if result is None:
+        return None
+    items = result.get("items", []) if isinstance(result, dict) else result
+    incomplete = bool(result.get("isIncomplete")) if isinstance(result, dict) else False
+    names: set[str] = set()
+    for item in items:
+        if item.get("kind") in _SKIPPED_KINDS:
+            continue
+        edit = item.get("textEdit") or {}
+        text = edit.get("newText") or item.get("insertText") or item.get("label") or ""
+        if item.get("insertTextFormat") == 2:
+            text = strip_snippet(text)
+        match = _NAME.match(text)
+        if match:
+            names.add(match.group())
+    return Answer(tuple(sorted(names)), incomplete)
+
+
+class _NameMonitor(Monitor):
+    """A monitor for a name after a trigger (``.``, ``import``), with a probe for merged tokens.
+
+    ``at`` matches the text before the cursor when a name is being typed (group ``partial``);
+    ``probe`` matches text where the next token may bring the trigger and the name at once
+    (``.append``), answered by asking with ``probe_insert`` appended as a temporary edit.
+    """
+
+    trigger_name: str
+
+    def __init__(self, file: WorkspaceFile) -> None:
+        super().__init__(file)
+        trigger = self.language.triggers[self.trigger_name]
+        self._at = re.compile(trigger["at"])
+        self._probe = re.compile(trigger["probe"]) if trigger.get("probe") else None
+        self._probe_insert = trigger.get("probe_insert", "")
+        self._no_probe = re.compile(trigger["no_probe_after"]) if trigger.get("no_probe_after") else None
+
+    def step_masks(self, text: str, brackets: tuple[tuple[str, int, int], ...], masks: NameMasks) -> list[np.ndarray]:
+        tail = text[-512:]
+        out: list[np.ndarray] = []
+        typed_is_name = True
+        at = self._at.search(tail)
+        if at is not None:
+            typed = at.group("partial") or ""
+            answer = self.ask("textDocument/completion", text[: len(text) - len(typed)], typed, completion_names)
+            if answer is not None and answer.names:
+                mask = masks.allowed(answer.names, typed.encode("utf-8"))
+                typed_is_name = typed in answer.names
+                if mask is not None:
+                    out.append(mask)
+        if typed_is_name and self._probes(tail):
+            probe = self.ask("textDocument/completion", text + self._probe_insert, "", completion_names,
+                             temporary=True)
+            if probe is not None and probe.names:
+                mask = masks.allowed(probe.names, b"", self._probe_insert.encode("utf-8"))
+                if mask is not None:
+                    out.append(mask)
+        return out
+
+    def _probes(self, tail: str) -> bool:
+        match = self._probe.search(tail) if self._probe is not None else None
+        if match is None or match.group() in self.language.keywords:
+            return False
+        return self._no_probe is None or self._no_probe.search(tail) is None
+
+
+class MemberAccessMonitor(_NameMonitor):
+    """After ``obj.`` (or before a token like ``.append``) only members the server knows of ``obj``."""
+
+    trigger_name = "member"
+
+
+class ImportNameMonitor(_NameMonitor):
+    """After ``from module import`` only names the server finds in ``module``."""
+
+    trigger_name = "import"
+
+
+class CallArgumentMonitor(Monitor):
+    """Inside a call's argument list, ``name=`` only for keyword parameters the callee has.
+
+    Asks ``textDocument/signatureHelp`` once per call; a callee with ``**kwargs``, or whose
+    signature the server does not know, leaves the arguments alone.
+    """
+
+    def __init__(self, file: WorkspaceFile) -> None:
+        super().__init__(file)
+        trigger = self.language.triggers["call"]
+        self._callee = re.compile(trigger["callee"])
+        self._not_callee = re.compile(trigger["not_callee"])
+        self._argument = re.compile(trigger["argument"])
+
+    def step_masks(self, text: str, brackets: tuple[tuple[str, int, int], ...], masks: NameMasks) -> list[np.ndarray]:
+        if not brackets or brackets[-1][0] != "(":
+            return []
+        _, opened, comma = brackets[-1]
+        argument = self._argument.match(text, max(opened, comma) + 1)
+        if argument is None:
+            return []
+        before = text[max(0, opened - 256):opened]
+        callee = self._callee.search(before)
+        if callee is None or callee.group().strip() in self.language.keywords or self._not_callee.search(before):
+            return []
+        typed = argument.group("partial") or ""  # signatures are asked once per call, right after its "("
+        answer = self.ask("textDocument/signatureHelp", text[: opened + 1], "", keyword_names)
+        if answer is None:
+            return []
+        return [masks.keywords(answer.names, typed.encode("utf-8"))]
+
+
+def keyword_names(result: Any) -> Answer | None:
+    """Keyword-parameter names from a ``SignatureHelp``; None when any signature takes ``**kwargs``.
+
+    Parameters before a ``/`` are positional-only and not names a call may use; a bare ``*`` and
+    ``*args`` are not names either. Labels given as UTF-16 offsets into the signature are resolved.
+    """
+    if not isinstance(result, dict) or not result.get("signatures"):
+        return None
+    names: set[str] = set()
+    for signature in result["signatures"]:
+        labels = [_parameter_label(signature.get("label", ""), p.get("label", ""))
+                  for p in signature.get("parameters") or []]
+        if any(label.lstrip().startswith("**") for label in labels):
+            return None
+        if "/" in [label.strip() for label in labels]:
+            labels = labels[[label.strip() for label in labels].index("/") + 1:]
+        for label in labels:
+            match = _NAME.match(label.strip())
+            if match:
+                names.add(match.group())
+    return Answer(tuple(sorted(names)))
+
+
+def _parameter_label(signature: str, label: Any) -> str:
+    if isinstance(label, list) and len(label) == 2:
+        units = signature.encode("utf-16-le")
+        return units[2 * int(label[0]): 2 * int(label[1])].decode("utf-16-le", errors="replace")
+    return str(label)

@@ -1,0 +1,128 @@
+"""Languages and their servers as data: ``codemask/monitors/servers/<language>.toml``.
+
+A language file says how to read its code (string and comment syntax, identifier break characters,
+keywords), where each monitor triggers (regexes on the text before the cursor), and which language
+servers can answer (command, how to install it, initialisation options, settings, timeouts). Adding
+a language is adding a file; ``docs/monitors.md`` describes the keys.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """How to start and talk to one language server."""
+
+    name: str
+    language_id: str
+    command: tuple[str, ...]
+    install: str
+    warmup: str = ""
+    extension: str = ""
+    init_options: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 30.0
+    request_timeout_s: float = 2.0
+    progress_grace_s: float = 0.2
+    stall_retry_s: float = 5.0
+    max_restarts: int = 3
+
+    def available(self) -> bool:
+        """Whether the server's executable exists here."""
+        return Path(self.command[0]).is_file()
+
+
+@dataclass(frozen=True)
+class LanguageSpec:
+    """How monitors read one language and which servers answer for it."""
+
+    name: str
+    extensions: tuple[str, ...]
+    break_characters: str
+    keywords: frozenset[str]
+    code: dict[str, Any]
+    triggers: dict[str, dict[str, str]]
+    servers: dict[str, ServerSpec]
+    default_server: str
+
+    def server(self, name: str | None = None) -> ServerSpec:
+        """The named server (default: the language's default one)."""
+        key = name or self.default_server
+        if key not in self.servers:
+            raise ValueError(f"no server {key!r} for {self.name}; known: {sorted(self.servers)}")
+        return self.servers[key]
+
+
+def languages() -> list[str]:
+    """The languages with a definition file."""
+    folder = resources.files("codemask.monitors") / "servers"
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+@cache
+def language_spec(language: str) -> LanguageSpec:
+    """The parsed ``servers/<language>.toml``."""
+    path = resources.files("codemask.monitors") / "servers" / f"{language}.toml"
+    if not path.is_file():
+        raise ValueError(f"no monitor definition for {language!r}; known: {languages()}")
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data.setdefault("language_id", language)
+    servers = {name: _server(name, data, table) for name, table in data.get("servers", {}).items()}
+    return LanguageSpec(
+        name=language,
+        extensions=tuple(data.get("extensions", ())),
+        break_characters=data["break_characters"],
+        keywords=frozenset(data.get("keywords", ())),
+        code=data.get("code", {}),
+        triggers=data.get("triggers", {}),
+        servers=servers,
+        default_server=data["default_server"],
+    )
+
+
+def _server(name: str, language: dict[str, Any], table: dict[str, Any]) -> ServerSpec:
+    return ServerSpec(
+        name=name,
+        language_id=language.get("language_id", ""),
+        warmup=table.get("warmup", language.get("warmup", "")),
+        extension=(language.get("extensions") or [""])[0],
+        command=(_executable(table["command"][0]), *(_expand(a) for a in table["command"][1:])),
+        install=table.get("install", ""),
+        init_options=table.get("init_options", {}),
+        settings=table.get("settings", {}),
+        env={k: _expand(v) for k, v in table.get("env", {}).items()},
+        **{k: table[k] for k in ("startup_timeout_s", "request_timeout_s", "progress_grace_s",
+                                 "stall_retry_s", "max_restarts") if k in table},
+    )
+
+
+def _expand(value: str) -> str:
+    """``{codemask_home}`` is where scripts/setup.sh installs npm servers ($CODEMASK_HOME)."""
+    home = os.environ.get("CODEMASK_HOME") or str(Path.home() / ".cache" / "codemask")
+    return value.replace("{codemask_home}", home)
+
+
+def _executable(name: str) -> str:
+    """Resolve a server command: a path, next to the running Python (its virtual environment), or on PATH."""
+    expanded = _expand(name)
+    if os.sep in expanded:
+        return expanded
+    beside = Path(sys.executable).parent / expanded
+    if beside.is_file():
+        return str(beside)
+    return shutil.which(expanded) or str(beside)
