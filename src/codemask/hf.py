@@ -1,4 +1,4 @@
-"""Hugging Face integration: grammar masks (and RPG's repetition decay) as ``LogitsProcessor``s for ``model.generate``.
+"""Hugging Face integration: grammar masks (and RPG's repetition decay, monitors' masks) as ``LogitsProcessor``s.
 
 ``model.generate`` hands a processor only ``input_ids`` (prompt + generated so far, one row per
 sequence or beam) and the scores. Beams are reordered and forked between steps, so the processor
@@ -19,6 +19,9 @@ from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.matcher import GrammarMatcher
 from codemask.errors import MatcherError
 from codemask.grammar.resolve import as_grammar
+from codemask.monitors.monitor import Monitor
+from codemask.monitors.processor import MonitorLogitsProcessor
+from codemask.monitors.stage import MonitorSet
 from codemask.repetition.processor import RepetitionLogitsProcessor, repetition_logits_processor
 
 try:
@@ -26,8 +29,8 @@ try:
 except ImportError:  # transformers is optional: the processor is usable by anything that calls it alike
     LogitsProcessor = object  # type: ignore[misc,assignment]
 
-__all__ = ["GrammarLogitsProcessor", "RepetitionLogitsProcessor", "grammar_logits_processor",
-           "repetition_logits_processor"]
+__all__ = ["GrammarLogitsProcessor", "MonitorLogitsProcessor", "RepetitionLogitsProcessor", "grammar_logits_processor",
+           "monitor_logits_processor", "repetition_logits_processor"]
 
 History = tuple[int, ...]
 
@@ -106,3 +109,17 @@ def grammar_logits_processor(tokenizer: Any, grammar: Any, model: Any = None) ->
         compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
     resolved = as_grammar(grammar)
     return GrammarLogitsProcessor(compiler.compile(resolved), resolved.completion)
+
+
+def monitor_logits_processor(tokenizer: Any, monitors: list[Monitor], model: Any = None) -> MonitorLogitsProcessor:
+    """A :class:`~codemask.monitors.processor.MonitorLogitsProcessor` for ``monitors`` (from
+    :func:`codemask.monitors.for_workspace`); put it after a grammar processor (the masks AND).
+
+    The prompt is taken as the file's text before the cursor unless the monitors have a ``prefix``;
+    ``processor.usage`` counts the steps, server requests, timeouts and time.
+    """
+    if model is None:
+        vocab = compiler_for(tokenizer).vocab
+    else:
+        vocab = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model)).vocab
+    return MonitorLogitsProcessor(MonitorSet(monitors, vocab))

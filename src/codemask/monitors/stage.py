@@ -120,7 +120,7 @@ class MonitorStage(Stage):
         rows = [r for r, m in enumerate(masks) if m is not None]
         if rows:
             words = torch.from_numpy(pack_bool_mask(np.stack([masks[r] for r in rows])))  # type: ignore[misc]
-            _apply_unless_empty(logits, rows, words, self.monitors.width)
+            apply_unless_empty(logits, rows, words, self.monitors.width)
         spent = time.perf_counter() - waited
         for seq in set(layout.sequences):
             self.usage[seq].wait_s += spent
@@ -147,7 +147,7 @@ class MonitorStage(Stage):
             self._pool = None
 
 
-def _apply_unless_empty(logits: torch.Tensor, rows: list[int], words: torch.Tensor, width: int) -> None:
+def apply_unless_empty(logits: torch.Tensor, rows: list[int], words: torch.Tensor, width: int) -> None:
     """Mask ``logits[rows]`` by ``words`` in place, except rows the mask would leave without any token."""
     index = torch.tensor(rows, device=logits.device)
     current = logits.index_select(0, index)
