@@ -1,0 +1,151 @@
+"""Speculative verification with the packaged SmolLM2: token-for-token the output of plain decoding.
+
+Greedy outputs are compared with the same call without ``speculative=`` across grammars (none,
+JSON, a JSON Schema, a Python function), prompts (code edits that copy their context, free
+requests) and batch sizes 1 and 3; copying prompts must take strictly fewer forward passes.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+import pytest
+
+from codemask import constrained_generate
+from codemask.adadec import AdaDec
+from codemask.repetition import RPG
+from codemask.speculative import GrammarDrafter, ModelDrafter, PromptLookupDrafter, SuffixDrafter
+from tests.conftest import chat
+
+pytestmark = pytest.mark.slow
+
+SOURCE = '''def mean(values):
+    total = 0
+    for value in values:
+        total += value
+    return total / len(values)
+
+
+def clamp(value, low, high):
+    if value < low:
+        return low
+    if value > high:
+        return high
+    return value
+'''
+EDIT = "Rewrite this Python file with the same functions, adding a docstring to each:\n\n" + SOURCE
+ARITHMETIC = '''def add(a, b):
+    return a + b
+
+
+def multiply(a, b):
+    result = a * b
+    return result
+
+
+def divide(a, b):
+    if b == 0:
+        raise ValueError("division by zero")
+    return a / b
+'''
+COPY = "Rewrite this file, adding a docstring to each function:\n\n" + ARITHMETIC  # SmolLM2 copies it as is
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "languages": {
+        "type": "array", "items": {"type": "string"}}},
+    "required": ["name", "age", "languages"],
+    "additionalProperties": False,
+}
+PERSON = "Describe a programmer as JSON matching this schema:\n" + json.dumps(SCHEMA)
+
+
+def both(model: Any, tokenizer: Any, prompt: Any, grammar: Any, max_new_tokens: int, **kw: Any) -> tuple[Any, Any]:
+    plain = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=max_new_tokens, **kw)
+    fast = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=max_new_tokens,
+                                speculative="auto", **kw)
+    return plain, fast
+
+
+@pytest.mark.parametrize(("request_text", "grammar", "max_new_tokens"), [
+    (EDIT, None, 40),
+    (COPY, "python_function", 40),
+    (PERSON, SCHEMA, 40),
+    ("Describe a cat as a JSON object with name, age and color.", "json", 32),
+])
+def test_greedy_is_token_for_token_plain_decoding(smollm2: tuple[Any, Any], request_text: str, grammar: Any,
+                                                 max_new_tokens: int) -> None:
+    model, tokenizer = smollm2
+    plain, fast = both(model, tokenizer, chat(tokenizer, request_text), grammar, max_new_tokens)
+    assert fast.token_ids == plain.token_ids
+    assert fast.text == plain.text and fast.finish_reason == plain.finish_reason
+    assert fast.stats.accepted_tokens <= fast.stats.drafted_tokens
+    assert fast.stats.forward_passes <= plain.stats.forward_passes
+    if grammar is not None and fast.finish_reason == "grammar_end" and grammar != "python_function":
+        json.loads(fast.text)
+
+
+def test_copying_prompt_takes_fewer_forward_passes(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    plain, fast = both(model, tokenizer, chat(tokenizer, COPY), None, 56)
+    assert fast.token_ids == plain.token_ids
+    assert fast.stats.accepted_tokens > 20
+    assert fast.stats.forward_passes < plain.stats.forward_passes / 2
+
+
+def test_batch_of_three_rows_accepting_different_lengths(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    prompts = [chat(tokenizer, COPY), chat(tokenizer, "Give me a JSON list of three fruits."), chat(tokenizer, EDIT)]
+    grammars = ["python_function", "json", None]
+    plain, fast = both(model, tokenizer, prompts, grammars, 32)
+    for p, f in zip(plain, fast, strict=True):
+        assert f.token_ids == p.token_ids
+        assert f.finish_reason == p.finish_reason
+    assert sum(f.stats.forward_passes for f in fast) < sum(p.stats.forward_passes for p in plain)
+
+
+def test_composes_with_rpg(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    plain, fast = both(model, tokenizer, chat(tokenizer, EDIT), None, 32, repetition=RPG())
+    assert fast.token_ids == plain.token_ids
+    assert fast.stats.accepted_tokens > 0
+
+
+def test_drafters_one_by_one_and_a_draft_model(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    prompt = chat(tokenizer, COPY)
+    plain = constrained_generate(model, tokenizer, prompt, grammar="python_function", max_new_tokens=16)
+    for drafter in (GrammarDrafter(), PromptLookupDrafter(), SuffixDrafter(context=(ARITHMETIC,)),
+                    ModelDrafter(model, max_tokens=4)):
+        fast = constrained_generate(model, tokenizer, prompt, grammar="python_function", max_new_tokens=16,
+                                    speculative=drafter)
+        assert fast.token_ids == plain.token_ids, drafter
+    assert fast.stats.accepted_tokens > 0  # the target model drafting for itself is always right
+
+
+def test_sampling_stays_valid_and_reproducible(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    prompt = chat(tokenizer, PERSON)
+    results = [constrained_generate(model, tokenizer, prompt, grammar=SCHEMA, max_new_tokens=40, temperature=0.8,
+                                    seed=1, speculative="auto") for _ in range(2)]
+    for r in results:
+        if r.finish_reason == "grammar_end":
+            assert set(json.loads(r.text)) == {"name", "age", "languages"}
+    assert results[0].token_ids == results[1].token_ids
+
+
+def test_adadec_switches_speculation_off_with_a_warning(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = constrained_generate(model, tokenizer, chat(tokenizer, COPY), max_new_tokens=4,
+                                      uncertainty=AdaDec(threshold=10.0), speculative="auto")
+    assert any("speculative decoding is disabled" in str(w.message) for w in caught)
+    assert result.stats.drafted_tokens == 0
+
+
+def test_rejects_an_unknown_setting(smollm2: tuple[Any, Any]) -> None:
+    model, tokenizer = smollm2
+    with pytest.raises(ValueError, match="speculative"):
+        constrained_generate(model, tokenizer, "x", max_new_tokens=2, speculative="fast")
