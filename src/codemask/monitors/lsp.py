@@ -42,10 +42,11 @@ class JsonRpcConnection:
     """Framed JSON-RPC over a subprocess's pipes; one reader thread, one future per request."""
 
     def __init__(self, process: subprocess.Popen[bytes], on_request: Callable[[str, Any], Any],
-                 on_notification: Callable[[str, Any], None]) -> None:
+                 on_notification: Callable[[str, Any], None], on_close: Callable[[], None]) -> None:
         self.process = process
         self._on_request = on_request
         self._on_notification = on_notification
+        self._on_close = on_close
         self._ids = itertools.count(1)
         self._pending: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
@@ -114,6 +115,7 @@ class JsonRpcConnection:
             for future in pending.values():
                 if not future.done():
                     future.set_exception(ServerUnavailable("the server exited"))
+            self._on_close()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "method" not in message:  # a response
@@ -223,7 +225,8 @@ class LanguageServer:
         except OSError as error:
             self.start_error = f"cannot start {self.spec.command[0]}: {error}. {self.spec.install}"
             return
-        connection = JsonRpcConnection(process, self._answer_server_request, self._on_notification)
+        connection = JsonRpcConnection(process, self._answer_server_request, self._on_notification,
+                                       self._on_exit)
         try:
             self._initialize(connection)
         except (ServerUnavailable, FutureTimeout) as error:
@@ -317,13 +320,20 @@ class LanguageServer:
         elif kind == "end":
             self._progress.discard(params.get("token"))
 
+    def _on_exit(self) -> None:
+        """A server's output ended. If it was the live one (it crashed or was killed), restart it."""
+        connection = self._connection
+        if connection is None or not connection.closed.is_set():
+            return  # a server that failed to start, or one already replaced
+        self.ready.clear()
+        if not self._closed:
+            self._restart()
+
     def _ensure_running(self) -> JsonRpcConnection:
-        """The live connection; after a crash, starts a restart and raises (this step goes unconstrained)."""
+        """The live connection, or :class:`ServerUnavailable` (this step goes unconstrained)."""
         connection = self._connection
         if connection is not None and not connection.closed.is_set() and self.ready.is_set():
             return connection
-        if connection is not None and connection.closed.is_set():
-            self._restart()
         raise ServerUnavailable(self.start_error or f"{self.spec.name} is not ready")
 
     def _restart(self) -> None:

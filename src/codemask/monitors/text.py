@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_SNIPPET_PLACEHOLDER = re.compile(r"\$\{\d+(?::((?:[^{}\\]|\\.)*))?\}|\$\{\d+\|([^|}]*)[^}]*\}|\$\d+")
+_SNIPPET_PLACEHOLDER = re.compile(r"\$\{\d+(?::((?:[^{}\\]|\\.)*))?\}|\$\{\d+\|([^,|}]*)[^}]*\}|\$\d+")
 
 
 def utf16_length(text: str) -> int:

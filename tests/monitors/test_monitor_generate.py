@@ -1,0 +1,80 @@
+"""Monitors in generation with SmolLM2: names exist, a killed or stalled server never hangs decoding."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codemask import constrained_generate
+from codemask.hf import monitor_logits_processor
+from codemask.monitors import for_workspace
+
+pytestmark = pytest.mark.slow
+
+INVENTORY_MEMBERS = {"capacity", "shelves", "restock_shelf", "total_quantity"}
+
+
+def member_name(text: str) -> str:
+    match = re.match(r"\w+", text)
+    assert match, text
+    return match.group()
+
+
+def test_generated_member_exists(smollm2: tuple[Any, Any], project: Path, main_prefix: str) -> None:
+    model, tokenizer = smollm2
+    prompt = main_prefix + "inv."
+    plain = constrained_generate(model, tokenizer, prompt, max_new_tokens=6)
+    guided = constrained_generate(model, tokenizer, prompt, max_new_tokens=6,
+                                  monitors=for_workspace(project, "main.py"))
+    name = member_name(guided.text)
+    assert name in INVENTORY_MEMBERS or (name.startswith("__") and name.endswith("__")), guided.text
+    assert guided.stats.monitor_queries >= 1 and guided.stats.monitor_timeouts == 0
+    assert guided.stats.monitor_steps >= 1
+    assert member_name(plain.text) not in INVENTORY_MEMBERS  # SmolLM2 guesses a name the class lacks
+
+
+def test_hf_processor_masks_generate(smollm2: tuple[Any, Any], project: Path, main_prefix: str) -> None:
+    model, tokenizer = smollm2
+    processor = monitor_logits_processor(tokenizer, for_workspace(project, "main.py"), model)
+    inputs = tokenizer(main_prefix + "inv.", return_tensors="pt")
+    out = model.generate(**inputs, logits_processor=[processor], max_new_tokens=6, do_sample=False)
+    text = tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert member_name(text) in INVENTORY_MEMBERS
+    assert processor.usage.queries >= 1
+
+
+def test_killed_server_mid_generation(smollm2: tuple[Any, Any], own_project: Path) -> None:
+    model, tokenizer = smollm2
+    monitors = for_workspace(own_project, "main.py", timeout_s=5.0)
+    server = monitors[0].file.server
+    killed: list[int] = []
+
+    def kill_after_first_token(row: int, token_ids: list[int], text: str) -> None:
+        if not killed and server.pid is not None:
+            killed.append(server.pid)
+            os.kill(server.pid, signal.SIGKILL)
+
+    prompt = (own_project / "main.py").read_text() + "inv."
+    out = constrained_generate(model, tokenizer, prompt, max_new_tokens=16, monitors=monitors,
+                               on_token=kill_after_first_token)
+    assert killed and out.finish_reason in {"length", "stop"} and out.stats.generated_tokens >= 1
+    assert server.wait_ready(30) and server.pid != killed[0]  # restarted in the background
+
+
+def test_stalled_server_leaves_steps_unconstrained(smollm2: tuple[Any, Any], own_project: Path) -> None:
+    model, tokenizer = smollm2
+    monitors = for_workspace(own_project, "main.py", timeout_s=0.2)
+    server = monitors[0].file.server
+    prompt = (own_project / "main.py").read_text() + "inv."
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        out = constrained_generate(model, tokenizer, prompt, max_new_tokens=8, monitors=monitors)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert out.stats.monitor_timeouts >= 1 and out.stats.generated_tokens == 8
+    assert out.stats.monitor_wait_s < 2.0  # one timeout, not one per step

@@ -1,0 +1,117 @@
+"""The monitors against real language servers on a real multi-module project."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from codemask.monitors import MonitorUsage, ServerUnavailable, for_workspace, language_spec, server_for
+from codemask.monitors.monitor import completion_names, keyword_names
+
+
+def names_at(monitors: list, text: str, method: str = "textDocument/completion") -> tuple[str, ...]:
+    parse = completion_names if method.endswith("completion") else keyword_names
+    answer = parse(monitors[0].file.request(method, text))
+    assert answer is not None
+    return answer.names
+
+
+def test_server_is_started_once_per_workspace(project: Path, monitors: list) -> None:
+    again = for_workspace(project, "main.py")
+    assert again[0].file.server is monitors[0].file.server
+    assert monitors[0].file.server.pid is not None
+
+
+def test_members_defined_in_another_module(monitors: list, main_prefix: str) -> None:
+    names = names_at(monitors, main_prefix + "inv.")
+    assert {"restock_shelf", "total_quantity", "shelves", "capacity"} <= set(names)
+    assert "quote_price" not in names
+
+
+def test_import_names_and_keyword_parameters(monitors: list, main_prefix: str) -> None:
+    assert {"quote_price", "VAT_RATE"} <= set(names_at(monitors, "from shop.pricing import "))
+    params = names_at(monitors, main_prefix + "inv.restock_shelf(", "textDocument/signatureHelp")
+    assert set(params) == {"name", "count", "urgent"}
+
+
+@pytest.mark.parametrize("server", ["pyrefly", "jedi", "ty"])
+def test_each_python_server_answers_members(project: Path, main_prefix: str, server: str) -> None:
+    if not language_spec("python").server(server).available():
+        pytest.skip(f"{server} is not installed")
+    monitors = for_workspace(project, "main.py", server=server, timeout_s=10.0)
+    assert {"restock_shelf", "total_quantity"} <= set(names_at(monitors, main_prefix + "inv."))
+
+
+def test_utf16_positions_with_characters_beyond_the_bmp(monitors: list, main_prefix: str) -> None:
+    # Each 𝔘 is one code point but two UTF-16 units: a client counting code points would put the
+    # cursor three units too early, before the dot, and get no members.
+    line = 'label = "𝔘𝔫𝔦😀"; inv.'
+    text = main_prefix + line
+    assert {"restock_shelf", "total_quantity"} <= set(names_at(monitors, text))
+    # incremental edits after the wide characters keep the server's copy exact
+    usage = MonitorUsage()
+    mask = monitors[0].masks(text + "res", _masks())
+    assert mask and usage.timeouts == 0
+    server = monitors[0].file.server
+    assert server.document(monitors[0].file.uri) is not None
+
+
+def _masks():  # a tiny vocabulary is enough for whether a mask comes back
+    from codemask.monitors.masks import NameMasks
+    from codemask.vocab import Vocabulary
+
+    tokens = [b"restock_shelf", b"total", b"res", b"tock", b"(", b".", b"x"]
+    return NameMasks(Vocabulary.from_token_bytes(tokens), language_spec("python").break_characters)
+
+
+def test_a_stalled_server_times_out_and_degrades(own_project: Path) -> None:
+    monitors = for_workspace(own_project, "main.py", timeout_s=0.3)
+    server = monitors[0].file.server
+    prefix = (own_project / "main.py").read_text()
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        started = time.perf_counter()
+        assert monitors[0].masks(prefix + "inv.", _masks()) == []  # the step goes unconstrained
+        assert monitors[0].masks(prefix + "inv.re", _masks()) == []  # no second wait: still stalled
+        assert time.perf_counter() - started < 1.5
+        assert monitors[0].counters.timeouts >= 1
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not monitors[0].masks(prefix + "inv.", _masks()):
+        time.sleep(0.1)
+    assert monitors[0].masks(prefix + "inv.", _masks())  # answers again once it caught up
+
+
+def test_a_killed_server_is_restarted(own_project: Path) -> None:
+    monitors = for_workspace(own_project, "main.py", timeout_s=5.0)
+    server = monitors[0].file.server
+    prefix = (own_project / "main.py").read_text()
+    assert names_at(monitors, prefix + "inv.")
+    old_pid = server.pid
+    os.kill(old_pid, signal.SIGKILL)
+    with pytest.raises(ServerUnavailable):
+        for _ in range(50):  # the reader notices the exit within moments
+            monitors[0].file.request("textDocument/completion", prefix + "inv.")
+            time.sleep(0.05)
+    assert server.wait_ready(30)
+    assert server.pid != old_pid and server.restarts == 1
+    assert {"restock_shelf"} <= set(names_at(monitors, prefix + "inv."))  # the document was re-opened
+
+
+def test_servers_are_shared_and_shut_down(own_project: Path) -> None:
+    spec = language_spec("python").server()
+    server = server_for(spec, own_project)
+    assert server is server_for(spec, own_project)
+    assert server.wait_ready(30)
+    process_pid = server.pid
+    server.close()
+    assert process_pid is not None
+    with pytest.raises(ProcessLookupError):
+        for _ in range(40):
+            os.kill(process_pid, 0)
+            time.sleep(0.05)
