@@ -20,9 +20,9 @@ def tokenizer(name: str):  # type: ignore[no-untyped-def]
 
 
 @functools.cache
-def compiler(name: str) -> GrammarCompiler:
+def compiler(name: str, precompute: bool = False) -> GrammarCompiler:
     """A compiler without the disk cache, so tests exercise compilation itself."""
-    return GrammarCompiler(vocabulary(name), cache_dir=False, progress=False)
+    return GrammarCompiler(vocabulary(name), cache_dir=False, progress=False, precompute=precompute)
 
 
 def compile_ebnf(text: str, tokenizer_name: str = "llama3") -> CompiledGrammar:

@@ -1,9 +1,20 @@
-"""`GrammarCompiler`: compiled grammars are kept in memory, most recently used first, within a bound."""
+"""`GrammarCompiler`: compiled grammars are kept in memory, most recently used first, within a bound;
+masks classified lazily are the masks precomputed at compile time."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
-from tests.engine.conftest import vocabulary
+from codemask.engine.compiler import CompiledGrammar
+from codemask.engine.mask_cache import LazyPositionMasks, PositionMasks
+from tests.engine.conftest import encode, vocabulary
+
+BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
 
 
 def test_memory_keeps_the_most_recently_used_grammars_within_its_size() -> None:
@@ -15,7 +26,47 @@ def test_memory_keeps_the_most_recently_used_grammars_within_its_size() -> None:
     assert compiler.compile(grammars[0]) is a and compiler.compile(grammars[2]) is c
     b_again = compiler.compile(grammars[1])
     assert b_again is not b  # rebuilt (no disk cache here) ...
-    old_masks, new_masks = b.artifacts.masks, b_again.artifacts.masks
-    assert old_masks is not None and new_masks is not None and (old_masks.accepted == new_masks.accepted).all()
+    assert (masks_along(b, b"bbb") == masks_along(b_again, b"bbb")).all()
     matcher = GrammarMatcher(b)  # ... and a matcher of the evicted one still works
     assert matcher.accept_bytes(b"bbb") and not matcher.accept_bytes(b"a")
+
+
+def masks_along(compiled: CompiledGrammar, data: bytes, tokenizer_name: str = "gpt2") -> np.ndarray:
+    """The bitmask before each token of ``data`` (tokenised by ``tokenizer_name``) and after the last."""
+    matcher = GrammarMatcher(compiled)
+    token_ids = encode(tokenizer_name, data.decode())
+    rows = np.zeros((len(token_ids) + 1, (compiled.vocab_size + 31) // 32), dtype=np.int32)
+    for i, token in enumerate(token_ids):
+        matcher.fill_next_token_bitmask(rows, i)
+        assert matcher.accept_token(token), (data, i)
+    matcher.fill_next_token_bitmask(rows, len(token_ids))
+    return rows
+
+
+@pytest.mark.parametrize("schema_file", ["Glaiveai2K---calculate_tax_ca6130e8.json",
+                                         "Kubernetes---kb_986_Normalized.json"])
+def test_lazy_masks_equal_the_precomputed_ones_along_real_instances(schema_file: str) -> None:
+    doc = json.loads((BENCH / schema_file).read_text())
+    grammar = Grammar.from_json_schema(doc["schema"])
+    vocab = vocabulary("llama3")
+    lazy = GrammarCompiler(vocab, cache_dir=False, progress=False).compile(grammar)
+    eager = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=True).compile(grammar)
+    assert isinstance(lazy.masks.masks, LazyPositionMasks) and isinstance(eager.masks.masks, PositionMasks)
+    instances = [t["data"] for t in doc["tests"] if t["valid"]]
+    assert instances
+    for instance in instances:
+        for text in (json.dumps(instance), json.dumps(instance, indent=2)):
+            assert (masks_along(lazy, text.encode(), "llama3") == masks_along(eager, text.encode(), "llama3")).all()
+    classified = lazy.masks.masks.num_classified
+    assert 0 < classified < len(np.flatnonzero(lazy.core.rtn.scanning))  # only the visited positions
+
+
+def test_a_precomputing_compiler_completes_a_lazily_cached_grammar(tmp_path: Path) -> None:
+    grammar = Grammar.from_regex(r"[a-z]+(, [a-z]+)*")
+    vocab = vocabulary("gpt2")
+    GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    precomputed = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=True).compile(grammar)
+    assert precomputed.artifacts.masks is not None
+    again = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    assert again.artifacts.masks is not None  # the fuller artifacts replaced the lazy ones on disk
+    assert (masks_along(again, b"abc, de") == masks_along(precomputed, b"abc, de")).all()

@@ -279,15 +279,28 @@ def _intern(subset: frozenset[int], index: dict[frozenset[int], int], order: lis
 
 
 def _partition_edges(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, frozenset[int]]]:
-    """Split overlapping symbol ranges into disjoint ranges, each with its set of targets."""
-    if not edges:
-        return []
-    points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+    """Split overlapping symbol ranges into disjoint ranges, each with its set of targets.
+
+    One sweep over the range ends, keeping a count per target of the ranges open at each point.
+    """
+    if len(edges) <= 1:
+        return [(lo, hi, frozenset([target])) for lo, hi, target in edges]
+    events: dict[int, list[tuple[int, int]]] = {}
+    for lo, hi, target in edges:
+        events.setdefault(lo, []).append((target, 1))
+        events.setdefault(hi + 1, []).append((target, -1))
+    open_count: dict[int, int] = {}
     out = []
-    for lo, nxt in pairwise(points):
-        targets = frozenset(t for a, b, t in edges if a <= lo and nxt - 1 <= b)
-        if targets:
-            out.append((lo, nxt - 1, targets))
+    points = sorted(events)
+    for point, nxt in pairwise(points):
+        for target, delta in events[point]:
+            count = open_count.get(target, 0) + delta
+            if count:
+                open_count[target] = count
+            else:
+                del open_count[target]
+        if open_count:
+            out.append((point, nxt - 1, frozenset(open_count)))
     return out
 
 
@@ -302,7 +315,7 @@ def minimize(dfa: DFA) -> DFA:
     n = len(dfa.accepting)
     if n <= 1:
         return dfa
-    _, first_columns = np.unique(dfa.trans, axis=1, return_index=True)
+    first_columns, _ = distinct_rows(dfa.trans.T)
     trans = dfa.trans[:, np.sort(first_columns)]
     callees = sorted({r for c in dfa.calls for r in c})
     call_targets = np.full((n, len(callees)), -1, dtype=np.int64)
@@ -321,21 +334,16 @@ def minimize(dfa: DFA) -> DFA:
             break
         count = new_count
     # renumber so that the start state's class is 0 and classes appear in first-seen order
-    order: dict[int, int] = {}
-    for s in [dfa.start, *range(n)]:
-        order.setdefault(int(part[s]), len(order))
-    remap = np.array([order[int(p)] for p in part], dtype=np.int32)
-    reps: dict[int, int] = {}
-    for s in range(n):
-        reps.setdefault(int(remap[s]), s)
-    out_trans = np.full((count, dfa.trans.shape[1]), -1, dtype=np.int32)
-    accepting = np.zeros(count, dtype=bool)
-    calls: list[dict[int, int]] = [{} for _ in range(count)]
-    for cls, s in reps.items():
-        row = dfa.trans[s]
-        out_trans[cls] = np.where(row >= 0, remap[np.maximum(row, 0)], -1)
-        accepting[cls] = dfa.accepting[s]
-        calls[cls] = {r: int(remap[t]) for r, t in dfa.calls[s].items()}
+    visit = part[np.concatenate([[dfa.start], np.arange(n)])]
+    _, first_seen = np.unique(visit, return_index=True)
+    renumber = np.empty(count, dtype=np.int32)
+    renumber[visit[np.sort(first_seen)]] = np.arange(count, dtype=np.int32)
+    remap = renumber[part]
+    _, reps = np.unique(remap, return_index=True)  # the first state of each class
+    rows = dfa.trans[reps]
+    out_trans = np.where(rows >= 0, remap[np.maximum(rows, 0)], -1).astype(np.int32)
+    accepting = dfa.accepting[reps]
+    calls = [{r: int(remap[t]) for r, t in dfa.calls[s].items()} for s in reps.tolist()]
     return DFA(trans=out_trans, accepting=accepting, calls=calls, start=0)
 
 

@@ -1,7 +1,8 @@
 """`GrammarCompiler`: grammar + vocabulary -> `CompiledGrammar`, cached in memory and on disk.
 
-Compiling means: optimise the IR, build the per-rule automata, and classify the vocabulary at
-every automaton position (the adaptive mask cache). The result depends only on the grammar's
+Compiling means: optimise the IR and build the per-rule automata. The vocabulary is classified
+at each automaton position (the adaptive mask cache) when a parser state first needs it, or for
+every position at compile time with ``precompute=True``. The result depends only on the grammar's
 canonical text and the vocabulary's fingerprint, so it is kept in memory for the process and
 pickled to a cache folder, from which a later process loads it in milliseconds.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 from codemask.engine.automaton import RTN, build_rtn
 from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, build_terminal_automata
 from codemask.engine.lexer_masks import LexerMaskComputer
-from codemask.engine.mask_cache import MaskComputer, PositionMasks, build_position_masks
+from codemask.engine.mask_cache import LazyPositionMasks, MaskComputer, PositionMasks, build_position_masks
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import ByteVocabulary, token_trie
 from codemask.grammar.grammar import Grammar
@@ -41,8 +42,9 @@ def default_cache_dir() -> Path:
 class CompiledArtifacts:
     """What compilation produces and the disk cache stores.
 
-    Byte-level grammars carry the position masks; lexer-mode grammars carry the terminal
-    automata instead (their masks are keyed by lexer state and computed when first needed).
+    Byte-level grammars carry the position masks when they were precomputed (otherwise each
+    position is classified when first needed); lexer-mode grammars carry the terminal automata
+    instead (their masks are keyed by lexer state and computed when first needed).
     """
 
     rtn: RTN
@@ -65,10 +67,11 @@ class CompiledGrammar:
         if artifacts.terminals is not None:
             self.core = LexParserCore(ParserCore(artifacts.rtn), LexerCore(artifacts.terminals))
             self.masks = LexerMaskComputer(self.core, self.vocab)
-        else:
-            assert artifacts.masks is not None
-            self.core = ParserCore(artifacts.rtn)
-            self.masks = MaskComputer(self.core, artifacts.masks, self.vocab.vocab_size, self.vocab.stop_token_ids)
+            return
+        core = self.core = ParserCore(artifacts.rtn)
+        positions = artifacts.masks if artifacts.masks is not None else LazyPositionMasks(
+            core, token_trie(self.vocab), self.vocab.vocab_size)
+        self.masks = MaskComputer(core, positions, self.vocab.vocab_size, self.vocab.stop_token_ids)
 
     @property
     def vocab_size(self) -> int:
@@ -77,7 +80,10 @@ class CompiledGrammar:
     def __repr__(self) -> str:
         rtn = self.artifacts.rtn
         masks = self.artifacts.masks
-        detail = f"uncertain={masks.num_uncertain}" if masks is not None else "lexer"
+        if masks is not None:
+            detail = f"uncertain={masks.num_uncertain}"
+        else:
+            detail = "lexer" if self.artifacts.terminals is not None else "lazy masks"
         return (f"CompiledGrammar({self.grammar.kind}, rules={len(rtn.rule_names)}, states={rtn.num_states}, "
                 f"{detail}, vocab={self.vocab_size})")
 
@@ -86,13 +92,17 @@ class GrammarCompiler:
     """Compiles grammars for one vocabulary.
 
     ``cache_dir=None`` uses the default folder; ``cache_dir=False`` disables the disk cache.
-    ``progress`` shows a progress bar when a compilation takes more than a second. The
+    ``precompute=True`` classifies the vocabulary at every grammar position at compile time (and
+    stores that in the disk cache): seconds for a large grammar, then no mask ever pays for a
+    first visit. The default classifies each position when a parser state first needs it, so
+    compiling costs only the automata (what a server compiling a schema per request wants).
+    ``progress`` shows a progress bar when a precomputation takes more than a second. The
     ``memory_size`` most recently used grammars stay compiled in memory (a server compiling a
     schema per request must not grow without bound); older ones come back from disk.
     """
 
     def __init__(self, vocab: ByteVocabulary, *, cache_dir: str | Path | bool | None = None,
-                 progress: bool = True, memory_size: int = 128) -> None:
+                 progress: bool = True, memory_size: int = 128, precompute: bool = False) -> None:
         self.vocab = vocab
         self.cache_dir: Path | None
         if cache_dir is False:
@@ -102,6 +112,7 @@ class GrammarCompiler:
         else:
             self.cache_dir = Path(cache_dir)
         self.progress = progress
+        self.precompute = precompute
         self._memory: OrderedDict[str, CompiledGrammar] = OrderedDict()
         self._memory_size = memory_size
         self._lock = threading.Lock()
@@ -118,7 +129,7 @@ class GrammarCompiler:
                 self._memory.move_to_end(key)
                 return found
             artifacts = self._load(key)
-            if artifacts is None:
+            if artifacts is None or self._lacks_masks(artifacts):
                 artifacts = self._build(grammar)
                 self._store(key, artifacts)
             compiled = CompiledGrammar(grammar, self.vocab, artifacts)
@@ -126,6 +137,10 @@ class GrammarCompiler:
             if len(self._memory) > self._memory_size:
                 self._memory.popitem(last=False)
             return compiled
+
+    def _lacks_masks(self, artifacts: CompiledArtifacts) -> bool:
+        """A lazily compiled grammar from the disk cache when this compiler precomputes."""
+        return self.precompute and artifacts.masks is None and artifacts.terminals is None
 
     def _key(self, grammar: Grammar) -> str:
         text = f"{ENGINE_VERSION}\n{grammar.cache_key}\n{self.vocab.fingerprint}"
@@ -136,10 +151,10 @@ class GrammarCompiler:
         if ir.lexer_mode:
             return _build_lexer_mode(ir)
         rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start)
-        core = ParserCore(rtn)
-        trie = token_trie(self.vocab)
+        if not self.precompute:
+            return CompiledArtifacts(rtn=rtn)
         label = f"compiling {grammar.kind} grammar" if self.progress else None
-        masks = build_position_masks(core, trie, self.vocab.vocab_size, label)
+        masks = build_position_masks(ParserCore(rtn), token_trie(self.vocab), self.vocab.vocab_size, label)
         return CompiledArtifacts(rtn=rtn, masks=masks)
 
     def _path(self, key: str) -> Path | None:

@@ -1,7 +1,9 @@
 """The adaptive token-mask cache (XGrammar's context-independent / context-dependent split).
 
-At compile time, for every RTN state a parser stack can wait on (a *position*), the whole
-vocabulary is walked through the position's rule frame in isolation (bottom = ``FRAME``):
+For every RTN state a parser stack can wait on (a *position*), the whole vocabulary is walked
+through the position's rule frame in isolation (bottom = ``FRAME``), the first time a parser
+state needs that position (`LazyPositionMasks`, the default) or for all positions at compile
+time (`build_position_masks`, ``precompute=True``):
 
 - a token that the frame can consume entirely (or that ends exactly where the frame's rule may
   end) is *accepted* whatever lies below on the stack;
@@ -17,6 +19,8 @@ so a state seen before costs a lookup.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -69,7 +73,7 @@ class Uncertain:
 
 @dataclass
 class PositionMasks:
-    """The compile-time cache: per position, the accepted set and the uncertain tokens."""
+    """The cache of every position: per position, the accepted set and the uncertain tokens."""
 
     row_of_state: np.ndarray  # int32 [num RTN states]: row below, or -1 if not a position
     accepted: np.ndarray  # uint32 [positions, words]
@@ -79,47 +83,126 @@ class PositionMasks:
     def num_uncertain(self) -> int:
         return sum(len(u.token_ids) for u in self.uncertain if u is not None)
 
+    def rows(self, positions: list[int]) -> list[int]:
+        """The rows of ``positions`` (all classified already)."""
+        return self.row_of_state[positions].tolist()
+
+    def accepted_row(self, row: int) -> np.ndarray:
+        return self.accepted[row]
+
+    def uncertain_of(self, row: int) -> Uncertain | None:
+        return self.uncertain[row]
+
 
 def build_position_masks(core: ParserCore, trie: TokenTrie, vocab_size: int,
                          progress: str | None = None) -> PositionMasks:
-    """Classify the vocabulary at every position of the grammar (the compile-time work).
-
-    All positions take their first byte in one vectorised step; below the first byte, each
-    (trie node, parser state) subtree is walked once and shared (`SubtreeMemo`). Positions are
-    then assembled in chunks of similar width: narrow ones (a property name's bytes allow a
-    handful of tokens) many at a time with sparse bit sets, wide ones (inside a free string)
-    a few at a time with dense rows.
-    """
+    """Classify the vocabulary at every position of the grammar at once (``precompute=True``)."""
     positions = np.flatnonzero(core.rtn.scanning)
     row_of_state = np.full(core.rtn.num_states, -1, dtype=np.int32)
     row_of_state[positions] = np.arange(len(positions), dtype=np.int32)
-    accepted = np.zeros((len(positions), num_words(vocab_size)), dtype=np.uint32)
-    uncertain: list[Uncertain | None] = [None] * len(positions)
-    with_callers = core.rtn.rules_with_callers()
-    follow = core.rtn.follow_bytes()
-    memo = SubtreeMemo(core, trie)
-    starts = [core.frame_state(int(p)) for p in positions]
-    first = first_bytes(core, trie, starts)
-    memo.walk_new(first.idx, first.states)
-    widths = first.found_count(len(starts)) + memo.found_count(first, len(starts))
-    order = np.argsort(widths, kind="stable")
-    first = first_bytes(core, trie, [starts[i] for i in order])  # transitions are memoised by now
-    bar = tqdm(total=len(positions), desc=progress or "compiling grammar", unit="pos", delay=1.0, leave=False,
-               disable=progress is None)
-    for lo, hi, dense in _chunks(widths[order], trie.num_tokens):
-        walk = classify_chunk(trie, first, memo, lo, hi - lo, dense)
-        rows = order[lo:hi]
-        accepted[rows] = walk.packed(trie, vocab_size)
-        for i, row in enumerate(rows.tolist()):
-            rule = int(core.rtn.state_rule[positions[row]])
-            if rule not in with_callers:
-                continue  # leaving this frame ends the input, so the residual is refused
-            unc_sorted, unc_k = walk.uncertain_of(i)
-            can_follow = follow[rule][trie.matrix[unc_sorted, unc_k]]
-            uncertain[row] = uncertain_entry(trie, unc_sorted[can_follow], unc_k[can_follow])
-        bar.update(hi - lo)
-    bar.close()
+    accepted, uncertain = PositionClassifier(core, trie, vocab_size).classify(positions, progress)
     return PositionMasks(row_of_state=row_of_state, accepted=accepted, uncertain=uncertain)
+
+
+class PositionClassifier:
+    """Classifies the vocabulary at positions of one grammar: the work behind the mask cache.
+
+    All positions of a call take their first byte in one vectorised step; below the first byte,
+    each (trie node, parser state) subtree is walked once and shared (`SubtreeMemo`), across calls
+    too, so positions classified later (lazily, when a parser state first needs them) reuse what
+    earlier ones walked. Positions are assembled in chunks of similar width: narrow ones (a
+    property name's bytes allow a handful of tokens) many at a time with sparse bit sets, wide
+    ones (inside a free string) a few at a time with dense rows.
+    """
+
+    def __init__(self, core: ParserCore, trie: TokenTrie, vocab_size: int) -> None:
+        self.core, self.trie, self.vocab_size = core, trie, vocab_size
+        self._memo = SubtreeMemo(core, trie)
+
+    @functools.cached_property
+    def _with_callers(self) -> set[int]:
+        return self.core.rtn.rules_with_callers()
+
+    @functools.cached_property
+    def _follow(self) -> np.ndarray:
+        return self.core.rtn.follow_bytes()
+
+    def classify(self, positions: np.ndarray,
+                 progress: str | None = None) -> tuple[np.ndarray, list[Uncertain | None]]:
+        """Per position: its accepted bitmask row and its uncertain tokens (None if none)."""
+        core, trie = self.core, self.trie
+        accepted = np.zeros((len(positions), num_words(self.vocab_size)), dtype=np.uint32)
+        uncertain: list[Uncertain | None] = [None] * len(positions)
+        starts = [core.frame_state(int(p)) for p in positions]
+        first = first_bytes(core, trie, starts)
+        self._memo.walk_new(first.idx, first.states)
+        widths = first.found_count(len(starts)) + self._memo.found_count(first, len(starts))
+        order = np.argsort(widths, kind="stable")
+        first = first_bytes(core, trie, [starts[i] for i in order])  # transitions are memoised by now
+        bar = tqdm(total=len(positions), desc=progress or "compiling grammar", unit="pos", delay=1.0,
+                   leave=False, disable=progress is None)
+        for lo, hi, dense in _chunks(widths[order], trie.num_tokens):
+            walk = classify_chunk(trie, first, self._memo, lo, hi - lo, dense)
+            rows = order[lo:hi]
+            accepted[rows] = walk.packed(trie, self.vocab_size)
+            for i, row in enumerate(rows.tolist()):
+                uncertain[row] = self._uncertain(int(positions[row]), walk, i)
+            bar.update(hi - lo)
+        bar.close()
+        return accepted, uncertain
+
+    def _uncertain(self, position: int, walk: FrameWalk, start: int) -> Uncertain | None:
+        rule = int(self.core.rtn.state_rule[position])
+        if rule not in self._with_callers:
+            return None  # leaving this frame ends the input, so the residual is refused
+        unc_sorted, unc_k = walk.uncertain_of(start)
+        can_follow = self._follow[rule][self.trie.matrix[unc_sorted, unc_k]]
+        return uncertain_entry(self.trie, unc_sorted[can_follow], unc_k[can_follow])
+
+
+class LazyPositionMasks:
+    """Position masks classified the first time a parser state needs them (the default).
+
+    Compiling then costs only the automata, and a schema compiled per request never pays for the
+    positions its output does not visit; the new positions of one parser state are classified
+    together, and later ones reuse the subtree walks of earlier ones.
+    """
+
+    def __init__(self, core: ParserCore, trie: TokenTrie, vocab_size: int) -> None:
+        self._classifier = PositionClassifier(core, trie, vocab_size)
+        self.row_of_state = np.full(core.rtn.num_states, -1, dtype=np.int32)
+        self._accepted: list[np.ndarray] = []
+        self._uncertain: list[Uncertain | None] = []
+        self._lock = threading.Lock()
+
+    @property
+    def num_classified(self) -> int:
+        return len(self._accepted)
+
+    def rows(self, positions: list[int]) -> list[int]:
+        """The rows of ``positions``, classifying those not seen before in one batch."""
+        rows = self.row_of_state[positions]
+        if (rows < 0).any():
+            with self._lock:
+                self._classify_missing(positions)
+            rows = self.row_of_state[positions]
+        return rows.tolist()
+
+    def _classify_missing(self, positions: list[int]) -> None:
+        missing = np.array(sorted({p for p in positions if self.row_of_state[p] < 0}), dtype=np.int64)
+        if not len(missing):
+            return  # another thread classified them while this one waited
+        accepted, uncertain = self._classifier.classify(missing)
+        base = len(self._accepted)
+        self._accepted.extend(accepted)
+        self._uncertain.extend(uncertain)
+        self.row_of_state[missing] = np.arange(base, base + len(missing), dtype=np.int32)
+
+    def accepted_row(self, row: int) -> np.ndarray:
+        return self._accepted[row]
+
+    def uncertain_of(self, row: int) -> Uncertain | None:
+        return self._uncertain[row]
 
 
 def _chunks(widths: np.ndarray, num_tokens: int) -> list[tuple[int, int, bool]]:
@@ -422,7 +505,7 @@ def resolve_residuals(core: Walker, unc: Uncertain, start_state: int) -> np.ndar
 class MaskComputer:
     """Run-time masks of parser states, from the position cache plus residual walks, memoised."""
 
-    def __init__(self, core: ParserCore, masks: PositionMasks, vocab_size: int,
+    def __init__(self, core: ParserCore, masks: PositionMasks | LazyPositionMasks, vocab_size: int,
                  stop_token_ids: frozenset[int], capacity: int = 4096) -> None:
         self.core = core
         self.masks = masks
@@ -445,11 +528,12 @@ class MaskComputer:
 
     def _compute(self, state: int) -> np.ndarray:
         core, masks = self.core, self.masks
-        words = np.zeros(masks.accepted.shape[1], dtype=np.uint32)
-        for stack in core.state_stacks[state]:
-            row = int(masks.row_of_state[core.node_state[stack]])
-            np.bitwise_or(words, masks.accepted[row], out=words)
-            unc = masks.uncertain[row]
+        words = np.zeros(num_words(self.vocab_size), dtype=np.uint32)
+        stacks = core.state_stacks[state]
+        rows = masks.rows([core.node_state[stack] for stack in stacks])
+        for stack, row in zip(stacks, rows, strict=True):
+            np.bitwise_or(words, masks.accepted_row(row), out=words)
+            unc = masks.uncertain_of(row)
             if unc is not None:
                 exit_state = core.exit_state(stack)
                 if exit_state != DEAD:
