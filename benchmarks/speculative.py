@@ -1,0 +1,251 @@
+"""Speculative verification: forward passes per token and wall tokens/s, plain vs speculative decoding.
+
+Same model, same prompts, greedy, one process; per task all modes run back to back (so that load
+from other processes hits them alike). Modes:
+
+- ``unconstrained``: ``constrained_generate(grammar=None)``;
+- ``unconstrained+spec``: the same with ``speculative="auto"`` (drafts from the context only);
+- ``constrained``: with the task's grammar (jump-forward on, the default);
+- ``constrained+spec``: the same with ``speculative="auto"``.
+
+Task kinds:
+
+- ``json-schema``: Glaiveai2K function-argument schemas from ``../shared/data/jsonschemabench``
+  (every 100th file by name that compiles), the schema in the prompt, the schema as the grammar;
+- ``code-edit``: a HumanEval+ file (prompt + canonical solution, every 20th task) with an edit
+  request whose answer is the whole file again — most of the output copies the context; the
+  builtin ``python`` grammar.
+
+Reported per kind and mode: tokens/s (generated tokens over wall time, summed over tasks), forward
+passes per generated token, drafted and accepted tokens, and whether the speculative outputs are
+token for token those of the plain mode. Targets (issue 9): identical greedy output; code-edit
+>= 2x fewer forward passes and >= 1.5x tokens/s than ``constrained``; json-schema
+``constrained+spec`` >= 1.3x the tokens/s of ``unconstrained``.
+
+Usage: benchmarks/.venv/bin/python benchmarks/speculative.py [--models smollm2 qwen-coder] [--update-readme]
+Time it on an otherwise idle machine (DESIGN §6); forward passes per token do not depend on load.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import argparse
+import gzip
+import json
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from codemask import GenerationResult, constrained_generate
+from codemask.assets import load_model, load_tokenizer
+from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+from codemask.grammar.resolve import as_grammar
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+MODES = ("unconstrained", "unconstrained+spec", "constrained", "constrained+spec")
+EDITS = (
+    "Rename the function {name} to {name}_impl everywhere and return the whole updated file.",
+    "Add a short comment above the return statement and return the whole updated file.",
+    "Append a function main() that prints {name} applied to one example; return the whole updated file.",
+)
+
+
+@dataclass
+class Task:
+    kind: str
+    name: str
+    request: str
+    grammar: Any
+    max_new_tokens: int
+
+
+def json_schema_tasks(count: int, compiler: Any) -> list[Task]:
+    """Glaiveai2K schemas, every 100th by file name, that the compiler accepts."""
+    files = sorted((DATA / "jsonschemabench").glob("Glaiveai2K---*.json"))[::100]
+    tasks: list[Task] = []
+    for path in files:
+        schema = json.loads(path.read_text())["schema"]
+        try:
+            compiler.compile(as_grammar(schema))
+        except Exception:  # a schema the compiler refuses is not a task
+            continue
+        request = ("Fill in realistic arguments. Reply with one JSON object that matches this JSON Schema:\n"
+                   + json.dumps(schema))
+        tasks.append(Task("json-schema", path.stem.split("---")[1], request, schema, 128))
+        if len(tasks) == count:
+            break
+    return tasks
+
+
+def code_edit_tasks(count: int) -> list[Task]:
+    """HumanEval+ files (every 20th task) with an edit whose answer repeats the file."""
+    with gzip.open(DATA / "humanevalplus" / "HumanEvalPlus.jsonl.gz", "rt") as handle:
+        rows = [json.loads(line) for line in handle][::20][:count]
+    tasks = []
+    for i, row in enumerate(rows):
+        source = row["prompt"] + row["canonical_solution"]
+        edit = EDITS[i % len(EDITS)].format(name=row["entry_point"])
+        tasks.append(Task("code-edit", row["entry_point"], f"{edit}\n\n```python\n{source}```", "python", 256))
+    return tasks
+
+
+def chat(tokenizer: Any, request: str) -> str:
+    messages = [{"role": "user", "content": request}]
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+
+def run_task(model: Any, tokenizer: Any, task: Task) -> dict[str, GenerationResult]:
+    prompt = chat(tokenizer, task.request)
+    out: dict[str, GenerationResult] = {}
+    for mode in MODES:
+        grammar = task.grammar if mode.startswith("constrained") else None
+        result = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=task.max_new_tokens,
+                                      speculative="auto" if mode.endswith("+spec") else None)
+        assert isinstance(result, GenerationResult)
+        out[mode] = result
+    return out
+
+
+def summarise(kind: str, runs: list[dict[str, GenerationResult]]) -> list[dict[str, Any]]:
+    rows = []
+    for mode in MODES:
+        results = [r[mode] for r in runs]
+        tokens = sum(r.stats.generated_tokens for r in results)
+        wall = sum(r.stats.wall_time_s for r in results)
+        forwards = sum(r.stats.forward_passes for r in results)
+        drafted = sum(r.stats.drafted_tokens for r in results)
+        plain = mode.removesuffix("+spec")
+        rows.append({
+            "kind": kind,
+            "mode": mode,
+            "tasks": len(results),
+            "tokens": tokens,
+            "wall_s": wall,
+            "tokens_per_s": tokens / wall,
+            "forward_passes": forwards,
+            "forward_passes_per_token": forwards / tokens,
+            "forced_tokens": sum(r.stats.forced_tokens for r in results),
+            "drafted_tokens": drafted,
+            "accepted_tokens": sum(r.stats.accepted_tokens for r in results),
+            "identical_to_plain": (sum(r[mode].token_ids == r[plain].token_ids for r in runs)
+                                   if mode != plain else None),
+            "finish_reasons": [r.finish_reason for r in results],
+        })
+    return rows
+
+
+def bench_model(name: str, json_count: int, code_count: int) -> dict[str, Any]:
+    model, tokenizer = load_model(name), load_tokenizer(name)
+    compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
+    tasks = json_schema_tasks(json_count, compiler) + code_edit_tasks(code_count)
+    compiler.compile(as_grammar("python"))  # compile outside the timed runs
+    constrained_generate(model, tokenizer, chat(tokenizer, "warm up"), max_new_tokens=4)
+    runs: dict[str, list[dict[str, GenerationResult]]] = {"json-schema": [], "code-edit": []}
+    for task in tasks:
+        runs[task.kind].append(run_task(model, tokenizer, task))
+        done = runs[task.kind][-1]
+        print(f"{name} {task.kind} {task.name}: " + ", ".join(
+            f"{m} {r.stats.forward_passes}fp/{r.stats.generated_tokens}t {r.stats.wall_time_s:.1f}s"
+            for m, r in done.items()), flush=True)
+    summary = [row for kind, kind_runs in runs.items() for row in summarise(kind, kind_runs)]
+    return {
+        "model": name,
+        "tasks": [{"kind": t.kind, "name": t.name} for t in tasks],
+        "summary": summary,
+        "outputs": {kind: [{m: r.text for m, r in run.items()} for run in kind_runs]
+                    for kind, kind_runs in runs.items()},
+    }
+
+
+def ratio(rows: list[dict[str, Any]], kind: str, mode: str, base: str, key: str) -> float:
+    by_mode = {r["mode"]: r for r in rows if r["kind"] == kind}
+    return float(by_mode[mode][key] / by_mode[base][key])
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"Speculative verification on {report['machine']} ({report['threads']} threads), greedy, "
+        f"`{report['command']}` (wall times on a shared, loaded machine: forward passes are the robust figure):",
+        "",
+        "| model | task | mode | tokens/s | forward passes per token | drafted / accepted | identical to plain |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for run in report["models"]:
+        for r in run["summary"]:
+            same = "" if r["identical_to_plain"] is None else f"{r['identical_to_plain']}/{r['tasks']}"
+            spec = f"{r['drafted_tokens']} / {r['accepted_tokens']}" if r["mode"].endswith("+spec") else ""
+            lines.append(f"| {run['model']} | {r['kind']} ({r['tasks']}) | {r['mode']} | {r['tokens_per_s']:.1f} "
+                         f"| {r['forward_passes_per_token']:.2f} | {spec} | {same} |")
+    lines += ["", "| model | code-edit: forward passes, constrained / +spec | code-edit: tokens/s, +spec / constrained "
+              "| json-schema: tokens/s, constrained+spec / unconstrained |", "|---|---:|---:|---:|"]
+    for run in report["models"]:
+        rows = run["summary"]
+        fewer = 1 / ratio(rows, "code-edit", "constrained+spec", "constrained", "forward_passes_per_token")
+        faster = ratio(rows, "code-edit", "constrained+spec", "constrained", "tokens_per_s")
+        beats = ratio(rows, "json-schema", "constrained+spec", "unconstrained", "tokens_per_s")
+        lines.append(f"| {run['model']} | {fewer:.2f}× (target ≥ 2) | {faster:.2f}× (target ≥ 1.5) "
+                     f"| {beats:.2f}× (target ≥ 1.3) |")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = report["models"]
+    fig, axes = plt.subplots(len(runs), 2, figsize=(11, 3.4 * len(runs)), squeeze=False)
+    for (left, right), run in zip(axes, runs, strict=True):
+        for ax, key, label in ((left, "tokens_per_s", "tokens/s"),
+                               (right, "forward_passes_per_token", "forward passes per token")):
+            kinds = ["json-schema", "code-edit"]
+            width = 0.2
+            for m, mode in enumerate(MODES):
+                values = [next(r[key] for r in run["summary"] if r["kind"] == k and r["mode"] == mode) for k in kinds]
+                ax.bar([k + (m - 1.5) * width for k in range(len(kinds))], values, width, label=mode)
+            ax.set_xticks(range(len(kinds)), kinds)
+            ax.set_ylabel(label)
+            ax.set_title(f"{run['model']}: {label}")
+        left.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["smollm2", "qwen-coder"])
+    parser.add_argument("--json-tasks", type=int, default=4)
+    parser.add_argument("--code-tasks", type=int, default=3)
+    parser.add_argument("--update-readme", action="store_true")
+    args = parser.parse_args()
+
+    report = {
+        "machine": f"{platform.machine()} CPU" if not torch.cuda.is_available() else torch.cuda.get_device_name(),
+        "threads": torch.get_num_threads(),
+        "command": " ".join(["benchmarks/.venv/bin/python benchmarks/speculative.py", *sys.argv[1:]]),
+        "models": [bench_model(name, args.json_tasks, args.code_tasks) for name in args.models],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "speculative.json").write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown(report)
+    (RESULTS / "speculative.md").write_text(table + "\n")
+    plot(report, RESULTS / "speculative.png")
+    print(table)
+    if args.update_readme:
+        from update_readme import README, update_section
+
+        update_section(README, "speculative", table + "\n\n![speculative](benchmarks/results/speculative.png)")
+
+
+if __name__ == "__main__":
+    main()
