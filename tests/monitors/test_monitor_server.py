@@ -115,3 +115,21 @@ def test_servers_are_shared_and_shut_down(own_project: Path) -> None:
         for _ in range(40):
             os.kill(process_pid, 0)
             time.sleep(0.05)
+
+
+def test_typescript_members_from_another_module(tmp_path: Path) -> None:
+    spec = language_spec("typescript").server()
+    if not spec.available():
+        pytest.skip("typescript-language-server is not installed (bash scripts/setup.sh)")
+    (tmp_path / "lib.ts").write_text("export class Inventory {\n  capacity = 1;\n"
+                                     "  restockShelf(name: string): void {}\n}\n")
+    prefix = 'import { Inventory } from "./lib";\nconst label = "😀";\nconst inv = new Inventory();\n'
+    monitors = for_workspace(tmp_path, "main.ts", language="typescript")
+    assert [type(m).__name__ for m in monitors] == ["MemberAccessMonitor"]
+    deadline = time.monotonic() + 30  # tsserver loads the project after didOpen, answering nothing meanwhile
+    names: tuple[str, ...] = ()
+    while not names and time.monotonic() < deadline:
+        names = names_at(monitors, prefix + "inv.")
+        time.sleep(0.1)
+    assert set(names) == {"capacity", "restockShelf"}  # ".capacity" edits re-insert the dot
+    assert set(names_at(monitors, prefix + 'const s = "𝔘"; inv?.')) == {"capacity", "restockShelf"}

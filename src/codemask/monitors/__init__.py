@@ -10,6 +10,7 @@ or to :func:`codemask.hf.monitor_logits_processor`. What is exact and how to add
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from codemask.monitors.lsp import LanguageServer, ServerUnavailable, server_for, shutdown_all
@@ -55,7 +56,8 @@ __all__ = [
 def for_workspace(workspace_dir: str | os.PathLike[str], file_path: str | os.PathLike[str],
                   language: str = "python", *, server: str | None = None, prefix: str | None = None,
                   suffix: str = "", timeout_s: float | None = None, wait: bool = True) -> list[Monitor]:
-    """The default monitors for ``file_path`` (relative to ``workspace_dir`` or absolute).
+    """The default monitors for ``file_path`` (relative to ``workspace_dir`` or absolute): one per
+    trigger the language defines (member access, call arguments, imported names).
 
     The workspace's server (``server``: a name from ``servers/<language>.toml``, default the
     language's default) is started once per process and shared. ``prefix`` is the file's text
@@ -72,4 +74,6 @@ def for_workspace(workspace_dir: str | os.PathLike[str], file_path: str | os.Pat
     if wait:
         process.wait_ready()
     file = WorkspaceFile(spec, process, path, prefix, suffix, timeout_s)
-    return [MemberAccessMonitor(file), CallArgumentMonitor(file), ImportNameMonitor(file)]
+    kinds: dict[str, Callable[[WorkspaceFile], Monitor]] = {
+        "member": MemberAccessMonitor, "call": CallArgumentMonitor, "import": ImportNameMonitor}
+    return [monitor(file) for trigger, monitor in kinds.items() if trigger in spec.triggers]

@@ -31,8 +31,10 @@ from codemask.monitors.spec import LanguageSpec
 from codemask.monitors.text import CodeScanner, strip_snippet
 
 _NAME = re.compile(r"[^\W\d]\w*")
+_MEMBER_LEAD = re.compile(r"^\??\.")
 _SKIPPED_KINDS = {14, 15}  # CompletionItemKind Keyword, Snippet: not names
 _CACHE_SIZE = 256
+_EMPTY_TTL_S = 0.5
 
 
 @dataclass
@@ -108,7 +110,7 @@ class Monitor(ABC):
         self.file = file
         self.language = file.language
         self.counters = MonitorCounters()
-        self._cache: OrderedDict[tuple[str, str], Answer | None] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], tuple[Answer | None, float]] = OrderedDict()
 
     def document_text(self, prompt: str, generated: str) -> str:
         """The text before the cursor: the file's prefix (or the prompt) and the generated text."""
@@ -130,15 +132,19 @@ class Monitor(ABC):
         """The answer at ``anchor`` (the text before the name), cached per position.
 
         Complete answers are reused while the name is typed; an ``isIncomplete`` one is asked again
-        with the typed part. None when the server cannot answer (a timeout is counted).
+        with the typed part. An empty answer is reused for ``_EMPTY_TTL_S`` only: a server still
+        loading the project (tsserver after ``didOpen``) answers nothing at first. None when the
+        server cannot answer (a timeout is counted).
         """
         key = (anchor, "")
         if key in self._cache:
-            cached = self._cache[key]
-            if cached is None or not cached.incomplete or not typed:
+            cached, when = self._cache[key]
+            fresh = cached is None or cached.names or time.monotonic() - when < _EMPTY_TTL_S
+            if fresh and (cached is None or not cached.incomplete or not typed):
                 self._cache.move_to_end(key)
                 return cached
-            key = (anchor, typed)
+            if cached is not None and cached.incomplete and typed:
+                key = (anchor, typed)
         started = time.perf_counter()
         self.counters.queries += 1
         try:
@@ -149,7 +155,7 @@ class Monitor(ABC):
         finally:
             self.counters.query_time_s += time.perf_counter() - started
         answer = parse(result)
-        self._cache[key] = answer
+        self._cache[key] = (answer, time.monotonic())
         if len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
         return answer
@@ -159,7 +165,8 @@ def completion_names(result: Any) -> Answer | None:
     """Names from a ``textDocument/completion`` result (list or ``CompletionList``).
 
     The name is what the item inserts (``textEdit.newText``, else ``insertText``, else ``label``),
-    snippet syntax removed, cut at its first non-identifier character (``append(`` → ``append``).
+    snippet syntax and a re-inserted leading ``.``/``?.`` removed (typescript-language-server replaces
+    the dot), cut at its first non-identifier character (``append(`` → ``append``).
     """
     if result is None:
         return None
@@ -173,7 +180,7 @@ def completion_names(result: Any) -> Answer | None:
         text = edit.get("newText") or item.get("insertText") or item.get("label") or ""
         if item.get("insertTextFormat") == 2:
             text = strip_snippet(text)
-        match = _NAME.match(text)
+        match = _NAME.match(_MEMBER_LEAD.sub("", text))  # an edit that re-inserts the dot: ".capacity"
         if match:
             names.add(match.group())
     return Answer(tuple(sorted(names)), incomplete)
