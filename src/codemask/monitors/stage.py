@@ -148,10 +148,22 @@ class MonitorStage(Stage):
 
 
 def apply_unless_empty(logits: torch.Tensor, rows: list[int], words: torch.Tensor, width: int) -> None:
-    """Mask ``logits[rows]`` by ``words`` in place, except rows the mask would leave without any token."""
+    """Mask ``logits[rows]`` by ``words`` in place, except rows the mask would leave without any token.
+
+    On the CPU the test is a plain branch per row; on an accelerator it stays on the device
+    (``torch.where``), so that no step waits for a host synchronisation.
+    """
+    vocab_size = min(width, logits.shape[-1])
+    if logits.device.type == "cpu":
+        for j, r in enumerate(rows):
+            masked = logits[r:r + 1].clone()
+            apply_token_bitmask_(masked, words[j:j + 1], vocab_size=vocab_size)
+            if bool(torch.isfinite(masked).any()):
+                logits[r:r + 1] = masked
+        return
     index = torch.tensor(rows, device=logits.device)
     current = logits.index_select(0, index)
     masked = current.clone()
-    apply_token_bitmask_(masked, words, vocab_size=min(width, logits.shape[-1]))
+    apply_token_bitmask_(masked, words, vocab_size=vocab_size)
     keep = torch.isfinite(masked).any(dim=-1, keepdim=True)
     logits.index_copy_(0, index, torch.where(keep, masked, current))
