@@ -1,0 +1,309 @@
+"""Monitors: next-identifier match, existing names and monitor latency, with and without monitors.
+
+PragmaticCode-style: small multi-module Python projects written for this benchmark
+(``benchmarks/data/monitors/<project>/``: a package the model never sees, and one file that uses
+it). Every member access, ``from <package>… import`` name and keyword argument of the using file
+whose name the package defines is one task: the prompt is that file up to the name, the answer the
+name. The model sees only the prompt; the monitors (``codemask.monitors.for_workspace``) see the
+project through a language server.
+
+Metrics per model and configuration (greedy, ``--max-new-tokens`` tokens, the generated text's first
+identifier): *match* — it is the answer; *exists* — of the member and import names generated, the
+share that exist (the oracle is a different server from the monitors': jedi's completions or
+signature at the prompt, so a monitor is not judged by itself); *bad names* — how many do not;
+latency — the monitors' wall time per monitored step (server round-trips and masks, overlapped with
+the forward pass), how long decoding waited for them per monitored step, server requests and their
+median round-trip, timeouts. Configurations: ``none`` and one per ``--servers`` entry.
+
+Targets (issue 6): 0 bad names when the server answers; match >= 10 points above ``none``; warm
+per-step overhead <= 2 ms (pyrefly, ty) and <= 15 ms (jedi).
+
+Usage: .venv/bin/python benchmarks/monitors_eval.py [--models smollm2,qwen-coder] [--servers pyrefly,jedi]
+       [--max-new-tokens 6] [--every K] [--threads N] [--merge] [--update-readme]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import argparse
+import ast
+import json
+import platform
+import re
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from codemask import constrained_generate
+from codemask.assets import load_model, load_tokenizer
+from codemask.monitors import completion_names, for_workspace, keyword_names, shutdown_all
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = ROOT / "benchmarks" / "data" / "monitors"
+ORACLE = "jedi"
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass
+class Task:
+    project: str
+    file: str
+    kind: str  # member | import | keyword
+    prompt: str
+    answer: str
+    valid: list[str]
+
+
+# -- tasks ---------------------------------------------------------------------------------------
+
+
+def defined_names(package: Path) -> set[str]:
+    """Names the project's package defines: classes, functions, parameters, attributes, globals."""
+    names: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef | ast.FunctionDef):
+                names.add(node.name)
+            if isinstance(node, ast.arguments):
+                names.update(a.arg for a in [*node.args, *node.kwonlyargs])
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                names.add(node.attr)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            if isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names - {"self"}
+
+
+def candidate_tasks(project: Path, usage: Path, package_names: set[str]) -> list[tuple[str, int, str]]:
+    """(kind, offset of the name, name) for the first use of each package-defined name in ``usage``."""
+    text = usage.read_text(encoding="utf-8")
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    found: dict[tuple[str, str], int] = {}
+    package = project.name
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Attribute) and node.attr in package_names and node.end_lineno is not None:
+            offset = starts[node.end_lineno - 1] + (node.end_col_offset or 0) - len(node.attr)
+            found.setdefault(("member", node.attr), offset)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == package:
+            for alias in node.names:
+                found.setdefault(("import", alias.name), starts[alias.lineno - 1] + alias.col_offset)
+        elif isinstance(node, ast.keyword) and node.arg in package_names:
+            found.setdefault(("keyword", node.arg), starts[node.lineno - 1] + node.col_offset)
+    return sorted((kind, offset, name) for (kind, name), offset in found.items())
+
+
+def build_tasks() -> list[Task]:
+    """Every project's tasks, each with the names the oracle server says are valid at its prompt."""
+    tasks: list[Task] = []
+    for project in sorted(p for p in DATA.iterdir() if p.is_dir()):
+        usage = next(p for p in sorted(project.glob("*.py")))
+        oracle = for_workspace(project, usage.name, server=ORACLE, timeout_s=30.0)[0].file
+        text = usage.read_text(encoding="utf-8")
+        for kind, offset, name in candidate_tasks(project, usage, defined_names(project / project.name)):
+            prompt = text[:offset]
+            method = "textDocument/signatureHelp" if kind == "keyword" else "textDocument/completion"
+            parse = keyword_names if kind == "keyword" else completion_names
+            answer = parse(oracle.request(method, prompt))
+            valid = sorted(answer.names) if answer is not None else []
+            if name in valid:
+                tasks.append(Task(project.name, usage.name, kind, prompt, name, valid))
+    return tasks
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None,
+               max_new_tokens: int) -> dict[str, Any]:
+    """Every task under one configuration; per-task outputs and the summary."""
+    outputs: list[dict[str, Any]] = []
+    for task in tasks:
+        monitors = None
+        if server is not None:
+            monitors = for_workspace(DATA / task.project, task.file, server=server)
+            latencies = monitors[0].file.server.latencies_s
+            seen = len(latencies)
+        started = time.perf_counter()
+        out = constrained_generate(model, tokenizer, task.prompt, max_new_tokens=max_new_tokens,
+                                   monitors=monitors)
+        seconds = time.perf_counter() - started
+        match = _IDENTIFIER.match(out.text)
+        name = match.group() if match else ""
+        keyword_form = task.kind != "keyword" or bool(re.match(r"[A-Za-z_]\w*\s*=(?!=)", out.text))
+        s = out.stats
+        outputs.append({
+            "project": task.project, "kind": task.kind, "answer": task.answer, "text": out.text, "name": name,
+            "match": name == task.answer, "named": bool(name) and keyword_form,
+            "exists": name in task.valid, "seconds": seconds, "tokens": s.generated_tokens,
+            "monitor_steps": s.monitor_steps, "monitor_queries": s.monitor_queries,
+            "monitor_timeouts": s.monitor_timeouts, "monitor_time_s": s.monitor_time_s,
+            "monitor_wait_s": s.monitor_wait_s,
+            "server_ms": [1000 * x for x in latencies[seen:]] if monitors else [],
+        })
+    return {"summary": summarise(outputs), "outputs": outputs}
+
+
+def summarise(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    named = [o for o in outputs if o["named"] and o["kind"] in ("member", "import")]
+    steps = sum(o["monitor_steps"] for o in outputs)
+    server_ms = [x for o in outputs for x in o["server_ms"]]
+    tokens = sum(o["tokens"] for o in outputs)
+    return {
+        "tasks": len(outputs),
+        "match": sum(o["match"] for o in outputs) / len(outputs),
+        "match_by_kind": {k: _share([o["match"] for o in outputs if o["kind"] == k])
+                          for k in ("member", "import", "keyword")},
+        "named": len(named),
+        "exists": _share([o["exists"] for o in named]),
+        "bad_names": sum(not o["exists"] for o in named),
+        "monitor_steps": steps,
+        "monitor_queries": sum(o["monitor_queries"] for o in outputs),
+        "monitor_timeouts": sum(o["monitor_timeouts"] for o in outputs),
+        "monitor_ms_per_step": 1000 * sum(o["monitor_time_s"] for o in outputs) / steps if steps else 0.0,
+        "wait_ms_per_step": 1000 * sum(o["monitor_wait_s"] for o in outputs) / steps if steps else 0.0,
+        "server_ms_p50": statistics.median(server_ms) if server_ms else 0.0,
+        "server_ms_p90": statistics.quantiles(server_ms, n=10)[-1] if len(server_ms) >= 10 else 0.0,
+        "ms_per_token": 1000 * sum(o["seconds"] for o in outputs) / tokens if tokens else 0.0,
+    }
+
+
+def _share(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: int) -> dict[str, Any]:
+    model, tokenizer = load_model(name), load_tokenizer(name)
+    constrained_generate(model, tokenizer, "import os\nos.", max_new_tokens=2)  # first-call costs
+    configs: dict[str, Any] = {"none": run_config(model, tokenizer, tasks, None, max_new_tokens)}
+    print(name, "none", json.dumps(configs["none"]["summary"]), flush=True)
+    for server in servers:
+        for_workspace(DATA / tasks[0].project, tasks[0].file, server=server)  # started and warm before timing
+        configs[server] = run_config(model, tokenizer, tasks, server, max_new_tokens)
+        print(name, server, json.dumps(configs[server]["summary"]), flush=True)
+    kinds = {k: sum(t.kind == k for t in tasks) for k in ("member", "import", "keyword")}
+    return {"model": name, "max_new_tokens": max_new_tokens, "tasks": len(tasks), "task_kinds": kinds,
+            "configs": configs}
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def markdown(report: dict[str, Any]) -> str:
+    sizes = "; ".join(f"{e['model']}: {e['tasks']} tasks ({e['task_kinds']['member']} member accesses, "
+                      f"{e['task_kinds']['import']} imported names, {e['task_kinds']['keyword']} keyword arguments)"
+                      for e in report["models"])
+    lines = [
+        "### Monitors (`benchmarks/monitors_eval.py`)",
+        "",
+        f"{report['machine']}, {report['date']}; tasks from {report['projects']} projects in "
+        f"`benchmarks/data/monitors/` ({sizes}), greedy, the first identifier of "
+        f"{report['models'][0]['max_new_tokens']} new tokens; `{report['command']}`. *match*: it is the name in "
+        "the file; *exists* / *bad names*: member and import names generated that jedi finds / does not find "
+        "at the prompt; *monitor ms/step*: the monitors' time per monitored step (mostly beside the forward "
+        "pass); *wait ms/step*: how long decoding waited for them; *server ms*: request round-trip p50. Outputs: "
+        "`benchmarks/results/monitors_eval.json`.",
+        "",
+        "| model | monitors | match | member | import | keyword | exists | bad names | monitored steps | "
+        "queries | timeouts | monitor ms/step | wait ms/step | server ms p50 | ms/token |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for entry in report["models"]:
+        for config, data in entry["configs"].items():
+            r = data["summary"]
+            by = r["match_by_kind"]
+            lines.append(
+                f"| {entry['model']} | {config} | {r['match']:.0%} | {_pct(by['member'])} | {_pct(by['import'])} | "
+                f"{_pct(by['keyword'])} | {_pct(r['exists'])} | {r['bad_names']}/{r['named']} | "
+                f"{r['monitor_steps']} | {r['monitor_queries']} | {r['monitor_timeouts']} | "
+                f"{r['monitor_ms_per_step']:.1f} | {r['wait_ms_per_step']:.1f} | {r['server_ms_p50']:.1f} | "
+                f"{r['ms_per_token']:.0f} |")
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("match", "next-identifier match"), ("exists", "generated names that exist"),
+              ("wait_ms_per_step", "decoding wait per monitored step (ms)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.5))
+    configs = list(report["models"][0]["configs"])
+    width = 0.8 / max(len(report["models"]), 1)
+    for m, entry in enumerate(report["models"]):
+        for ax, (key, title) in zip(axes, panels, strict=True):
+            values = [entry["configs"][c]["summary"][key] or 0.0 for c in configs]
+            ax.bar([i + m * width for i in range(len(configs))], values, width, label=entry["model"])
+            ax.set_title(title)
+            ax.set_xticks([i + width * (len(report["models"]) - 1) / 2 for i in range(len(configs))], configs)
+    axes[0].legend()
+    fig.suptitle("Monitors: tasks from benchmarks/data/monitors (sizes in the README table)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="smollm2,qwen-coder")
+    parser.add_argument("--servers", default="pyrefly,jedi", help="monitor configurations besides none")
+    parser.add_argument("--max-new-tokens", type=int, default=6)
+    parser.add_argument("--every", type=int, default=1, help="use every k-th task (a subset for slow models)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
+    parser.add_argument("--update-readme", action="store_true")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    started = time.time()
+    tasks = build_tasks()[:: args.every]
+    print(f"{len(tasks)} tasks", flush=True)
+    servers = [s for s in args.servers.split(",") if s]
+    path = RESULTS / "monitors_eval.json"
+    fresh = [run_model(name, tasks, servers, args.max_new_tokens) | {"every": args.every,
+             "task_list": [asdict(t) | {"prompt": t.prompt[-80:]} for t in tasks]}
+             for name in args.models.split(",")]
+    previous = json.loads(path.read_text())["models"] if args.merge and path.exists() else []
+    names = {entry["model"] for entry in fresh}
+    report: dict[str, Any] = {
+        "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads",
+        "date": time.strftime("%Y-%m-%d"),
+        "command": ".venv/bin/python " + " ".join(["benchmarks/monitors_eval.py", *sys.argv[1:]]),
+        "projects": len({t.project for t in tasks}),
+        "models": [e for e in previous if e["model"] not in names] + fresh,
+        "wall_s": time.time() - started,
+    }
+    shutdown_all()
+    RESULTS.mkdir(exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown(report)
+    (RESULTS / "monitors_eval.md").write_text(table + "\n")
+    plot(report, RESULTS / "monitors_eval.png")
+    print(table)
+    if args.update_readme:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from update_readme import README, update_section
+
+        update_section(README, "monitors_eval", table + "\n\n![monitors](benchmarks/results/monitors_eval.png)")
+
+
+if __name__ == "__main__":
+    main()
