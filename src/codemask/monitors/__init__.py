@@ -64,13 +64,17 @@ def for_workspace(workspace_dir: str | os.PathLike[str], file_path: str | os.Pat
     before the generated part (None: the prompt is that text); ``suffix`` the text after it.
     ``timeout_s`` bounds each request (default: the server's ``request_timeout_s``). With ``wait``
     this returns once the server is ready (or its start-up timeout passed: monitors then stay silent
-    until it is); without, it returns at once and early steps go unconstrained.
+    until it is); without, it returns at once and early steps go unconstrained. A server that is
+    not installed raises :class:`ServerUnavailable` with its install hint.
     """
     spec = language_spec(language)
     workspace = Path(workspace_dir).resolve()
     path = Path(file_path)
     path = path if path.is_absolute() else workspace / path
-    process = server_for(spec.server(server), workspace)
+    server_spec = spec.server(server)
+    if not server_spec.available():
+        raise ServerUnavailable(f"{server_spec.command[0]} not found; install it: {server_spec.install}")
+    process = server_for(server_spec, workspace)
     if wait:
         process.wait_ready()
     file = WorkspaceFile(spec, process, path, prefix, suffix, timeout_s)

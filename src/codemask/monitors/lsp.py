@@ -110,12 +110,12 @@ class JsonRpcConnection:
                 self._dispatch(message)
         finally:
             self.closed.set()
+            self._on_close()  # before failing the requests: whoever sees a failure sees the restart begun
             with self._lock:
                 pending, self._pending = self._pending, {}
             for future in pending.values():
                 if not future.done():
                     future.set_exception(ServerUnavailable("the server exited"))
-            self._on_close()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "method" not in message:  # a response
@@ -182,6 +182,7 @@ class LanguageServer:
         self.spec = spec
         self.workspace = workspace.resolve()
         self.ready = threading.Event()
+        self._settled = threading.Event()  # the last start finished, ready or failed
         self.start_error: str | None = None
         self.restarts = 0
         self.latencies_s: list[float] = []
@@ -205,12 +206,14 @@ class LanguageServer:
             if self._connection is not None and not self._connection.closed.is_set():
                 return
             self.ready.clear()
+            self._settled.clear()
             self._starting = threading.Thread(target=self._start, name="codemask-lsp-start", daemon=True)
             self._starting.start()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until the server can answer (False when it did not within ``timeout``)."""
-        return self.ready.wait(self.spec.startup_timeout_s if timeout is None else timeout)
+        """Block until the server can answer (False when its start failed or took longer than ``timeout``)."""
+        self._settled.wait(self.spec.startup_timeout_s if timeout is None else timeout)
+        return self.ready.is_set()
 
     @property
     def pid(self) -> int | None:
@@ -218,6 +221,12 @@ class LanguageServer:
         return None if connection is None else connection.process.pid
 
     def _start(self) -> None:
+        try:
+            self._launch()
+        finally:
+            self._settled.set()
+
+    def _launch(self) -> None:
         try:
             process = subprocess.Popen(self.spec.command, cwd=self.workspace, stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
