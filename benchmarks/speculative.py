@@ -11,7 +11,7 @@ from other processes hits them alike). Modes:
 Task kinds:
 
 - ``json-schema``: Glaiveai2K function-argument schemas from ``../shared/data/jsonschemabench``
-  (every 100th file by name that compiles), the schema in the prompt, the schema as the grammar;
+  (spread evenly over the file names, those that compile), the schema in the prompt, the schema as the grammar;
 - ``code-edit``: a HumanEval+ file (prompt + canonical solution, every 20th task) with an edit
   request whose answer is the whole file again — most of the output copies the context; the
   builtin ``python`` grammar.
@@ -69,8 +69,9 @@ class Task:
 
 
 def json_schema_tasks(count: int, compiler: Any) -> list[Task]:
-    """Glaiveai2K schemas, every 100th by file name, that the compiler accepts."""
-    files = sorted((DATA / "jsonschemabench").glob("Glaiveai2K---*.json"))[::100]
+    """Glaiveai2K schemas spread evenly over the file names, the first ``count`` the compiler accepts."""
+    files = sorted((DATA / "jsonschemabench").glob("Glaiveai2K---*.json"))
+    files = files[:: max(1, len(files) // (2 * count))]
     tasks: list[Task] = []
     for path in files:
         schema = json.loads(path.read_text())["schema"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,12 +36,11 @@ DEFAULT_MAX_DRAFT = 12
 
 @dataclass(frozen=True)
 class DraftEnv:
-    """What drafters may use: the target's tokenizer, its token bytes and stop tokens, its device."""
+    """What drafters may use: the target's tokenizer, its token bytes and stop tokens."""
 
     tokenizer: Any
     token_bytes: Sequence[bytes]
     stop_token_ids: frozenset[int]
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

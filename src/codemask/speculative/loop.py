@@ -77,7 +77,7 @@ class SpeculativeRunner:
         self.generator = generator
         vocab = loop.vocab
         self.stop_ids = frozenset(int(t) for t in vocab.stop_token_ids)
-        env = DraftEnv(loop.tokenizer, vocab.token_bytes, self.stop_ids, loop.device)
+        env = DraftEnv(loop.tokenizer, vocab.token_bytes, self.stop_ids)
         self.states: list[DraftState] = [drafter.start(row.prompt_ids, env) for row in loop.rows]
         self.lengths = [DraftLength(drafter.max_tokens, minimum=min(2, drafter.max_tokens))
                         for _ in loop.rows]
