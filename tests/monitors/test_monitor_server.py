@@ -38,6 +38,12 @@ def test_import_names_and_keyword_parameters(monitors: list, main_prefix: str) -
     assert set(params) == {"name", "count", "urgent"}
 
 
+def test_import_monitor_is_silent_for_an_unknown_module(monitors: list) -> None:
+    imports = next(m for m in monitors if type(m).__name__ == "ImportNameMonitor")
+    assert imports.masks("from shop.pricing import ", _masks())
+    assert imports.masks("from no_such_module import ", _masks()) == []  # pyrefly answers the builtins
+
+
 @pytest.mark.parametrize("server", ["pyrefly", "jedi", "ty"])
 def test_each_python_server_answers_members(project: Path, main_prefix: str, server: str) -> None:
     if not language_spec("python").server(server).available():

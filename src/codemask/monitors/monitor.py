@@ -240,9 +240,24 @@ class MemberAccessMonitor(_NameMonitor):
 
 
 class ImportNameMonitor(_NameMonitor):
-    """After ``from module import`` only names the server finds in ``module``."""
+    """After ``from module import`` only names the server finds in ``module``.
+
+    A server that cannot resolve the module may answer with the builtins instead (pyrefly does);
+    an answer holding one of the trigger's ``unresolved`` names is taken as no answer.
+    """
 
     trigger_name = "import"
+
+    def __init__(self, file: WorkspaceFile) -> None:
+        super().__init__(file)
+        self._unresolved = frozenset(self.language.triggers[self.trigger_name].get("unresolved", ()))
+
+    def ask(self, method: str, anchor: str, typed: str, parse: Any, extra: dict[str, Any] | None = None,
+            temporary: bool = False) -> Answer | None:
+        answer = super().ask(method, anchor, typed, parse, extra, temporary)
+        if answer is not None and self._unresolved.intersection(answer.names):
+            return None
+        return answer
 
 
 class CallArgumentMonitor(Monitor):
