@@ -78,3 +78,18 @@ def test_stalled_server_leaves_steps_unconstrained(smollm2: tuple[Any, Any], own
         os.kill(server.pid, signal.SIGCONT)
     assert out.stats.monitor_timeouts >= 1 and out.stats.generated_tokens == 8
     assert out.stats.monitor_wait_s < 2.0  # one timeout, not one per step
+
+
+def test_monitor_mask_is_anded_with_the_grammar(smollm2: tuple[Any, Any], project: Path, main_prefix: str) -> None:
+    from codemask import Grammar
+
+    model, tokenizer = smollm2
+    monitors = for_workspace(project, "main.py")
+    both = constrained_generate(model, tokenizer, main_prefix + "inv.", Grammar.from_regex(r"[a-z][a-z_]*\("),
+                                max_new_tokens=12, monitors=monitors)
+    assert both.finish_reason == "grammar_end" and both.text.endswith("(")
+    assert both.text[:-1] in INVENTORY_MEMBERS  # a member, and what the grammar allows (no dunder)
+    # the grammar allows only a name the server does not know: the AND is empty, the grammar wins
+    alone = constrained_generate(model, tokenizer, main_prefix + "inv.", Grammar.from_regex(r"zzz"),
+                                 max_new_tokens=6, monitors=monitors)
+    assert alone.text == "zzz"
