@@ -134,8 +134,8 @@ def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None
         monitors = None
         if server is not None:
             monitors = for_workspace(DATA / task.project, task.file, server=server)
-            latencies = monitors[0].file.server.latencies_s
-            seen = len(latencies)
+            server_state = monitors[0].file.server
+            seen = server_state.answered
         started = time.perf_counter()
         out = constrained_generate(model, tokenizer, task.prompt, max_new_tokens=max_new_tokens,
                                    monitors=monitors)
@@ -151,9 +151,14 @@ def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None
             "monitor_steps": s.monitor_steps, "monitor_queries": s.monitor_queries,
             "monitor_timeouts": s.monitor_timeouts, "monitor_time_s": s.monitor_time_s,
             "monitor_wait_s": s.monitor_wait_s,
-            "server_ms": [1000 * x for x in latencies[seen:]] if monitors else [],
+            "server_ms": _last_latencies_ms(server_state, seen) if monitors else [],
         })
     return {"summary": summarise(outputs), "outputs": outputs}
+
+
+def _last_latencies_ms(server: Any, seen: int) -> list[float]:
+    fresh = server.answered - seen
+    return [1000 * x for x in list(server.latencies_s)[-fresh:]] if fresh > 0 else []
 
 
 def summarise(outputs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import os
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -185,7 +186,8 @@ class LanguageServer:
         self._settled = threading.Event()  # the last start finished, ready or failed
         self.start_error: str | None = None
         self.restarts = 0
-        self.latencies_s: list[float] = []
+        self.answered = 0  # requests answered in time; the last 4096 round-trips are in latencies_s
+        self.latencies_s: deque[float] = deque(maxlen=4096)
         self._connection: JsonRpcConnection | None = None
         self._documents: dict[str, tuple[str, int]] = {}  # uri -> (text the server has, version)
         self._lock = threading.RLock()
@@ -418,6 +420,7 @@ class LanguageServer:
             self._stalled = (time.monotonic(), connection.request("$/codemask/ping", None)[1])
             raise ServerUnavailable(f"{method} took longer than {timeout:.3f} s") from None
         self.latencies_s.append(time.perf_counter() - started)
+        self.answered += 1
         return result
 
     def _check_not_stalled(self) -> None:
