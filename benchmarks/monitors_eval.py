@@ -8,9 +8,10 @@ name. The model sees only the prompt; the monitors (``codemask.monitors.for_work
 project through a language server.
 
 Metrics per model and configuration (greedy, ``--max-new-tokens`` tokens, the generated text's first
-identifier): *match* — it is the answer; *exists* — of the member and import names generated, the
-share that exist (the oracle is a different server from the monitors': jedi's completions or
-signature at the prompt, so a monitor is not judged by itself); *bad names* — how many do not;
+identifier; one cut off by the token limit counts as none): *match* — it is the answer; *exists* —
+of the member and import names generated, the share that exist (the oracle is a different server
+from the monitors': jedi's completions at the prompt, so a monitor is not judged by itself; with
+``--servers jedi`` it is); *bad names* — how many do not;
 latency — the monitors' wall time per monitored step (server round-trips and masks, overlapped with
 the forward pass), how long decoding waited for them per monitored step, server requests and their
 median round-trip, timeouts. Configurations: ``none`` and one per ``--servers`` entry.
@@ -19,7 +20,7 @@ Targets (issue 6): 0 bad names when the server answers; match >= 10 points above
 per-step overhead <= 2 ms (pyrefly, ty) and <= 15 ms (jedi).
 
 Usage: .venv/bin/python benchmarks/monitors_eval.py [--models smollm2,qwen-coder] [--servers pyrefly,jedi]
-       [--max-new-tokens 6] [--every K] [--threads N] [--merge] [--update-readme]
+       [--max-new-tokens 10] [--every K] [--threads N] [--merge] [--update-readme]
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None
                                    monitors=monitors)
         seconds = time.perf_counter() - started
         match = _IDENTIFIER.match(out.text)
-        name = match.group() if match else ""
+        complete = match is not None and match.end() < len(out.text)  # not cut by max_new_tokens
+        name = match.group() if match and complete else ""
         keyword_form = task.kind != "keyword" or bool(re.match(r"[A-Za-z_]\w*\s*=(?!=)", out.text))
         s = out.stats
         outputs.append({
@@ -269,7 +271,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="smollm2,qwen-coder")
     parser.add_argument("--servers", default="pyrefly,jedi", help="monitor configurations besides none")
-    parser.add_argument("--max-new-tokens", type=int, default=6)
+    parser.add_argument("--max-new-tokens", type=int, default=10)
     parser.add_argument("--every", type=int, default=1, help="use every k-th task (a subset for slow models)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")

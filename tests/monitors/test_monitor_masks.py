@@ -80,3 +80,11 @@ def test_keyword_arguments(vocab_masks: tuple[dict[bytes, int], NameMasks]) -> N
     forms = [s for s in ids if re.fullmatch(rb" ?[A-Za-z_]+=", s)]  # tokens that finish `word=` at once
     assert forms and not any(allowed(fresh, ids, s) for s in forms)
     assert allowed(fresh, ids, b"count") and allowed(fresh, ids, b"(") and allowed(fresh, ids, b"==")
+
+
+def test_after_a_complete_trigger_only_names_follow(vocab_masks: tuple[dict[bytes, int], NameMasks]) -> None:
+    ids, masks = vocab_masks
+    mask = masks.allowed(["Inventory", "quote_price"], b"", free=b"(")  # right after `from m import `
+    assert mask is not None
+    assert allowed(mask, ids, b"Inventory") or allowed(mask, ids, b"In")
+    assert allowed(mask, ids, b"(") and not allowed(mask, ids, b"\n") and not allowed(mask, ids, b"1")

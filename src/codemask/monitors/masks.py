@@ -47,8 +47,14 @@ class NameMasks:
 
     # -- names ---------------------------------------------------------------------------------
 
-    def allowed(self, names: Iterable[str], typed: bytes = b"", lead: bytes = b"") -> np.ndarray | None:
-        """Bool mask over token ids, or None when no name fits what is typed (leave the step alone)."""
+    def allowed(self, names: Iterable[str], typed: bytes = b"", lead: bytes = b"",
+                free: bytes | None = None) -> np.ndarray | None:
+        """Bool mask over token ids, or None when no name fits what is typed (leave the step alone).
+
+        ``free`` (with no ``lead``): the trigger is complete and only a name may follow, so every
+        token is constrained except those whose first byte is in ``free`` (``b"("`` after
+        ``import``). Without it, nothing typed yet constrains only tokens that start a name.
+        """
         targets = {lead + n.encode("utf-8") for n in names if n}
         rests = sorted(t[len(typed):] for t in targets if t.startswith(typed))
         if not rests:
@@ -56,7 +62,10 @@ class NameMasks:
         rows = np.concatenate([self._prefix_rows(rests), self._break_rows(rests)])
         mask = np.zeros(self.width, dtype=bool)
         mask[self.trie.token_ids(np.unique(rows))] = True
-        scope = self._scope(lead) if len(typed) <= len(lead) else self._scope(None)
+        if len(typed) > len(lead) or (free is not None and not lead):
+            scope = self._scope(None, free or b"")
+        else:
+            scope = self._scope(lead)
         mask |= ~scope
         return mask
 
@@ -91,13 +100,14 @@ class NameMasks:
         found[found] &= self.lengths[at[found]] == lengths[found]  # zero padding: b"a" vs b"a\0"
         return at[found]
 
-    def _scope(self, lead: bytes | None) -> np.ndarray:
-        """Token ids the name constraint applies to: all tokens (None), or those starting lead + identifier byte."""
-        key = b"\xff<all>" if lead is None else lead
+    def _scope(self, lead: bytes | None, free: bytes = b"") -> np.ndarray:
+        """Token ids the name constraint applies to: all tokens but those starting with a ``free`` byte
+        (``lead`` None), or those starting with ``lead`` and an identifier byte."""
+        key = b"\xff<all>" + free if lead is None else lead
         scope = self._scopes.get(key)
         if scope is None:
             if lead is None:
-                rows = self._all_rows
+                rows = self._all_rows[~np.isin(self.matrix[:, 0], np.frombuffer(free, dtype=np.uint8))]
             else:
                 n = len(lead)
                 ok = self.lengths > n

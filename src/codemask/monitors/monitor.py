@@ -189,7 +189,10 @@ def completion_names(result: Any) -> Answer | None:
 class _NameMonitor(Monitor):
     """A monitor for a name after a trigger (``.``, ``import``), with a probe for merged tokens.
 
-    ``at`` matches the text before the cursor when a name is being typed (group ``partial``);
+    ``at`` matches the text before the cursor when a name is being typed (group ``partial``; the
+    server is asked at the start of group ``ask`` if there is one, else where the name starts);
+    once the trigger is typed, every token must go on with a name except those starting with a
+    ``free_first`` character;
     ``probe`` matches text where the next token may bring the trigger and the name at once
     (``.append``), answered by asking with ``probe_insert`` appended as a temporary edit.
     """
@@ -203,6 +206,7 @@ class _NameMonitor(Monitor):
         self._probe = re.compile(trigger["probe"]) if trigger.get("probe") else None
         self._probe_insert = trigger.get("probe_insert", "")
         self._no_probe = re.compile(trigger["no_probe_after"]) if trigger.get("no_probe_after") else None
+        self._free = trigger.get("free_first", "").encode("utf-8")
 
     def step_masks(self, text: str, brackets: tuple[tuple[str, int, int], ...], masks: NameMasks) -> list[np.ndarray]:
         tail = text[-512:]
@@ -211,9 +215,10 @@ class _NameMonitor(Monitor):
         at = self._at.search(tail)
         if at is not None:
             typed = at.group("partial") or ""
-            answer = self.ask("textDocument/completion", text[: len(text) - len(typed)], typed, completion_names)
+            ask_at = len(text) - len(tail) + at.start("ask") if "ask" in self._at.groupindex else len(text) - len(typed)
+            answer = self.ask("textDocument/completion", text[:ask_at], text[ask_at:], completion_names)
             if answer is not None and answer.names:
-                mask = masks.allowed(answer.names, typed.encode("utf-8"))
+                mask = masks.allowed(answer.names, typed.encode("utf-8"), free=self._free)
                 typed_is_name = typed in answer.names
                 if mask is not None:
                     out.append(mask)
