@@ -44,6 +44,8 @@ class NameMasks:
         self._break_first = np.flatnonzero(self.breaks[self.matrix[:, 0]])
         self._scopes: dict[bytes, np.ndarray] = {}
         self._keyword_forms: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
+        for typed in (False, True):  # built here, not in the middle of a generation
+            self._keyword_form(typed)
 
     # -- names ---------------------------------------------------------------------------------
 
@@ -138,11 +140,15 @@ class NameMasks:
         return mask
 
     def _keyword_form(self, typed: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Rows that complete ``word=`` and their words (built once per vocabulary and case)."""
+        """Rows that complete ``word=`` and their words (built once per vocabulary and case).
+
+        Only the few thousand tokens holding a ``=`` are examined: one pass over the vocabulary.
+        """
         cached = self._keyword_forms.get(typed)
         if cached is not None:
             return cached
-        m, lengths = self.matrix, self.lengths
+        candidates = np.flatnonzero((self.matrix == ord("=")).any(axis=1))
+        m, lengths = self.matrix[candidates], self.lengths[candidates]
         width = m.shape[1]
         spaces = np.zeros(len(lengths), dtype=np.int64) if typed else _run_length(m == ord(" "), lengths)
         shifted = _shift_left(m, spaces)
@@ -153,10 +159,11 @@ class NameMasks:
         eq &= (at + 1 >= lengths) | (m[np.arange(len(m)), nxt] != ord("="))
         if not typed:
             eq &= run > 0
-        rows = np.flatnonzero(eq)
+        keep = np.flatnonzero(eq)
         column = np.arange(width)
-        words_matrix = np.where(column[None, :] < run[rows, None], shifted[rows], 0).astype(np.uint8)
+        words_matrix = np.where(column[None, :] < run[keep, None], shifted[keep], 0).astype(np.uint8)
         words = np.ascontiguousarray(words_matrix).view(f"S{width}").ravel()
+        rows = candidates[keep]
         self._keyword_forms[typed] = (rows, words)
         return rows, words
 
@@ -188,3 +195,16 @@ def _shift_left(matrix: np.ndarray, by: np.ndarray) -> np.ndarray:
     out = np.take_along_axis(matrix, np.minimum(columns, width - 1), axis=1)
     out[columns >= width] = 0
     return out
+
+
+_MASKS: dict[tuple[str, str, int], NameMasks] = {}
+
+
+def name_masks(vocab: ByteVocabulary, break_characters: str, width: int | None = None) -> NameMasks:
+    """The :class:`NameMasks` of a vocabulary, built once per process: its scopes and keyword forms
+    take seconds to build on a 150k-token vocabulary and are the same for every generation."""
+    key = (vocab.fingerprint, break_characters, max(width or 0, vocab.vocab_size))
+    masks = _MASKS.get(key)
+    if masks is None:
+        masks = _MASKS[key] = NameMasks(vocab, break_characters, width)
+    return masks

@@ -23,7 +23,7 @@ import torch
 from codemask.decoding.pipeline import Stage, StepLayout
 from codemask.engine.bitmask import apply_token_bitmask_, pack_bool_mask
 from codemask.engine.token_trie import ByteVocabulary
-from codemask.monitors.masks import NameMasks
+from codemask.monitors.masks import NameMasks, name_masks
 from codemask.monitors.monitor import Monitor
 
 
@@ -53,7 +53,7 @@ class MonitorSet:
         for monitor in self.monitors:
             chars = monitor.language.break_characters
             if chars not in self._masks:
-                self._masks[chars] = NameMasks(vocab, chars, self.width)
+                self._masks[chars] = name_masks(vocab, chars, self.width)
 
     def mask(self, prompt: str, generated: str, usage: MonitorUsage) -> np.ndarray | None:
         """The AND of every monitor's masks for this text (None: no monitor constrains it)."""
