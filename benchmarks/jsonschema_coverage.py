@@ -17,7 +17,9 @@ schemas and the same token ids (the Llama-3 tokenizer; instances serialised comp
 Per engine and schema:
 
 - **compile**: the schema to the engine's compiled form for the vocabulary, cold (codemask:
-  ``Grammar.from_json_schema`` + a fresh ``GrammarCompiler`` without disk cache; XGrammar: a fresh
+  ``Grammar.from_json_schema`` + a fresh ``GrammarCompiler`` without disk cache, whose token masks
+  are then classified lazily, position by position, as matchers need them; codemask_precompute: the
+  same with ``precompute=True``, every position classified at compile time; XGrammar: a fresh
   ``GrammarCompiler`` without cache, ``compile_json_schema``; llguidance: ``grammar_from_json_schema``
   + the first ``LLMatcher``, whose masks are then computed lazily; outlines-core:
   ``build_regex_from_schema`` + ``Index``). A schema counts as compiled when this finishes without an
@@ -181,9 +183,12 @@ class SchemaEngine(EngineAdapter):
 class CodemaskSchema(SchemaEngine, CodemaskAdapter):
     """codemask, strict (the default): a construct it cannot compile exactly is refused, not widened."""
 
+    precompute = False
+
     def _compile_schema(self, schema: Any) -> Any:
         grammar = self._api.Grammar.from_json_schema(schema)
-        return self._api.GrammarCompiler(self.vocab, cache_dir=False, progress=False).compile(grammar)
+        compiler = self._api.GrammarCompiler(self.vocab, cache_dir=False, progress=False, precompute=self.precompute)
+        return compiler.compile(grammar)
 
     def classify(self, exc: BaseException) -> str:
         from codemask.errors import CodemaskError, UnsupportedSchemaError
@@ -191,6 +196,12 @@ class CodemaskSchema(SchemaEngine, CodemaskAdapter):
         if isinstance(exc, UnsupportedSchemaError):
             return "unsupported"
         return "error" if isinstance(exc, CodemaskError) else "crash"
+
+
+class CodemaskPrecomputeSchema(CodemaskSchema):
+    """codemask classifying the vocabulary at every grammar position at compile time."""
+
+    precompute = True
 
 
 class XGrammarSchema(SchemaEngine, XGrammarAdapter):
@@ -226,7 +237,8 @@ class OutlinesCoreSchema(SchemaEngine, OutlinesCoreAdapter):
 
 
 SCHEMA_ENGINES: dict[str, type[SchemaEngine]] = {
-    "codemask": CodemaskSchema, "llguidance": LLGuidanceSchema, "xgrammar": XGrammarSchema,
+    "codemask": CodemaskSchema, "codemask_precompute": CodemaskPrecomputeSchema, "llguidance": LLGuidanceSchema,
+    "xgrammar": XGrammarSchema,
     "outlines_core": OutlinesCoreSchema,
 }
 

@@ -20,8 +20,9 @@ import pytest
 
 from codemask import Grammar
 from codemask.engine.compiler import CompiledGrammar
-from codemask.engine.mask_cache import LazyPositionMasks, MaskComputer, PositionMasks
+from codemask.engine.mask_cache import LazyPositionMasks, MaskComputer, PositionMasks, Uncertain
 from codemask.engine.parser import DEAD, ParserCore
+from codemask.engine.token_trie import TokenTrie, token_trie
 from tests.engine.conftest import compiler, vocabulary
 
 BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
@@ -56,8 +57,14 @@ def position_table(compiled: CompiledGrammar, seed: int) -> PositionMasks | Lazy
     return table
 
 
+def residual_bytes(trie: TokenTrie, unc: Uncertain, index: int) -> bytes:
+    start = int(unc.residual_starts[index])
+    return bytes(trie.matrix[unc.residual_rows[index], start : start + int(unc.residual_len[index])])
+
+
 def check_positions(compiled: CompiledGrammar, seed: int) -> None:
     table = position_table(compiled, seed)
+    trie = token_trie(compiled.vocab)
     core = ParserCore(compiled.artifacts.rtn)
     vocab = compiled.vocab
     ids = [i for i, b in enumerate(vocab.token_bytes) if b and i not in vocab.special_ids | vocab.stop_token_ids]
@@ -68,7 +75,7 @@ def check_positions(compiled: CompiledGrammar, seed: int) -> None:
         bits = np.unpackbits(table.accepted_row(row).view(np.uint8), bitorder="little")
         unc = table.uncertain_of(row)
         pairs = [] if unc is None else zip(unc.token_ids.tolist(), unc.residual_of.tolist(), strict=True)
-        residual_of = {t: bytes(unc.residuals[r, : unc.residual_len[r]]) for t, r in pairs} if unc else {}
+        residual_of = {t: residual_bytes(trie, unc, r) for t, r in pairs} if unc else {}
         for token in sample:
             data = vocab.token_bytes[token]
             accepted, exits = oracle(core, position, data)

@@ -29,7 +29,7 @@ from codemask.grammar.ir import GrammarIR
 from codemask.grammar.optimize import optimize
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
-ENGINE_VERSION = "1"
+ENGINE_VERSION = "2"
 
 
 def default_cache_dir() -> Path:
@@ -69,9 +69,10 @@ class CompiledGrammar:
             self.masks = LexerMaskComputer(self.core, self.vocab)
             return
         core = self.core = ParserCore(artifacts.rtn)
+        trie = token_trie(self.vocab)
         positions = artifacts.masks if artifacts.masks is not None else LazyPositionMasks(
-            core, token_trie(self.vocab), self.vocab.vocab_size)
-        self.masks = MaskComputer(core, positions, self.vocab.vocab_size, self.vocab.stop_token_ids)
+            core, trie, self.vocab.vocab_size)
+        self.masks = MaskComputer(core, positions, trie, self.vocab.vocab_size, self.vocab.stop_token_ids)
 
     @property
     def vocab_size(self) -> int:

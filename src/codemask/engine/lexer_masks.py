@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.mask_cache import Uncertain, pack_ids, resolve_residuals, set_bits
+from codemask.engine.mask_cache import Uncertain, pack_ids, resolve_residuals, set_bits, uncertain_entry
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
 
@@ -89,7 +89,7 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
     unc_rows = np.flatnonzero(~accepted & ~blocked & (exit_depth >= 1))
     for terminal in np.unique(exit_winner[unc_rows]).tolist():
         rows = unc_rows[exit_winner[unc_rows] == terminal]
-        entry = residual_entry(trie, rows, exit_depth[rows])
+        entry = uncertain_entry(trie, rows, exit_depth[rows])
         if entry is not None:
             uncertain[int(terminal)] = entry
     return LexerPosition(
@@ -97,58 +97,6 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
         fail=pack_ids(trie.token_ids(np.flatnonzero(fail)), vocab_size),
         uncertain=uncertain,
     )
-
-
-def residual_entry(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray) -> Uncertain | None:
-    """The `Uncertain` record of tokens (sorted rows) whose lexeme ended after ``offsets`` bytes.
-
-    Residuals ``token[k:]`` are deduplicated (lexer states have tens of thousands of uncertain
-    tokens, and most share a tail such as ``(`` or ``):\n``): grouped by a 64-bit polynomial
-    hash computed column by column over the rows still that long (work proportional to the
-    residual bytes, not to rows x longest token), then checked byte by byte against each
-    group's representative; a collision falls back to grouping by the bytes themselves.
-    """
-    if not len(sorted_idx):
-        return None
-    lengths = trie.lengths[sorted_idx].astype(np.int64) - offsets
-    hashed = lengths.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        for col in range(int(lengths.max())):
-            rows = np.flatnonzero(lengths > col)
-            byte = trie.matrix[sorted_idx[rows], offsets[rows] + col].astype(np.uint64)
-            hashed[rows] = hashed[rows] * np.uint64(1099511628211) + byte + np.uint64(1)
-    _keys, first, residual_of = np.unique(hashed, return_index=True, return_inverse=True)
-    residual_of = residual_of.reshape(-1)
-    rep = first[residual_of]
-    same = lengths[rep] == lengths
-    for col in range(int(lengths.max())):
-        rows = np.flatnonzero(lengths > col)
-        same[rows] &= (trie.matrix[sorted_idx[rows], offsets[rows] + col]
-                       == trie.matrix[sorted_idx[rep[rows]], offsets[rep[rows]] + col])
-    if not same.all():
-        first, residual_of = _group_by_bytes(trie, sorted_idx, offsets, lengths)
-    width = int(lengths[first].max())
-    cols = offsets[first][:, None] + np.arange(width, dtype=np.int64)
-    inside = np.arange(width)[None, :] < lengths[first][:, None]
-    residuals = np.where(inside, trie.matrix[sorted_idx[first][:, None], np.minimum(cols, trie.matrix.shape[1] - 1)], 0)
-    token_ids, residual_of = trie.expand_pairs(sorted_idx, residual_of)
-    return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of.astype(np.int32),
-                     residuals=residuals.astype(np.uint8), residual_len=lengths[first].astype(np.int32))
-
-
-def _group_by_bytes(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray,
-                    lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(one row per distinct residual, group of every row), by the residual bytes themselves."""
-    index: dict[bytes, int] = {}
-    first: list[int] = []
-    groups = np.empty(len(sorted_idx), dtype=np.int64)
-    for i, (row, k, n) in enumerate(zip(sorted_idx.tolist(), offsets.tolist(), lengths.tolist(), strict=True)):
-        key = trie.matrix[row, k:k + n].tobytes()
-        found = index.setdefault(key, len(first))
-        if found == len(first):
-            first.append(i)
-        groups[i] = found
-    return np.array(first, dtype=np.int64), groups
 
 
 class LexerMaskComputer:
@@ -164,12 +112,17 @@ class LexerMaskComputer:
         self._capacity = capacity
         self._trie: TokenTrie | None = None
 
+    @property
+    def trie(self) -> TokenTrie:
+        """The vocabulary's trie, built (or taken from the process cache) when first needed."""
+        if self._trie is None:
+            self._trie = token_trie(self.vocab)
+        return self._trie
+
     def position(self, lid: int) -> LexerPosition:
         found = self._positions.get(lid)
         if found is None:
-            if self._trie is None:
-                self._trie = token_trie(self.vocab)
-            found = classify_lexer_state(self.core.lexer, self._trie, lid, self.vocab_size, self.vocab.token_bytes)
+            found = classify_lexer_state(self.core.lexer, self.trie, lid, self.vocab_size, self.vocab.token_bytes)
             self._positions[lid] = found
         return found
 
@@ -193,7 +146,7 @@ class LexerMaskComputer:
         for end_class, unc in pos.uncertain.items():
             resumed = core.resumed_state(pid, end_class)
             if resumed != DEAD:
-                set_bits(words, resolve_residuals(core, unc, resumed))
+                set_bits(words, resolve_residuals(core, unc, resumed, self.trie.matrix))
         fallback = core.fallback_state(state)
         if fallback != DEAD:
             words |= pos.fail & self.mask(fallback)

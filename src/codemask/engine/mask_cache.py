@@ -63,11 +63,17 @@ def set_bits(words: np.ndarray, token_ids: np.ndarray) -> None:
 
 @dataclass
 class Uncertain:
-    """A position's uncertain tokens and the residual bytes each must continue with."""
+    """A position's uncertain tokens and the residual bytes each must continue with.
+
+    A distinct residual is kept as where it lies in the trie's byte matrix (the tail of one
+    token), not as a copy: a position where most of the vocabulary leaves the frame (the inside
+    of a counting rule, say) has tens of thousands of distinct residuals.
+    """
 
     token_ids: np.ndarray  # int32 [U]
     residual_of: np.ndarray  # int32 [U]: index into the residual table below
-    residuals: np.ndarray  # uint8 [R, L]: distinct residuals, zero-padded
+    residual_rows: np.ndarray  # int32 [R]: the trie row (sorted token) the residual is a tail of
+    residual_starts: np.ndarray  # int32 [R]: the byte where it starts in that token
     residual_len: np.ndarray  # int32 [R]
 
 
@@ -465,24 +471,52 @@ def pack_rows(trie: TokenTrie, ok: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.packbits(allowed, axis=1, bitorder="little").view(np.uint32)
 
 
-def uncertain_entry(trie: TokenTrie, sorted_idx: np.ndarray,
-                    offsets: np.ndarray) -> Uncertain | None:
-    """The `Uncertain` record of tokens (sorted rows) that leave the frame after ``offsets`` bytes.
+def uncertain_entry(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray) -> Uncertain | None:
+    """The `Uncertain` record of tokens (sorted rows) that leave a frame after ``offsets`` bytes.
 
-    Residuals ``token[k:]`` are cut out of the trie's byte matrix and deduplicated with one
-    ``np.unique`` over the padded rows (tokens that share a tail share a residual walk).
+    Residuals ``token[k:]`` are deduplicated (most share a tail such as ``,`` or ``):\n``):
+    grouped by a 64-bit polynomial hash computed column by column over the rows still that long
+    (work proportional to the residual bytes, not to rows x longest token), then checked byte by
+    byte against each group's representative; a collision falls back to grouping by the bytes.
     """
     if not len(sorted_idx):
         return None
     lengths = trie.lengths[sorted_idx].astype(np.int64) - offsets
-    cols = offsets[:, None] + np.arange(int(lengths.max()), dtype=np.int64)
-    inside = cols < trie.lengths[sorted_idx][:, None]
-    tails = np.where(inside, trie.matrix[sorted_idx[:, None], np.minimum(cols, trie.matrix.shape[1] - 1)], 0)
-    keyed = np.column_stack([lengths, tails.astype(np.int64)])
-    distinct, residual_of = np.unique(keyed, axis=0, return_inverse=True)
-    token_ids, residual_of = trie.expand_pairs(sorted_idx, residual_of.reshape(-1))
+    hashed = lengths.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for col in range(int(lengths.max())):
+            rows = np.flatnonzero(lengths > col)
+            byte = trie.matrix[sorted_idx[rows], offsets[rows] + col].astype(np.uint64)
+            hashed[rows] = hashed[rows] * np.uint64(1099511628211) + byte + np.uint64(1)
+    _keys, first, residual_of = np.unique(hashed, return_index=True, return_inverse=True)
+    residual_of = residual_of.reshape(-1)
+    rep = first[residual_of]
+    same = lengths[rep] == lengths
+    for col in range(int(lengths.max())):
+        rows = np.flatnonzero(lengths > col)
+        same[rows] &= (trie.matrix[sorted_idx[rows], offsets[rows] + col]
+                       == trie.matrix[sorted_idx[rep[rows]], offsets[rep[rows]] + col])
+    if not same.all():
+        first, residual_of = _group_by_bytes(trie, sorted_idx, offsets, lengths)
+    token_ids, residual_of = trie.expand_pairs(sorted_idx, residual_of)
     return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of.astype(np.int32),
-                     residuals=distinct[:, 1:].astype(np.uint8), residual_len=distinct[:, 0].astype(np.int32))
+                     residual_rows=sorted_idx[first].astype(np.int32), residual_starts=offsets[first].astype(np.int32),
+                     residual_len=lengths[first].astype(np.int32))
+
+
+def _group_by_bytes(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray,
+                    lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(one row per distinct residual, group of every row), by the residual bytes themselves."""
+    index: dict[bytes, int] = {}
+    first: list[int] = []
+    groups = np.empty(len(sorted_idx), dtype=np.int64)
+    for i, (row, k, n) in enumerate(zip(sorted_idx.tolist(), offsets.tolist(), lengths.tolist(), strict=True)):
+        key = trie.matrix[row, k:k + n].tobytes()
+        found = index.setdefault(key, len(first))
+        if found == len(first):
+            first.append(i)
+        groups[i] = found
+    return np.array(first, dtype=np.int64), groups
 
 
 class Walker(Protocol):
@@ -491,24 +525,27 @@ class Walker(Protocol):
     def advance(self, states: np.ndarray, symbols: np.ndarray) -> np.ndarray: ...
 
 
-def resolve_residuals(core: Walker, unc: Uncertain, start_state: int) -> np.ndarray:
-    """The uncertain tokens whose residual bytes are accepted from ``start_state``."""
+def resolve_residuals(core: Walker, unc: Uncertain, start_state: int, matrix: np.ndarray) -> np.ndarray:
+    """The uncertain tokens whose residual bytes (read from the trie's byte ``matrix``) are
+    accepted from ``start_state``."""
     states = np.full(len(unc.residual_len), start_state, dtype=np.int64)
-    for col in range(unc.residuals.shape[1]):
+    for col in range(int(unc.residual_len.max())):
         active = np.flatnonzero((unc.residual_len > col) & (states >= 0))
         if not len(active):
             break
-        states[active] = core.advance(states[active], unc.residuals[active, col])
+        symbols = matrix[unc.residual_rows[active], unc.residual_starts[active] + col]
+        states[active] = core.advance(states[active], symbols)
     return unc.token_ids[(states >= 0)[unc.residual_of]]
 
 
 class MaskComputer:
     """Run-time masks of parser states, from the position cache plus residual walks, memoised."""
 
-    def __init__(self, core: ParserCore, masks: PositionMasks | LazyPositionMasks, vocab_size: int,
+    def __init__(self, core: ParserCore, masks: PositionMasks | LazyPositionMasks, trie: TokenTrie, vocab_size: int,
                  stop_token_ids: frozenset[int], capacity: int = 4096) -> None:
         self.core = core
         self.masks = masks
+        self.trie = trie
         self.vocab_size = vocab_size
         self.stop_words = pack_ids(np.array(sorted(stop_token_ids), dtype=np.int64), vocab_size)
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -537,7 +574,7 @@ class MaskComputer:
             if unc is not None:
                 exit_state = core.exit_state(stack)
                 if exit_state != DEAD:
-                    set_bits(words, resolve_residuals(core, unc, exit_state))
+                    set_bits(words, resolve_residuals(core, unc, exit_state, self.trie.matrix))
         if core.can_end(state):
             np.bitwise_or(words, self.stop_words, out=words)
         return words

@@ -10,7 +10,8 @@ separate (a call is a frame the mask cache cannot see through). So before compil
 3. remove left recursion (Lark grammars are full of ``sum: sum "+" product | product``), by
    Paull's substitution and the classic ``A: A a | b  =>  A: b a*`` rewrite;
 4. inline every non-recursive rule that is small enough into its callers, so that only
-   recursion (and very large regular rules) remain as calls.
+   recursion (and very large regular rules) remain as calls;
+5. turn large bounded repetitions into nested counting rules (`codemask.grammar.counting`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from codemask.errors import GrammarError
+from codemask.grammar.counting import count_large_repeats
 from codemask.grammar.ir import (
     NOTHING,
     ByteClass,
@@ -54,7 +56,7 @@ def optimize(ir: GrammarIR) -> GrammarIR:
     rules = reachable_rules(ir.rules, ir.start)
     rules = drop_unproductive(rules, ir.start)
     rules = eliminate_left_recursion(rules, ir.start)
-    rules = inline_rules(rules, ir.start)
+    rules = count_large_repeats(inline_rules(rules, ir.start))
     return GrammarIR(rules=rules, start=ir.start, terminals=ir.terminals, ignore=ir.ignore)
 
 

@@ -49,6 +49,7 @@ MAX_REQUIRED_SET = 6
 MAX_OBJECT_STATES = 256
 MAX_ENUMERATED_MULTIPLES = 256
 MAX_MODULUS = 1000  # a divisibility automaton has one rule per remainder
+MAX_INTERSECTED_LENGTH = 256  # length bounds kept in a product with patterns/formats
 MAX_PATTERN_SUBSETS = 4  # patternProperties partitioned exactly up to this many patterns
 TYPE_ORDER = ("object", "array", "string", "integer", "fraction", "boolean", "null")
 _ANY_CODE_POINT = char_class([(0, MAX_CODE_POINT)])
@@ -227,8 +228,14 @@ class SchemaBuilder:
         return self._string_intersection([k for k, _ in known], c, origin)
 
     def _string_intersection(self, contents: list[Expr], c: Constraints, origin: Node) -> Expr:
-        """Strings matching every pattern/format and the length bounds: a product automaton."""
-        operands = [Repeat(strings.any_char(), c.min_length, c.max_length),
+        """Strings matching every pattern/format and the length bounds: a product automaton.
+
+        The product copies the pattern once per length, so bounds above `MAX_INTERSECTED_LENGTH`
+        are dropped here (a superset: never a false refusal).
+        """
+        low = min(c.min_length, MAX_INTERSECTED_LENGTH)
+        high = c.max_length if c.max_length is None or c.max_length <= MAX_INTERSECTED_LENGTH else None
+        operands = [Repeat(strings.any_char(), low, high),
                     *(strings.content_to_json(content) for content in contents)]
         try:
             start = regular.combine(operands, all, f"r{len(self.rules)}_", self.rules)

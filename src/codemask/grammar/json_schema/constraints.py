@@ -22,7 +22,7 @@ OBJECT_KEYWORDS = ("properties", "patternProperties", "additionalProperties", "p
 ARRAY_KEYWORDS = ("items", "prefixItems", "additionalItems", "x-items", "unevaluatedItems")
 
 Bound = tuple[Fraction, bool]  # value, inclusive
-MAX_COUNTED = 256
+MAX_COUNTED = 1 << 20
 
 
 @dataclass
@@ -59,8 +59,9 @@ class Constraints:
     def _relax_large_counts(self) -> None:
         """Drop length and item bounds beyond MAX_COUNTED (a superset, never a false refusal).
 
-        The engine spells a bounded repetition as copies of its item, so ``maxLength: 100000``
-        would be an automaton of that many states; no model output comes near such bounds.
+        Bounded repetitions compile to nested counting rules (`codemask.grammar.counting`), whose
+        size grows with the logarithm of the bound, so every bound a model output can reach is
+        kept exactly; beyond a million, the bound is dropped.
         """
         if self.max_length is not None and self.max_length > MAX_COUNTED:
             self.max_length = None
