@@ -22,7 +22,8 @@ token for token those of the plain mode. Targets (issue 9): identical greedy out
 >= 2x fewer forward passes and >= 1.5x tokens/s than ``constrained``; json-schema
 ``constrained+spec`` >= 1.3x the tokens/s of ``unconstrained``.
 
-Usage: benchmarks/.venv/bin/python benchmarks/speculative.py [--models smollm2 qwen-coder] [--update-readme]
+Usage: benchmarks/.venv/bin/python benchmarks/speculative.py [--models smollm2 qwen-coder] [--merge] [--update-readme]
+(``--merge`` keeps the other models' results of the last run: one model per process.)
 Time it on an otherwise idle machine (DESIGN §6); forward passes per token do not depend on load.
 """
 
@@ -47,6 +48,7 @@ import torch
 from codemask import GenerationResult, constrained_generate
 from codemask.assets import load_model, load_tokenizer
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+from codemask.errors import CodemaskError
 from codemask.grammar.resolve import as_grammar
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -151,8 +153,14 @@ def bench_model(name: str, json_count: int, code_count: int) -> dict[str, Any]:
     compiler.compile(as_grammar("python"))  # compile outside the timed runs
     constrained_generate(model, tokenizer, chat(tokenizer, "warm up"), max_new_tokens=4)
     runs: dict[str, list[dict[str, GenerationResult]]] = {"json-schema": [], "code-edit": []}
+    skipped: list[dict[str, str]] = []
     for task in tasks:
-        runs[task.kind].append(run_task(model, tokenizer, task))
+        try:
+            runs[task.kind].append(run_task(model, tokenizer, task))
+        except CodemaskError as exc:  # an engine error in any mode drops the task from every mode
+            skipped.append({"kind": task.kind, "name": task.name, "error": str(exc)})
+            print(f"{name} {task.kind} {task.name}: skipped ({exc})", flush=True)
+            continue
         done = runs[task.kind][-1]
         print(f"{name} {task.kind} {task.name}: " + ", ".join(
             f"{m} {r.stats.forward_passes}fp/{r.stats.generated_tokens}t {r.stats.wall_time_s:.1f}s"
@@ -161,6 +169,7 @@ def bench_model(name: str, json_count: int, code_count: int) -> dict[str, Any]:
     return {
         "model": name,
         "tasks": [{"kind": t.kind, "name": t.name} for t in tasks],
+        "skipped": skipped,
         "summary": summary,
         "outputs": {kind: [{m: r.text for m, r in run.items()} for run in kind_runs]
                     for kind, kind_runs in runs.items()},
@@ -227,6 +236,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["smollm2", "qwen-coder"])
     parser.add_argument("--json-tasks", type=int, default=4)
     parser.add_argument("--code-tasks", type=int, default=3)
+    parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
     parser.add_argument("--update-readme", action="store_true")
     args = parser.parse_args()
 
@@ -237,6 +247,10 @@ def main() -> None:
         "models": [bench_model(name, args.json_tasks, args.code_tasks) for name in args.models],
     }
     RESULTS.mkdir(exist_ok=True)
+    if args.merge and (RESULTS / "speculative.json").exists():
+        earlier = json.loads((RESULTS / "speculative.json").read_text())
+        report["command"] = "; ".join([*earlier["command"].split("; "), str(report["command"])])
+        report["models"] = [m for m in earlier["models"] if m["model"] not in args.models] + report["models"]
     (RESULTS / "speculative.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)
     (RESULTS / "speculative.md").write_text(table + "\n")
