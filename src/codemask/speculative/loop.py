@@ -102,7 +102,7 @@ class SpeculativeRunner:
             rows = torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active])
             for stage in loop.pipeline.stages:
                 stage.apply(rows, layout)
-            decide = self._decider(rows, layout)
+            decide = self._decider(rows)
             first = 0
             for i in active:
                 loop.rows[i].stats.forward_passes += 1
@@ -166,7 +166,7 @@ class SpeculativeRunner:
 
     # -- verification ------------------------------------------------------------------------
 
-    def _decider(self, rows: torch.Tensor, layout: StepLayout) -> Any:
+    def _decider(self, rows: torch.Tensor) -> Any:
         """``decide(row, drafted_token_or_None) -> token``: the token plain decoding picks at a row."""
         if self.params.greedy:
             chosen = rows.argmax(dim=-1).tolist()  # the one host sync of a greedy step
