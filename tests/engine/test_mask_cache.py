@@ -20,7 +20,14 @@ import pytest
 
 from codemask import Grammar
 from codemask.engine.compiler import CompiledGrammar
-from codemask.engine.mask_cache import LazyPositionMasks, MaskComputer, PositionMasks, Uncertain
+from codemask.engine.mask_cache import (
+    LazyPositionMasks,
+    MaskComputer,
+    PositionClassifier,
+    PositionMasks,
+    SharedPositions,
+    Uncertain,
+)
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.token_trie import TokenTrie, token_trie
 from tests.engine.conftest import compiler, vocabulary
@@ -105,3 +112,30 @@ def test_subtree_sharing_keeps_every_uncertain_token_that_can_follow() -> None:
     vocab = vocabulary("llama3")
     closing = vocab.token_bytes.index(b'"}')
     assert any(u is not None and closing in u.token_ids.tolist() for u in masks.uncertain)
+
+
+def test_positions_shared_between_grammars_equal_a_fresh_walk() -> None:
+    """Two schemas with the same string and number rules: the second takes those positions from the
+    process-wide cache, and they must be exactly what walking its own automata gives."""
+    trie = token_trie(vocabulary("llama3"))
+    first = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "number"}}}
+    second = {"type": "array", "items": {"type": "object", "properties": {
+        "title": {"type": "string", "maxLength": 80}, "score": {"type": "number"}}}, "maxItems": 40}
+    for schema in (first, second):
+        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema))
+        positions = np.flatnonzero(compiled.artifacts.rtn.scanning)
+        shared = SharedPositions.of(trie)
+        hits_before = shared.hits
+        reused = PositionClassifier(compiled.core, trie, compiled.vocab_size).classify(positions)
+        fresh = PositionClassifier(compiled.core, trie, compiled.vocab_size, share=False).classify(positions)
+        assert (reused[0] == fresh[0]).all()
+        for a, b in zip(reused[1], fresh[1], strict=True):
+            assert (a is None) == (b is None)
+            if a is not None and b is not None:
+                assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
+    assert shared.hits > hits_before  # the second schema did reuse positions
+
+
+def uncertain_pairs(trie: TokenTrie, unc: Uncertain) -> set[tuple[int, bytes]]:
+    return {(t, residual_bytes(trie, unc, r)) for t, r in zip(unc.token_ids.tolist(), unc.residual_of.tolist(),
+                                                               strict=True)}

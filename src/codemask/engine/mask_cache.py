@@ -20,14 +20,16 @@ so a state seen before costs a lookup.
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 from tqdm import tqdm
 
+from codemask.engine.automaton import RTN
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.token_trie import TokenTrie, TrieLevel, expand_ranges
 
@@ -121,8 +123,9 @@ class PositionClassifier:
     ones (inside a free string) a few at a time with dense rows.
     """
 
-    def __init__(self, core: ParserCore, trie: TokenTrie, vocab_size: int) -> None:
+    def __init__(self, core: ParserCore, trie: TokenTrie, vocab_size: int, *, share: bool = True) -> None:
         self.core, self.trie, self.vocab_size = core, trie, vocab_size
+        self.share = share
         self._memo = SubtreeMemo(core, trie)
 
     @functools.cached_property
@@ -133,9 +136,49 @@ class PositionClassifier:
     def _follow(self) -> np.ndarray:
         return self.core.rtn.follow_bytes()
 
+    @functools.cached_property
+    def _signatures(self) -> list[bytes | None]:
+        return rule_signatures(self.core.rtn)
+
     def classify(self, positions: np.ndarray,
                  progress: str | None = None) -> tuple[np.ndarray, list[Uncertain | None]]:
-        """Per position: its accepted bitmask row and its uncertain tokens (None if none)."""
+        """Per position: its accepted bitmask row and its uncertain tokens (None if none).
+
+        Positions whose rule (with everything it calls) some earlier grammar had too come from
+        the process-wide `SharedPositions`; the others are walked, then shared.
+        """
+        accepted = np.zeros((len(positions), num_words(self.vocab_size)), dtype=np.uint32)
+        uncertain: list[Uncertain | None] = [None] * len(positions)
+        shared = SharedPositions.of(self.trie)
+        keys = [self._shared_key(int(p)) if self.share else None for p in positions]
+        missing = []
+        for i, key in enumerate(keys):
+            found = shared.get(key) if key is not None else None
+            if found is None:
+                missing.append(i)
+            else:
+                accepted[i], uncertain[i] = found
+        if missing:
+            walked = np.array(missing, dtype=np.int64)
+            accepted[walked], walked_uncertain = self._walk(positions[walked], progress)
+            for i, unc in zip(missing, walked_uncertain, strict=True):
+                uncertain[i] = unc
+                key = keys[i]
+                if key is not None:
+                    shared.put(key, accepted[i].copy(), unc)
+        return accepted, uncertain
+
+    def _shared_key(self, position: int) -> tuple[object, ...] | None:
+        """What a position's classification depends on, if its rule calls no recursion."""
+        rtn = self.core.rtn
+        rule = int(rtn.state_rule[position])
+        signature = self._signatures[rule]
+        if signature is None:
+            return None
+        local = position - int(np.searchsorted(rtn.state_rule, rule))
+        return signature, local, rule in self._with_callers, self._follow[rule].tobytes()
+
+    def _walk(self, positions: np.ndarray, progress: str | None) -> tuple[np.ndarray, list[Uncertain | None]]:
         core, trie = self.core, self.trie
         accepted = np.zeros((len(positions), num_words(self.vocab_size)), dtype=np.uint32)
         uncertain: list[Uncertain | None] = [None] * len(positions)
@@ -164,6 +207,99 @@ class PositionClassifier:
         unc_sorted, unc_k = walk.uncertain_of(start)
         can_follow = self._follow[rule][self.trie.matrix[unc_sorted, unc_k]]
         return uncertain_entry(self.trie, unc_sorted[can_follow], unc_k[can_follow])
+
+
+class SharedPositions:
+    """Position classifications shared by every grammar of the process, per vocabulary trie.
+
+    A position's classification depends only on its rule's automaton and those of the rules it
+    calls (the frame is walked in isolation), plus the bytes that may follow the rule; generated
+    grammars (JSON Schema) have the same string, number and whitespace rules again and again,
+    so a server compiling a schema per request walks each of them once. Bounded, least recently
+    used out first.
+    """
+
+    CAPACITY = 2048
+    _by_trie: ClassVar[dict[int, tuple[TokenTrie, SharedPositions]]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[object, ...], tuple[np.ndarray, Uncertain | None]] = OrderedDict()
+        self.hits = 0
+
+    @classmethod
+    def of(cls, trie: TokenTrie) -> SharedPositions:
+        with cls._lock:
+            found = cls._by_trie.get(id(trie))
+            if found is None or found[0] is not trie:
+                found = cls._by_trie[id(trie)] = (trie, cls())
+            return found[1]
+
+    def get(self, key: tuple[object, ...]) -> tuple[np.ndarray, Uncertain | None] | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+            return found
+
+    def put(self, key: tuple[object, ...], accepted: np.ndarray, uncertain: Uncertain | None) -> None:
+        with self._lock:
+            self._entries[key] = (accepted, uncertain)
+            if len(self._entries) > self.CAPACITY:
+                self._entries.popitem(last=False)
+
+
+def rule_signatures(rtn: RTN) -> list[bytes | None]:
+    """Per rule, a digest of its automaton and, recursively, of every rule it calls.
+
+    Equal digests mean equal frame-local behaviour, so positions can be shared between grammars.
+    Rules that are recursive or call a recursive rule get None (their digest would need a fixed
+    point; they are walked per grammar).
+    """
+    count = len(rtn.rule_names)
+    starts = np.searchsorted(rtn.state_rule, np.arange(count))
+    ends = np.searchsorted(rtn.state_rule, np.arange(count), side="right")
+    callees = [sorted({c for state in range(int(starts[r]), int(ends[r])) for c, _ in rtn.calls[state]})
+               for r in range(count)]
+    out: list[bytes | None] = [None] * count
+    color = [0] * count  # 0 unseen, 1 on the depth-first stack, 2 done
+    cyclic = [False] * count
+    for root in range(count):
+        if color[root]:
+            continue
+        stack = [root]
+        while stack:
+            rule = stack[-1]
+            if color[rule] == 0:
+                color[rule] = 1
+                for callee in callees[rule]:
+                    if color[callee] == 1:
+                        cyclic[rule] = True  # a call back into the stack: recursion
+                    elif color[callee] == 0:
+                        stack.append(callee)
+                continue
+            stack.pop()
+            if color[rule] == 2:
+                continue
+            color[rule] = 2
+            if not cyclic[rule] and all(out[c] is not None for c in callees[rule]):
+                out[rule] = _rule_digest(rtn, rule, int(starts[rule]), int(ends[rule]), out)
+    return out
+
+
+def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callee_digests: list[bytes | None]) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    trans = rtn.trans[lo:hi]
+    h.update(np.where(trans >= 0, trans - lo, -1).astype(np.int32).tobytes())
+    h.update(rtn.accepting[lo:hi].tobytes())
+    h.update(int(rtn.rule_start[rule] - lo).to_bytes(4, "little"))
+    for state in range(lo, hi):
+        for callee, target in rtn.calls[state]:
+            inner = callee_digests[callee]
+            assert inner is not None
+            h.update((state - lo).to_bytes(4, "little") + inner + (target - lo).to_bytes(4, "little"))
+    return h.digest()
 
 
 class LazyPositionMasks:
