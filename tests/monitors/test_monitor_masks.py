@@ -88,3 +88,5 @@ def test_after_a_complete_trigger_only_names_follow(vocab_masks: tuple[dict[byte
     assert mask is not None
     assert allowed(mask, ids, b"Inventory") or allowed(mask, ids, b"In")
     assert allowed(mask, ids, b"(") and not allowed(mask, ids, b"\n") and not allowed(mask, ids, b"1")
+    started = masks.allowed(["Inventory", "quote_price"], b"In", free=b"(")
+    assert started is not None and not allowed(started, ids, b"(")  # `In(`: "(" is free only before a name

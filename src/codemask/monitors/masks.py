@@ -65,7 +65,7 @@ class NameMasks:
         mask = np.zeros(self.width, dtype=bool)
         mask[self.trie.token_ids(np.unique(rows))] = True
         if len(typed) > len(lead) or (free is not None and not lead):
-            scope = self._scope(None, free or b"")
+            scope = self._scope(None, b"" if typed else free or b"")  # free only before the name starts
         else:
             scope = self._scope(lead)
         mask |= ~scope
