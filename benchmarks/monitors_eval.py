@@ -20,7 +20,7 @@ Targets (issue 6): 0 bad names when the server answers; match >= 10 points above
 per-step overhead <= 2 ms (pyrefly, ty) and <= 15 ms (jedi).
 
 Usage: .venv/bin/python benchmarks/monitors_eval.py [--models smollm2,qwen-coder] [--servers pyrefly,jedi]
-       [--max-new-tokens 10] [--every K] [--threads N] [--merge] [--update-readme]
+       [--max-new-tokens 10] [--every K] [--threads N] [--merge] [--update-readme] [--render]
 """
 
 from __future__ import annotations
@@ -217,7 +217,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"{report['machine']}, {report['date']}; tasks from {report['projects']} projects in "
         f"`benchmarks/data/monitors/` ({sizes}), greedy, the first identifier of "
-        f"{report['models'][0]['max_new_tokens']} new tokens; `{report['command']}`. *match*: it is the name in "
+        f"{report['models'][0]['max_new_tokens']} new tokens; "
+        + "; ".join(f"`{e.get('command', report.get('command'))}`" for e in report["models"])
+        + ". *match*: it is the name in "
         "the file; *exists* / *bad names*: member and import names generated that jedi finds / does not find "
         "at the prompt; *monitor ms/step*: the monitors' time per monitored step (mostly beside the forward "
         "pass); *wait ms/step*: how long decoding waited for them; *server ms*: request round-trip p50. Outputs: "
@@ -253,11 +255,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
     panels = [("match", "next-identifier match"), ("exists", "generated names that exist"),
               ("wait_ms_per_step", "decoding wait per monitored step (ms)")]
     fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.5))
-    configs = list(report["models"][0]["configs"])
+    configs = list(dict.fromkeys(c for e in report["models"] for c in e["configs"]))
     width = 0.8 / max(len(report["models"]), 1)
     for m, entry in enumerate(report["models"]):
         for ax, (key, title) in zip(axes, panels, strict=True):
-            values = [entry["configs"][c]["summary"][key] or 0.0 for c in configs]
+            values = [(entry["configs"].get(c, {}).get("summary", {}).get(key) or 0.0) for c in configs]
             ax.bar([i + m * width for i in range(len(configs))], values, width, label=entry["model"])
             ax.set_title(title)
             ax.set_xticks([i + width * (len(report["models"]) - 1) / 2 for i in range(len(configs))], configs)
@@ -276,16 +278,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
     parser.add_argument("--update-readme", action="store_true")
+    parser.add_argument("--render", action="store_true", help="only redo the table and plot of the last results")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    path = RESULTS / "monitors_eval.json"
+    if args.render:
+        render(json.loads(path.read_text()), args.update_readme)
+        return
 
     started = time.time()
     tasks = build_tasks()[:: args.every]
     print(f"{len(tasks)} tasks", flush=True)
     servers = [s for s in args.servers.split(",") if s]
-    path = RESULTS / "monitors_eval.json"
-    fresh = [run_model(name, tasks, servers, args.max_new_tokens) | {"every": args.every,
+    command = ".venv/bin/python " + " ".join(["benchmarks/monitors_eval.py", *sys.argv[1:]])
+    fresh = [run_model(name, tasks, servers, args.max_new_tokens) | {"every": args.every, "command": command,
              "task_list": [asdict(t) | {"prompt": t.prompt[-80:]} for t in tasks]}
              for name in args.models.split(",")]
     previous = json.loads(path.read_text())["models"] if args.merge and path.exists() else []
@@ -293,7 +300,6 @@ def main() -> None:
     report: dict[str, Any] = {
         "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads",
         "date": time.strftime("%Y-%m-%d"),
-        "command": ".venv/bin/python " + " ".join(["benchmarks/monitors_eval.py", *sys.argv[1:]]),
         "projects": len({t.project for t in tasks}),
         "models": [e for e in previous if e["model"] not in names] + fresh,
         "wall_s": time.time() - started,
@@ -301,11 +307,16 @@ def main() -> None:
     shutdown_all()
     RESULTS.mkdir(exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
+    render(report, args.update_readme)
+
+
+def render(report: dict[str, Any], update_readme: bool) -> None:
+    """The table (printed, ``monitors_eval.md``, optionally the README section) and the plot."""
     table = markdown(report)
     (RESULTS / "monitors_eval.md").write_text(table + "\n")
     plot(report, RESULTS / "monitors_eval.png")
     print(table)
-    if args.update_readme:
+    if update_readme:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from update_readme import README, update_section
 
