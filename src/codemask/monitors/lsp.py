@@ -191,6 +191,9 @@ class LanguageServer:
         self._connection: JsonRpcConnection | None = None
         self._documents: dict[str, tuple[str, int]] = {}  # uri -> (text the server has, version)
         self._lock = threading.RLock()
+        # One document edit + request at a time (monitors of several generations may share the server);
+        # the reader thread never takes it, so a server dying mid-request cannot deadlock it.
+        self.request_lock = threading.RLock()
         self._progress: set[Any] = set()
         self._progress_seen = threading.Event()
         self._stalled: tuple[float, Future[Any]] | None = None  # (when, a ping after a timeout)

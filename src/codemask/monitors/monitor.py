@@ -94,13 +94,14 @@ class WorkspaceFile:
         inserted text the model has not written must not stay in the server's copy.
         """
         text = before_cursor + self.suffix
-        previous = self.server.document(self.uri)
-        try:
-            return self.server.request_at(method, self.uri, text, len(before_cursor), self.timeout_s, extra)
-        finally:
-            if temporary and previous is not None:
-                with contextlib.suppress(ServerUnavailable):
-                    self.server.sync(self.uri, previous)
+        with self.server.request_lock:
+            previous = self.server.document(self.uri)
+            try:
+                return self.server.request_at(method, self.uri, text, len(before_cursor), self.timeout_s, extra)
+            finally:
+                if temporary and previous is not None:
+                    with contextlib.suppress(ServerUnavailable):
+                        self.server.sync(self.uri, previous)
 
 
 class Monitor(ABC):
