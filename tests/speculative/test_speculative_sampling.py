@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from codemask.decoding.sampling import SamplingParams, sampling_probabilities
-from codemask.speculative.verify import DraftLength, accept_or_resample
+from codemask.speculative.verify import DraftLength, PassCost, accept_or_resample
 
 # chi-square 0.999 quantiles by degrees of freedom: a deterministic seed, so no flakiness either way
 CHI2_999 = {3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32}
@@ -43,15 +43,23 @@ def test_a_draft_outside_the_support_is_always_resampled() -> None:
     assert accept_or_resample(torch.tensor([0.0, 1.0]), 1, generator) == (1, True)
 
 
-def test_draft_length_grows_and_shrinks() -> None:
+def test_draft_length_follows_acceptance_and_cost() -> None:
     length = DraftLength(maximum=16)
-    assert length.current == 4
-    length.update(4, 4)
-    length.update(8, 8)
-    assert length.current == 16
-    length.update(16, 3)
-    assert length.current == 4
-    length.update(4, 0)
-    assert length.current == 2  # the minimum
+    assert length.choose(0.1) <= 4  # no evidence yet: short drafts
+    for _ in range(6):
+        length.update(8, 8)
+    assert length.choose(0.1) == 16  # long confirmed runs: the maximum
+    assert length.choose(0.0) == 16 and length.choose(1.0) < 16  # a costly width drafts less
+    for _ in range(6):
+        length.update(4, 0)
+    assert length.choose(0.1) == 1  # drafts keep failing: the minimum
     length.update(0, 0)
-    assert length.current == 2
+    assert length.choose(0.1) == 1
+
+
+def test_pass_cost_fits_the_extra_cost_of_a_token() -> None:
+    cost = PassCost(prior=0.25)
+    assert cost.extra_token_ratio() == 0.25
+    for tokens in (1, 3, 5, 9):
+        cost.record(tokens, 0.1 + 0.02 * tokens)
+    assert abs(cost.extra_token_ratio() - 0.2) < 1e-9

@@ -39,7 +39,7 @@ from codemask.decoding.pipeline import StepLayout
 from codemask.decoding.sampling import SamplingParams, sampling_probabilities
 from codemask.engine.matcher import GrammarMatcher
 from codemask.speculative.drafters import DraftEnv, Drafter, DraftState, auto_drafter
-from codemask.speculative.verify import DraftLength, accept_or_resample
+from codemask.speculative.verify import DraftLength, PassCost, accept_or_resample
 
 _JUMP_BUDGET = 1 << 30  # while drafting, forced continuations are not cut by the token budget
 
@@ -79,8 +79,8 @@ class SpeculativeRunner:
         self.stop_ids = frozenset(int(t) for t in vocab.stop_token_ids)
         env = DraftEnv(loop.tokenizer, vocab.token_bytes, self.stop_ids)
         self.states: list[DraftState] = [drafter.start(row.prompt_ids, env) for row in loop.rows]
-        self.lengths = [DraftLength(drafter.max_tokens, minimum=min(2, drafter.max_tokens))
-                        for _ in loop.rows]
+        self.lengths = [DraftLength(drafter.max_tokens) for _ in loop.rows]
+        self.cost = PassCost()
 
     def run(self, max_new_tokens: int, stops: list[bytes], jump_forward: bool, on_token: Any) -> None:
         loop = self.loop
@@ -97,8 +97,11 @@ class SpeculativeRunner:
             layout = StepLayout.verification({i: tuple(d) for i, d in drafts.items()})
             loop.pipeline.prepare(layout)
             width = max(len(d) for d in drafts.values()) + 1
-            logits = loop._forward([feeds[i] + drafts[i] if i in drafts else [loop.pad_id]
-                                    for i in range(len(loop.rows))], keep=width)
+            chunk = [feeds[i] + drafts[i] if i in drafts else [loop.pad_id] for i in range(len(loop.rows))]
+            timed = time.perf_counter()
+            logits = loop._forward(chunk, keep=width)
+            if loop.cache.get_seq_length() > max(len(c) for c in chunk):  # not the prefill
+                self.cost.record(len(chunk) * max(len(c) for c in chunk), time.perf_counter() - timed)
             rows = torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active])
             for stage in loop.pipeline.stages:
                 stage.apply(rows, layout)
@@ -120,7 +123,7 @@ class SpeculativeRunner:
         """This step's draft for row ``index``: at most its adaptive length, and never past the
         token budget (the last token of a step is always the model's own)."""
         row = self.loop.rows[index]
-        limit = min(self.lengths[index].current, max_new_tokens - len(row.token_ids) - 1)
+        limit = min(self.lengths[index].choose(self.cost.extra_token_ratio()), max_new_tokens - len(row.token_ids) - 1)
         if limit < 1:
             return []
         proposal = self.states[index].propose([], row.matcher, limit)

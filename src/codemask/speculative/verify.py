@@ -13,6 +13,7 @@ P(y) = p(x)·[y = x] + (1 - p(x)) · p(y)/(1 - p(x)) · [y ≠ x] = p(y).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -40,28 +41,72 @@ def accept_or_resample(probs: torch.Tensor, draft: int | None, generator: torch.
     return int(torch.multinomial(residual, 1, generator=generator)), False
 
 
+class PassCost:
+    """Wall seconds of a verification pass as ``a + b · tokens``, fitted online (least squares).
+
+    What matters for the draft length is ``b / a``: what one more token in a pass costs relative to
+    the pass itself. On an accelerator it is near 0 (a forward pass is memory-bound); on two CPU
+    cores, or with a 150k-token LM head evaluated at every drafted position, it is not. Until passes
+    of two different widths have been seen, ``prior`` is the answer.
+    """
+
+    def __init__(self, prior: float = 0.1, window: int = 64) -> None:
+        self.prior = prior
+        self.samples: deque[tuple[int, float]] = deque(maxlen=window)
+
+    def record(self, tokens: int, seconds: float) -> None:
+        self.samples.append((tokens, seconds))
+
+    def extra_token_ratio(self) -> float:
+        if len({n for n, _ in self.samples}) < 2:
+            return self.prior
+        count = len(self.samples)
+        mean_n = sum(n for n, _ in self.samples) / count
+        mean_t = sum(t for _, t in self.samples) / count
+        spread = sum((n - mean_n) ** 2 for n, _ in self.samples)
+        slope = sum((n - mean_n) * (t - mean_t) for n, t in self.samples) / spread
+        intercept = mean_t - slope * mean_n
+        if intercept <= 0:
+            return self.prior
+        return max(0.0, slope / intercept)
+
+
 @dataclass
 class DraftLength:
-    """An adaptive draft length for one sequence: grow while drafts are confirmed, shrink when not.
+    """An adaptive draft length for one sequence: as long as the expected gain pays for the width.
 
-    A fully confirmed draft doubles the next one (up to ``maximum``); a partly confirmed one sets it
-    to what was confirmed plus one (at least ``minimum``). On a CPU every drafted token widens the
-    verification pass, so a sequence whose drafts keep failing drafts little.
+    Drafted tokens are modelled as confirmed independently with probability α (estimated from this
+    sequence's recent drafts: a geometric run of confirmations ended by a rejection, with older
+    steps decaying). A draft of K tokens then yields ``(1 - α^(K+1)) / (1 - α)`` tokens per pass and
+    costs ``1 + r·K`` passes' worth of time (``r`` from :class:`PassCost`); the length chosen
+    maximises the ratio, between ``minimum`` and ``maximum``. Drafts that keep failing shrink to
+    ``minimum``; long confirmed runs grow to ``maximum`` as fast as α rises.
     """
 
     maximum: int
-    minimum: int = 2
-    current: int = 4
+    minimum: int = 1
+    confirmed: float = 1.0
+    rejected: float = 1.0
+    decay: float = 0.5
 
     def __post_init__(self) -> None:
         if not 1 <= self.minimum <= self.maximum:
             raise ValueError(f"need 1 <= minimum <= maximum, got {self.minimum}, {self.maximum}")
-        self.current = max(self.minimum, min(self.current, self.maximum))
+
+    @property
+    def acceptance(self) -> float:
+        return self.confirmed / (self.confirmed + self.rejected)
 
     def update(self, drafted: int, accepted: int) -> None:
         if drafted == 0:
             return
-        if accepted >= drafted:
-            self.current = min(self.maximum, 2 * self.current)
-        else:
-            self.current = max(self.minimum, min(self.maximum, accepted + 1))
+        self.confirmed = self.decay * self.confirmed + accepted
+        self.rejected = self.decay * self.rejected + (1 if accepted < drafted else 0)
+
+    def choose(self, extra_token_ratio: float) -> int:
+        alpha = min(self.acceptance, 0.999)
+
+        def gain(k: int) -> float:
+            return (1 - alpha ** (k + 1)) / (1 - alpha) / (1 + extra_token_ratio * k)
+
+        return max(range(self.minimum, self.maximum + 1), key=gain)
