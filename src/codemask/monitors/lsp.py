@@ -281,6 +281,10 @@ class LanguageServer:
             "textDocument": {"uri": uri}, "position": position_of(text, len(text))})
         try:
             answer.result(timeout=max(0.0, deadline - time.monotonic()))
+        except ServerUnavailable:
+            if connection.closed.is_set():
+                raise
+            # an error answer is an answer: the server is up (only silence fails the start)
         finally:
             connection.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
