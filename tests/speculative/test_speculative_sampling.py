@@ -57,9 +57,14 @@ def test_draft_length_follows_acceptance_and_cost() -> None:
     assert length.choose(0.1) == 1
 
 
-def test_pass_cost_fits_the_extra_cost_of_a_token() -> None:
+def test_pass_cost_compares_median_narrow_and_wide_passes() -> None:
     cost = PassCost(prior=0.25)
     assert cost.extra_token_ratio() == 0.25
-    for tokens in (1, 3, 5, 9):
-        cost.record(tokens, 0.1 + 0.02 * tokens)
+    for tokens in (1, 2, 1, 8, 8, 8):
+        cost.record(tokens, 0.1 + 0.02 * (tokens - 1))
+    cost.record(8, 9.0)  # a pass slowed down by another process: the median ignores it
     assert abs(cost.extra_token_ratio() - 0.2) < 1e-9
+    spiky = PassCost()
+    for tokens, seconds in ((1, 0.1), (1, 0.1), (1, 0.1), (8, 5.0), (8, 5.0), (8, 5.0)):
+        spiky.record(tokens, seconds)
+    assert spiky.extra_token_ratio() == spiky.cap

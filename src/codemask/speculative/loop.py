@@ -101,7 +101,7 @@ class SpeculativeRunner:
             timed = time.perf_counter()
             logits = loop._forward(chunk, keep=width)
             if loop.cache.get_seq_length() > max(len(c) for c in chunk):  # not the prefill
-                self.cost.record(len(chunk) * max(len(c) for c in chunk), time.perf_counter() - timed)
+                self.cost.record(max(len(c) for c in chunk), time.perf_counter() - timed)
             rows = torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active])
             for stage in loop.pipeline.stages:
                 stage.apply(rows, layout)

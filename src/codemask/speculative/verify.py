@@ -13,6 +13,7 @@ P(y) = p(x)·[y = x] + (1 - p(x)) · p(y)/(1 - p(x)) · [y ≠ x] = p(y).
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass
 
@@ -42,33 +43,44 @@ def accept_or_resample(probs: torch.Tensor, draft: int | None, generator: torch.
 
 
 class PassCost:
-    """Wall seconds of a verification pass as ``a + b · tokens``, fitted online (least squares).
+    """What one more token in a verification pass costs, relative to a one-token pass (``r``).
 
-    What matters for the draft length is ``b / a``: what one more token in a pass costs relative to
-    the pass itself. On an accelerator it is near 0 (a forward pass is memory-bound); on two CPU
-    cores, or with a 150k-token LM head evaluated at every drafted position, it is not. Until passes
-    of two different widths have been seen, ``prior`` is the answer.
+    On an accelerator it is near 0 (a forward pass is memory-bound); on two CPU cores, or with a
+    150k-token LM head evaluated at every drafted position, it is not. It is measured, per call:
+    the median wall time of narrow passes (at most ``narrow`` tokens per row) against that of wide
+    ones (at least ``wide``); medians, because other processes make single passes slow at random.
+    Until both kinds have been seen ``samples`` times, ``prior`` is the answer; the estimate is capped
+    at ``cap`` so that a misleading start cannot pin the drafts at length 1 (which would never
+    produce the wide passes that correct it).
     """
 
-    def __init__(self, prior: float = 0.1, window: int = 64) -> None:
-        self.prior = prior
-        self.samples: deque[tuple[int, float]] = deque(maxlen=window)
+    def __init__(self, prior: float = 0.1, cap: float = 0.5, narrow: int = 2, wide: int = 6, samples: int = 3,
+                 window: int = 32) -> None:
+        self.prior, self.cap, self.narrow, self.wide, self.min_samples = prior, cap, narrow, wide, samples
+        self.narrow_passes: deque[tuple[int, float]] = deque(maxlen=window)
+        self.wide_passes: deque[tuple[int, float]] = deque(maxlen=window)
 
     def record(self, tokens: int, seconds: float) -> None:
-        self.samples.append((tokens, seconds))
+        """A pass of ``tokens`` tokens per row took ``seconds``."""
+        if tokens <= self.narrow:
+            self.narrow_passes.append((tokens, seconds))
+        elif tokens >= self.wide:
+            self.wide_passes.append((tokens, seconds))
 
     def extra_token_ratio(self) -> float:
-        if len({n for n, _ in self.samples}) < 2:
+        if min(len(self.narrow_passes), len(self.wide_passes)) < self.min_samples:
             return self.prior
-        count = len(self.samples)
-        mean_n = sum(n for n, _ in self.samples) / count
-        mean_t = sum(t for _, t in self.samples) / count
-        spread = sum((n - mean_n) ** 2 for n, _ in self.samples)
-        slope = sum((n - mean_n) * (t - mean_t) for n, t in self.samples) / spread
-        intercept = mean_t - slope * mean_n
-        if intercept <= 0:
-            return self.prior
-        return max(0.0, slope / intercept)
+        narrow_tokens, narrow_time = _medians(self.narrow_passes)
+        wide_tokens, wide_time = _medians(self.wide_passes)
+        per_token = (wide_time - narrow_time) / (wide_tokens - narrow_tokens)
+        base = narrow_time - per_token * (narrow_tokens - 1)  # a one-token pass
+        if base <= 0:
+            return self.cap
+        return min(self.cap, max(0.0, per_token / base))
+
+
+def _medians(passes: deque[tuple[int, float]]) -> tuple[float, float]:
+    return statistics.median(n for n, _ in passes), statistics.median(t for _, t in passes)
 
 
 @dataclass
