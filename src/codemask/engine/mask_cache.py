@@ -535,10 +535,11 @@ class SubtreeMemo:
     def __init__(self, core: ParserCore, trie: TokenTrie) -> None:
         self.core, self.trie = core, trie
         self._index: dict[tuple[int, int], int] = {}
-        self._parts: list[LevelResults] = []
+        self._ok_token = GrowingArray()
+        self._exit_token = GrowingArray()
+        self._exit_offset = GrowingArray()
         self._ok_bounds = np.zeros(1, dtype=np.int64)
         self._exit_bounds = np.zeros(1, dtype=np.int64)
-        self._flat: LevelResults | None = None
 
     def walk_new(self, nodes: np.ndarray, states: np.ndarray) -> None:
         """Walk the subtrees of the (node, state) pairs not seen before, a bounded batch at a time."""
@@ -570,15 +571,14 @@ class SubtreeMemo:
     def _store(self, found: LevelResults, count: int) -> None:
         ok_order = np.argsort(found.ok_owner, kind="stable")
         exit_order = np.argsort(found.exit_owner, kind="stable")
-        self._parts.append(LevelResults(found.ok_owner[ok_order], found.ok_token[ok_order],
-                                        found.exit_owner[exit_order], found.exit_token[exit_order],
-                                        found.exit_offset[exit_order]))
+        self._ok_token.extend(found.ok_token[ok_order])
+        self._exit_token.extend(found.exit_token[exit_order])
+        self._exit_offset.extend(found.exit_offset[exit_order])
         owners = np.arange(count + 1)
         ok_ends = np.searchsorted(found.ok_owner[ok_order], owners[1:], side="left")
         exit_ends = np.searchsorted(found.exit_owner[exit_order], owners[1:], side="left")
         self._ok_bounds = np.concatenate([self._ok_bounds, self._ok_bounds[-1] + ok_ends])
         self._exit_bounds = np.concatenate([self._exit_bounds, self._exit_bounds[-1] + exit_ends])
-        self._flat = None
 
     def found_count(self, first: LevelResults, owners: int) -> np.ndarray:
         """How many ok and exit findings each owner of ``first`` has below its first bytes."""
@@ -589,15 +589,33 @@ class SubtreeMemo:
 
     def gather(self, ids: np.ndarray, owners: np.ndarray) -> LevelResults:
         """The stored results of memo ``ids``, relabelled with ``owners``."""
-        if self._flat is None:
-            self._flat = _joined(self._parts)
-            self._parts = [self._flat]
-        flat = self._flat
         ok_lo, ok_hi = self._ok_bounds[ids], self._ok_bounds[ids + 1]
         ex_lo, ex_hi = self._exit_bounds[ids], self._exit_bounds[ids + 1]
         ok_at, ex_at = expand_ranges(ok_lo, ok_hi), expand_ranges(ex_lo, ex_hi)
-        return LevelResults(np.repeat(owners, ok_hi - ok_lo), flat.ok_token[ok_at],
-                            np.repeat(owners, ex_hi - ex_lo), flat.exit_token[ex_at], flat.exit_offset[ex_at])
+        return LevelResults(np.repeat(owners, ok_hi - ok_lo), self._ok_token.view()[ok_at],
+                            np.repeat(owners, ex_hi - ex_lo), self._exit_token.view()[ex_at],
+                            self._exit_offset.view()[ex_at])
+
+
+class GrowingArray:
+    """An int64 array appended to in amortised O(appended): the memo grows a walk at a time while
+    matchers run, and re-joining everything on each growth made lazy classification quadratic."""
+
+    def __init__(self) -> None:
+        self._data = np.zeros(1024, dtype=np.int64)
+        self._size = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        end = self._size + len(values)
+        if end > len(self._data):
+            grown = np.zeros(max(end, 2 * len(self._data)), dtype=np.int64)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size : end] = values
+        self._size = end
+
+    def view(self) -> np.ndarray:
+        return self._data[: self._size]
 
 
 def pack_rows(trie: TokenTrie, ok: np.ndarray, vocab_size: int) -> np.ndarray:
