@@ -42,6 +42,8 @@ SPARSE_TOKENS = 1 << 18
 DENSE_CHUNK = 16
 # Tokens under the first-level nodes walked in one frontier (bounds the walk's memory).
 WALK_BATCH_TOKENS = 1 << 21
+# A frontier with at most this many tokens below it is finished by a scalar depth-first walk.
+SCALAR_WALK_TOKENS = 64
 
 
 def num_words(vocab_size: int) -> int:
@@ -501,11 +503,19 @@ def _level_step(core: ParserCore, level: TrieLevel, depth: int, idx: np.ndarray,
 
 
 def _walk_below(core: ParserCore, trie: TokenTrie, idx: np.ndarray, states: np.ndarray,
-                owner: np.ndarray) -> LevelResults:
-    """Walk the subtrees below first-level nodes ``idx`` (their byte consumed, reaching ``states``)."""
+                 owner: np.ndarray) -> LevelResults:
+    """Walk the subtrees below first-level nodes ``idx`` (their byte consumed, reaching ``states``).
+
+    Level by level with array operations while the frontier is large; once few tokens lie below
+    it (long tokens deep in the trie: runs of spaces, rules of dashes) one scalar depth-first walk
+    finishes it, instead of dozens of array steps over a handful of nodes each.
+    """
     found: list[LevelResults] = []
     for depth in range(2, len(trie.levels) + 1):
         upper = trie.levels[depth - 2]
+        if int((upper.hi[idx] - upper.lo[idx]).sum()) <= SCALAR_WALK_TOKENS:
+            found.append(_walk_scalar(core, trie, depth - 2, idx, states, owner))
+            break
         lo, hi = upper.child_lo[idx], upper.child_hi[idx]
         step = _level_step(core, trie.levels[depth - 1], depth, expand_ranges(lo, hi),
                            np.repeat(states, hi - lo), np.repeat(owner, hi - lo))
@@ -514,6 +524,44 @@ def _walk_below(core: ParserCore, trie: TokenTrie, idx: np.ndarray, states: np.n
         if not len(idx):
             break
     return _joined(found)
+
+
+def _walk_scalar(core: ParserCore, trie: TokenTrie, level_index: int, idx: np.ndarray, states: np.ndarray,
+                 owner: np.ndarray) -> LevelResults:
+    """`_level_step` repeated to the bottom, one node at a time, for the frontier ``idx`` on level
+    ``level_index`` (same findings, in another order)."""
+    ok_owner: list[int] = []
+    ok_token: list[int] = []
+    exit_owner: list[int] = []
+    exit_lo: list[int] = []
+    exit_hi: list[int] = []
+    exit_depth: list[int] = []
+    levels = trie.levels
+    todo = list(zip([level_index] * len(idx), idx.tolist(), states.tolist(), owner.tolist(), strict=True))
+    while todo:
+        at, node, state, who = todo.pop()
+        if at + 1 >= len(levels):
+            continue
+        upper, level = levels[at], levels[at + 1]
+        for child in range(int(upper.child_lo[node]), int(upper.child_hi[node])):
+            nxt = core.step(state, int(level.byte[child]))
+            if nxt < 0:
+                continue
+            token = int(level.token[child])
+            if token >= 0:
+                ok_owner.append(who)
+                ok_token.append(token)
+            if core.flags[nxt]:
+                exit_owner.append(who)
+                exit_lo.append(int(level.lo[child]) + (token >= 0))
+                exit_hi.append(int(level.hi[child]))
+                exit_depth.append(at + 2)
+            if core.has_stacks[nxt] and level.child_hi[child] > level.child_lo[child]:
+                todo.append((at + 1, child, nxt, who))
+    lo, hi = np.array(exit_lo, dtype=np.int64), np.array(exit_hi, dtype=np.int64)
+    return LevelResults(np.array(ok_owner, dtype=np.int64), np.array(ok_token, dtype=np.int64),
+                        np.repeat(np.array(exit_owner, dtype=np.int64), hi - lo), expand_ranges(lo, hi),
+                        np.repeat(np.array(exit_depth, dtype=np.int64), hi - lo))
 
 
 def _joined(parts: list[LevelResults]) -> LevelResults:
