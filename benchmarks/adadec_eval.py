@@ -43,6 +43,7 @@ from codemask import constrained_generate
 from codemask.adadec import AdaDec, load_threshold, model_identity
 from codemask.adadec.calibrate import calibrate, chat_prompt, mbpp_examples, mbpp_prompt
 from codemask.assets import load_model, load_tokenizer
+from update_readme import publish
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -234,17 +235,7 @@ def main() -> None:
         "command": ".venv/bin/python benchmarks/adadec_eval.py " + " ".join(sys.argv[1:]),
         "results": results, "problems": per_problem,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "adadec_eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    table = markdown(report)
-    (RESULTS / "adadec_eval.md").write_text(table + "\n")
-    plot(report, RESULTS / "adadec_eval.png")
-    print(table)
-    if args.update_readme:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from update_readme import README, update_section
-
-        update_section(README, "adadec_eval", table + "\n\n![AdaDec](benchmarks/results/adadec_eval.png)")
+    publish("adadec_eval", report, markdown(report), plot, alt="AdaDec", update_readme=args.update_readme)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import torch
 
 from codemask import GenerationResult, constrained_generate
 from codemask.assets import load_model, load_tokenizer
+from update_readme import publish
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -192,16 +193,7 @@ def main() -> None:
         "max_new_tokens": args.max_new_tokens,
         "modes": modes,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "end_to_end.json").write_text(json.dumps(report, indent=2) + "\n")
-    table = markdown(report)
-    (RESULTS / "end_to_end.md").write_text(table + "\n")
-    plot(report, RESULTS / "end_to_end.png")
-    print(table)
-    if args.update_readme:
-        from update_readme import README, update_section
-
-        update_section(README, "end_to_end", table + "\n\n![end to end](benchmarks/results/end_to_end.png)")
+    publish("end_to_end", report, markdown(report), plot, alt="end to end", update_readme=args.update_readme)
 
 
 if __name__ == "__main__":

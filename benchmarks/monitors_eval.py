@@ -47,6 +47,7 @@ import torch
 from codemask import constrained_generate
 from codemask.assets import load_model, load_tokenizer
 from codemask.monitors import completion_names, for_workspace, keyword_names, shutdown_all
+from update_readme import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -305,22 +306,13 @@ def main() -> None:
         "wall_s": time.time() - started,
     }
     shutdown_all()
-    RESULTS.mkdir(exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    render(report, args.update_readme)
+    render(report, args.update_readme, write_json=True)
 
 
-def render(report: dict[str, Any], update_readme: bool) -> None:
-    """The table (printed, ``monitors_eval.md``, optionally the README section) and the plot."""
-    table = markdown(report)
-    (RESULTS / "monitors_eval.md").write_text(table + "\n")
-    plot(report, RESULTS / "monitors_eval.png")
-    print(table)
-    if update_readme:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from update_readme import README, update_section
-
-        update_section(README, "monitors_eval", table + "\n\n![monitors](benchmarks/results/monitors_eval.png)")
+def render(report: dict[str, Any], update_readme: bool, write_json: bool = False) -> None:
+    """The results files, the printed table, optionally the README section, and the plot."""
+    publish("monitors_eval", report, markdown(report), plot, alt="monitors", update_readme=update_readme,
+            write_json=write_json)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ import torch
 
 from codemask import RPG, constrained_generate, metrics
 from codemask.assets import load_model, load_tokenizer
+from update_readme import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -220,17 +221,7 @@ def main() -> None:
         "models": [e for e in previous if e["model"] not in names] + fresh,
         "wall_s": time.time() - started,
     }
-    RESULTS.mkdir(exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    table = markdown(report)
-    (RESULTS / "repetition_eval.md").write_text(table + "\n")
-    plot(report, RESULTS / "repetition_eval.png")
-    print(table)
-    if args.update_readme:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from update_readme import README, update_section
-
-        update_section(README, "repetition_eval", table + "\n\n![repetition](benchmarks/results/repetition_eval.png)")
+    publish("repetition_eval", report, markdown(report), plot, alt="repetition", update_readme=args.update_readme)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,14 @@ appended at the end of the README. Usage: ``python benchmarks/update_readme.py N
 from __future__ import annotations
 
 import argparse
+import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+RESULTS = README.parent / "benchmarks" / "results"
 
 
 def update_section(readme: Path, name: str, content: str) -> None:
@@ -24,6 +28,20 @@ def update_section(readme: Path, name: str, content: str) -> None:
     else:
         text = text.rstrip("\n") + ("\n\n" if text.strip() else "") + block
     readme.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+
+
+def publish(name: str, report: dict[str, Any], table: str, plot: Callable[[dict[str, Any], Path], None], *,
+            alt: str, update_readme: bool, write_json: bool = True) -> None:
+    """Write a benchmark's results: ``NAME.json`` (unless already written), ``NAME.md``, ``NAME.png``,
+    the table on stdout, and with ``update_readme`` the README section (table, then the plot)."""
+    RESULTS.mkdir(exist_ok=True)
+    if write_json:
+        (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(table + "\n")
+    plot(report, RESULTS / f"{name}.png")
+    print(table)
+    if update_readme:
+        update_section(README, name, f"{table}\n\n![{alt}](benchmarks/results/{name}.png)")
 
 
 def main(argv: list[str] | None = None) -> None:
