@@ -16,7 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-SHIPPED_THRESHOLDS: dict[str, dict[str, Any]] = {}
+SHIPPED_THRESHOLDS: dict[str, dict[str, Any]] = {
+    # `codemask calibrate-adadec --model smollm2` (all 374 MBPP train tasks)
+    "llama-v49152-h576-l30-i1536": {
+        "threshold": 1.4807, "cut": 0.6468, "heldout_accuracy": 0.7736, "positions": 25305, "pause_rate": 0.2428,
+        "tasks": 374, "data": "mbpp train 601-974",
+    },
+    # `codemask calibrate-adadec --model qwen-coder --limit 100` (the first 100 train tasks)
+    "qwen2-v151936-h896-l24-i4864": {
+        "threshold": 0.8792, "cut": 0.6448, "heldout_accuracy": 0.8167, "positions": 5859, "pause_rate": 0.2232,
+        "tasks": 100, "data": "mbpp train 601-974",
+    },
+}
 """τ learned by ``codemask calibrate-adadec`` for the packaged models, by :func:`model_identity`."""
 FALLBACK_THRESHOLD = 1.0
 """τ in nats for a model nobody calibrated (a warning says so): roughly where the packaged models' learned τ lie."""
