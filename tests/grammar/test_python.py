@@ -118,3 +118,17 @@ def test_python_312_syntax(text: str, valid: bool) -> None:
 ])
 def test_rejections_agree_with_ast_parse(text: str) -> None:
     assert recognizer().accepts(text) == parses(text)
+
+
+@pytest.mark.parametrize("prefix", ["To: use a", "x = y is", "if a no"])
+def test_half_a_character_that_can_only_end_a_refused_identifier_is_a_dead_end(prefix: str) -> None:
+    """After an expression only a keyword may start a name (``and``, ``is``...): the lexeme must die
+    as soon as no keyword is left, even in the middle of a UTF-8 character, or the mask allows a
+    token after which nothing is allowed (SmolLM2 wrote ``a`` + the first two bytes of ``几``)."""
+    grammar = recognizer()
+    assert grammar.accepts_prefix(prefix)
+    for character in ("几", "é", "𝔘"):
+        data = (prefix + character).encode()
+        for cut in range(len(prefix.encode()) + 1, len(data) + 1):
+            assert not grammar.accepts_prefix(data[:cut]), data[:cut]
+    assert grammar.accepts("x = a几 + 1\n") and grammar.accepts("if a and é:\n    pass\n")

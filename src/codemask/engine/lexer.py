@@ -271,8 +271,11 @@ class LexerCore(_Interner[LexerKey]):
             moved -= losing
         if not moved:
             return DEAD
-        if blockers and matched and best in blockers and not tracked \
+        if blockers and best in blockers and not tracked \
                 and all(int(auto.terminal_of[s]) in blockers for s in moved):
+            # only blockers can come of it, and the best match so far is one too (so no shorter
+            # match to fall back on): poison now, even in the middle of a UTF-8 character,
+            # rather than a live state whose every continuation dies
             return self.poison
         newline_alive = self.newline >= 0 and any(int(auto.terminal_of[s]) == self.newline for s in moved)
         column = next_column(column, byte) if newline_alive else None
