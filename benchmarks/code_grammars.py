@@ -81,7 +81,15 @@ for _name, _value in {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "RAY
 
 
 from engines import CodemaskAdapter, EngineAdapter, LLGuidanceAdapter, Unsupported, _seconds_since  # noqa: E402
-from mask_speed import fmt_ratio, fmt_seconds, machine_info, percentiles, plot, relative, token_repr  # noqa: E402
+from mask_speed import (  # noqa: E402
+    fmt_ratio,
+    fmt_seconds,
+    percentiles,
+    plot,
+    relative,
+    report_header,
+    token_repr,
+)
 from mask_speed import versions as engine_versions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -741,17 +749,8 @@ def render(report: dict[str, Any], out: Path, update_readme: bool) -> None:
 
 def write_results(args: argparse.Namespace, rows: list[dict[str, Any]], files: dict[str, Any], started: float,
                   load_before: tuple[float, float, float]) -> None:
-    report = {
-        "benchmark": "code_grammars",
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(time.time() - started, 1),
-        "machine": {**machine_info(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-        "versions": versions(),
-        "settings": {k: (relative(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "notes": NOTES,
-        "files": files,
-        "results": rows,
-    }
+    report = {**report_header("code_grammars", args, started, load_before, versions()), "notes": NOTES,
+              "files": files, "results": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "code_grammars.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     render(report, args.out, args.update_readme)

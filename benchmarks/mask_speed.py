@@ -515,17 +515,8 @@ def main(argv: list[str] | None = None) -> int:
             adapter.close()
 
     table = markdown_table(rows)
-    report = {
-        "benchmark": "mask_speed",
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(time.time() - started, 1),
-        "machine": {**machine_info(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-        "versions": versions(),
-        "settings": {k: (relative(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "notes": NOTES,
-        "results": rows,
-        "disagreements": disagreements,
-    }
+    report = {**report_header("mask_speed", args, started, load_before, versions()), "notes": NOTES,
+              "results": rows, "disagreements": disagreements}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "mask_speed.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     (args.out / "mask_speed.md").write_text(readme_section(report, table))
@@ -562,6 +553,19 @@ NOTES = [
     "[ ]?); no CFG, so the C workload is n/a.",
     "Single-threaded: OMP/RAYON threads 1, torch 1 thread, xgrammar max_threads = --threads.",
 ]
+
+
+def report_header(name: str, args: argparse.Namespace, started: float, load_before: tuple[float, float, float],
+                  engine_versions: dict[str, str]) -> dict[str, Any]:
+    """What every results JSON of these benchmarks starts with: when, how long, where, what, how."""
+    return {
+        "benchmark": name,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(time.time() - started, 1),
+        "machine": {**machine_info(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "versions": engine_versions,
+        "settings": {k: (relative(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+    }
 
 
 def relative(path: Path) -> str:
