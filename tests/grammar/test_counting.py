@@ -10,8 +10,12 @@ import re
 import pytest
 
 from codemask import Grammar, GrammarMatcher
+from codemask.engine.automaton import build_rtn
 from codemask.engine.recognizer import Recognizer
+from codemask.errors import GrammarError
 from codemask.grammar.counting import BLOCK, COUNTED_FROM, RADIX
+from codemask.grammar.ir import GrammarIR, Repeat, Rule, literal
+from codemask.grammar.optimize import optimize
 from tests.engine.conftest import compiler, encode
 
 BOUNDS = [(0, COUNTED_FROM + 1), (0, 100), (5, 300), (40, 40), (COUNTED_FROM + 1, None), (100, 1000),
@@ -41,6 +45,13 @@ def test_counted_repetition_accepts_exactly_the_lengths_re_accepts(low: int, hig
         text = "".join(rng.choice(["ab", "c"]) for _ in range(n)) + "d"
         assert recognizer.accepts(text) == bool(oracle.fullmatch(text)), (pattern, n)
         assert not recognizer.accepts(text[:-1] + "ad")
+
+
+def test_bounds_out_of_order_are_reported_not_counted() -> None:
+    """An IR built by hand (not through a front-end, which checks the order) still gets a clear error."""
+    ir = optimize(GrammarIR(rules={"root": Rule("root", Repeat(literal("a"), 50, 40))}, start="root"))
+    with pytest.raises(GrammarError, match="max < min"):
+        build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start)
 
 
 def test_states_grow_with_the_logarithm_of_the_bound() -> None:

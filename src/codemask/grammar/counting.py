@@ -47,8 +47,8 @@ class _Counters:
             return seq(*(self.rewrite(item) for item in expr.items))
         if isinstance(expr, Repeat):
             item = self.rewrite(expr.item)
-            if max(expr.min, expr.max or 0) <= COUNTED_FROM:
-                return Repeat(item, expr.min, expr.max)
+            if max(expr.min, expr.max or 0) <= COUNTED_FROM or (expr.max is not None and expr.max < expr.min):
+                return Repeat(item, expr.min, expr.max)  # small, or out of order (the automaton reports it)
             rest = Repeat(item, 0, None) if expr.max is None else self.up_to(item, expr.max - expr.min)
             return seq(self.exactly(item, expr.min), rest)
         if isinstance(expr, Choice):
