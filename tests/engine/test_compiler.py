@@ -11,7 +11,8 @@ import pytest
 
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine.compiler import CompiledGrammar
-from codemask.engine.mask_cache import LazyPositionMasks, PositionMasks
+from codemask.engine.mask_cache import LazyPositionMasks, PositionMasks, SharedPositions
+from codemask.engine.token_trie import token_trie
 from tests.engine.conftest import encode, vocabulary
 
 BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
@@ -49,11 +50,15 @@ def test_lazy_masks_equal_the_precomputed_ones_along_real_instances(schema_file:
     doc = json.loads((BENCH / schema_file).read_text())
     grammar = Grammar.from_json_schema(doc["schema"])
     vocab = vocabulary("llama3")
+    shared = SharedPositions.of(token_trie(vocab))
+    shared.clear()  # each side walks its own positions: neither may copy the other's from the cache
     lazy = GrammarCompiler(vocab, cache_dir=False, progress=False).compile(grammar)
     eager = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=True).compile(grammar)
     assert isinstance(lazy.masks.masks, LazyPositionMasks) and isinstance(eager.masks.masks, PositionMasks)
     instances = [t["data"] for t in doc["tests"] if t["valid"]]
     assert instances
+    assert eager.artifacts.masks is not None
+    shared.clear()
     for instance in instances:
         for text in (json.dumps(instance), json.dumps(instance, indent=2)):
             assert (masks_along(lazy, text.encode(), "llama3") == masks_along(eager, text.encode(), "llama3")).all()

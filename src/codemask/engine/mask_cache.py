@@ -245,6 +245,11 @@ class SharedPositions:
                 self.hits += 1
             return found
 
+    def clear(self) -> None:
+        """Forget every shared position (the next grammars walk their own)."""
+        with self._lock:
+            self._entries.clear()
+
     def put(self, key: tuple[object, ...], accepted: np.ndarray, uncertain: Uncertain | None) -> None:
         with self._lock:
             self._entries[key] = (accepted, uncertain)
