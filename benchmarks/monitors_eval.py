@@ -47,7 +47,7 @@ import torch
 from codemask import constrained_generate
 from codemask.assets import load_model, load_tokenizer
 from codemask.monitors import completion_names, for_workspace, keyword_names, shutdown_all
-from update_readme import publish
+from update_readme import plot_model_panels, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -248,26 +248,12 @@ def _pct(value: float | None) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [("match", "next-identifier match"), ("exists", "generated names that exist"),
               ("wait_ms_per_step", "decoding wait per monitored step (ms)")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.5))
     configs = list(dict.fromkeys(c for e in report["models"] for c in e["configs"]))
-    width = 0.8 / max(len(report["models"]), 1)
-    for m, entry in enumerate(report["models"]):
-        for ax, (key, title) in zip(axes, panels, strict=True):
-            values = [(entry["configs"].get(c, {}).get("summary", {}).get(key) or 0.0) for c in configs]
-            ax.bar([i + m * width for i in range(len(configs))], values, width, label=entry["model"])
-            ax.set_title(title)
-            ax.set_xticks([i + width * (len(report["models"]) - 1) / 2 for i in range(len(configs))], configs)
-    axes[0].legend()
-    fig.suptitle("Monitors: tasks from benchmarks/data/monitors (sizes in the README table)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    plot_model_panels(path, report["models"], configs, panels,
+                      lambda entry, c, key: entry["configs"].get(c, {}).get("summary", {}).get(key) or 0.0,
+                      "Monitors: tasks from benchmarks/data/monitors (sizes in the README table)")
 
 
 def main() -> None:

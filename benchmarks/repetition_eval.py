@@ -47,7 +47,7 @@ import torch
 
 from codemask import RPG, constrained_generate, metrics
 from codemask.assets import load_model, load_tokenizer
-from update_readme import publish
+from update_readme import plot_model_panels, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -174,25 +174,9 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [("egp", "EGP"), ("tr_s", "TR-S"), ("ccp", "CCP"), ("seconds", "seconds per sample")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(14, 3.5))
-    width = 0.8 / max(len(report["models"]), 1)
-    for m, entry in enumerate(report["models"]):
-        for ax, (key, title) in zip(axes, panels, strict=True):
-            values = [entry["configs"][c][key] for c in CONFIGS]
-            ax.bar([i + m * width for i in range(len(CONFIGS))], values, width, label=entry["model"])
-            ax.set_title(title)
-            ax.set_xticks([i + width * (len(report["models"]) - 1) / 2 for i in range(len(CONFIGS))], CONFIGS,
-                          rotation=20)
-    axes[0].legend()
-    fig.suptitle("CodeRepetEval subset (see the README table for sizes)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    plot_model_panels(path, report["models"], list(CONFIGS), panels, lambda entry, c, key: entry["configs"][c][key],
+                      "CodeRepetEval subset (see the README table for sizes)", rotation=20)
 
 
 def main() -> None:

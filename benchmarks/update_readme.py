@@ -44,6 +44,33 @@ def publish(name: str, report: dict[str, Any], table: str, plot: Callable[[dict[
         update_section(README, name, f"{table}\n\n![{alt}](benchmarks/results/{name}.png)")
 
 
+def plot_model_panels(path: Path, models: list[dict[str, Any]], configs: list[str], panels: list[tuple[str, str]],
+                      value: Callable[[dict[str, Any], str, str], float], title: str, rotation: int = 0) -> None:
+    """One panel per metric, one group of bars per configuration, one bar per model in each group.
+
+    ``value(model_entry, config, key)`` reads a bar's height from a model's results.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.5, 3.5))
+    width = 0.8 / max(len(models), 1)
+    centres = [i + width * (len(models) - 1) / 2 for i in range(len(configs))]
+    for m, entry in enumerate(models):
+        for ax, (key, panel_title) in zip(axes, panels, strict=True):
+            heights = [value(entry, config, key) for config in configs]
+            ax.bar([i + m * width for i in range(len(configs))], heights, width, label=entry["model"])
+            ax.set_title(panel_title)
+            ax.set_xticks(centres, configs, rotation=rotation)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help="the benchmark's section name, e.g. mask_speed")
