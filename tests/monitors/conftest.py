@@ -32,6 +32,14 @@ def quote_price(base: float, quantity: int, discount_rate: float = 0.0) -> float
 
 VAT_RATE = 0.2
 ''',
+    "shop/colors.py": '''
+import enum
+
+
+class Shade(enum.Enum):
+    CRIMSON = 1
+    TEAL = 2
+''',
     "main.py": '''from shop.inventory import Inventory
 from shop.pricing import quote_price
 

@@ -131,7 +131,8 @@ def test_typescript_members_from_another_module(tmp_path: Path) -> None:
                                      "  restockShelf(name: string): void {}\n}\n")
     prefix = 'import { Inventory } from "./lib";\nconst label = "😀";\nconst inv = new Inventory();\n'
     monitors = for_workspace(tmp_path, "main.ts", language="typescript")
-    assert [type(m).__name__ for m in monitors] == ["MemberAccessMonitor"]
+    assert [type(m).__name__ for m in monitors] == [
+        "MemberAccessMonitor", "CallArgumentMonitor", "ImportNameMonitor", "ConstructorMonitor"]
     deadline = time.monotonic() + 30  # tsserver loads the project after didOpen, answering nothing meanwhile
     names: tuple[str, ...] = ()
     while not names and time.monotonic() < deadline:

@@ -1,7 +1,8 @@
 """Monitor-guided decoding: a language server's static analysis as token masks (DESIGN §4).
 
 ``for_workspace(workspace, file)`` gives the default monitors for a file being generated into —
-member access after ``.``, keyword names in calls, names after ``from m import`` — all backed by
+member access after ``.`` (enum members, ``case`` patterns), keyword names and arity in calls,
+names after ``from m import`` / in ``import { }``, constructors after ``new`` — all backed by
 one language-server process per workspace; pass them as ``constrained_generate(..., monitors=...)``
 or to :func:`codemask.hf.monitor_logits_processor`. What is exact and how to add a language:
 ``docs/monitors.md``.
@@ -18,6 +19,7 @@ from codemask.monitors.masks import NameMasks
 from codemask.monitors.monitor import (
     Answer,
     CallArgumentMonitor,
+    ConstructorMonitor,
     ImportNameMonitor,
     MemberAccessMonitor,
     Monitor,
@@ -31,6 +33,7 @@ from codemask.monitors.stage import MonitorSet, MonitorStage, MonitorUsage
 __all__ = [
     "Answer",
     "CallArgumentMonitor",
+    "ConstructorMonitor",
     "ImportNameMonitor",
     "LanguageServer",
     "LanguageSpec",
@@ -57,7 +60,7 @@ def for_workspace(workspace_dir: str | os.PathLike[str], file_path: str | os.Pat
                   language: str = "python", *, server: str | None = None, prefix: str | None = None,
                   suffix: str = "", timeout_s: float | None = None, wait: bool = True) -> list[Monitor]:
     """The default monitors for ``file_path`` (relative to ``workspace_dir`` or absolute): one per
-    trigger the language defines (member access, call arguments, imported names).
+    trigger the language defines (member access, call arguments, imported names, ``new``).
 
     The workspace's server (``server``: a name from ``servers/<language>.toml``, default the
     language's default) is started once per process and shared. ``prefix`` is the file's text
@@ -79,5 +82,6 @@ def for_workspace(workspace_dir: str | os.PathLike[str], file_path: str | os.Pat
         process.wait_ready()
     file = WorkspaceFile(spec, process, path, prefix, suffix, timeout_s)
     kinds: dict[str, Callable[[WorkspaceFile], Monitor]] = {
-        "member": MemberAccessMonitor, "call": CallArgumentMonitor, "import": ImportNameMonitor}
+        "member": MemberAccessMonitor, "call": CallArgumentMonitor, "import": ImportNameMonitor,
+        "constructor": ConstructorMonitor}
     return [monitor(file) for trigger, monitor in kinds.items() if trigger in spec.triggers]

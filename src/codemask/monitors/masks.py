@@ -27,6 +27,10 @@ _IDENTIFIER_BYTES = np.zeros(256, dtype=bool)
 for _b in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_":
     _IDENTIFIER_BYTES[_b] = True
 _IDENTIFIER_BYTES[0x80:] = True  # non-ASCII letters may be identifier characters: never a break
+_SPACE_BYTES = np.zeros(256, dtype=bool)
+_SPACE_BYTES[list(b" \t\r\n\f")] = True
+_NESTING_BYTES = np.zeros(256, dtype=bool)
+_NESTING_BYTES[list(b"()[]{}\"'`#")] = True  # where a later byte is no longer at the argument's level
 
 
 class NameMasks:
@@ -44,8 +48,13 @@ class NameMasks:
         self._break_first = np.flatnonzero(self.breaks[self.matrix[:, 0]])
         self._scopes: dict[bytes, np.ndarray] = {}
         self._keyword_forms: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
+        self._top_level: dict[int, np.ndarray] = {}
+        self._stripped: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         for typed in (False, True):  # built here, not in the middle of a generation
             self._keyword_form(typed)
+        for char in ",)":
+            self.forbid_top_level(char)
+        self._stripped_index()
 
     # -- names ---------------------------------------------------------------------------------
 
@@ -91,16 +100,31 @@ class NameMasks:
             parts.append(rows[keep])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    def _exact_rows(self, spellings: list[bytes]) -> np.ndarray:
+    def _exact_rows(self, spellings: list[bytes], keys: np.ndarray | None = None,
+                    key_lengths: np.ndarray | None = None) -> np.ndarray:
+        """Positions in ``keys`` (default: the trie's sorted tokens) of tokens spelled exactly so."""
+        keys = self.keys if keys is None else keys
+        key_lengths = self.lengths if key_lengths is None else key_lengths
+        spellings = [s for s in spellings if len(s) <= keys.dtype.itemsize]
         if not spellings:
             return np.zeros(0, dtype=np.int64)
-        wanted = np.array(spellings, dtype=self.keys.dtype)
-        at = np.searchsorted(self.keys, wanted, side="left")
-        found = at < len(self.keys)
-        found[found] &= self.keys[at[found]] == wanted[found]
-        lengths = np.array([len(s) for s in spellings])
-        found[found] &= self.lengths[at[found]] == lengths[found]  # zero padding: b"a" vs b"a\0"
-        return at[found]
+        wanted = np.array(spellings, dtype=keys.dtype)
+        lo = np.searchsorted(keys, wanted, side="left")
+        hi = np.searchsorted(keys, wanted, side="right")  # equal keys: tokens that differ in padding
+        rows = expand_ranges(lo, hi)
+        lengths = np.repeat(np.array([len(s) for s in spellings]), hi - lo)
+        return rows[key_lengths[rows] == lengths]  # zero padding: b"a" vs b"a\0"
+
+    def _starting_rows(self, spellings: list[bytes], keys: np.ndarray | None = None) -> np.ndarray:
+        """Positions in ``keys`` of tokens that begin with one of ``spellings`` (one range each)."""
+        keys = self.keys if keys is None else keys
+        whole = [s for s in spellings if s and s[-1] < 0xFF and len(s) <= keys.dtype.itemsize]
+        if not whole:
+            return np.zeros(0, dtype=np.int64)
+        lo = np.searchsorted(keys, np.array(whole, dtype=keys.dtype), side="left")
+        upper = [s[:-1] + bytes([s[-1] + 1]) for s in whole]
+        hi = np.searchsorted(keys, np.array(upper, dtype=keys.dtype), side="left")
+        return expand_ranges(lo, hi)
 
     def _scope(self, lead: bytes | None, free: bytes = b"") -> np.ndarray:
         """Token ids the name constraint applies to: all tokens but those starting with a ``free`` byte
@@ -121,6 +145,64 @@ class NameMasks:
             scope[self.trie.token_ids(rows)] = True
             self._scopes[key] = scope
         return scope
+
+    # -- call arguments ----------------------------------------------------------------------
+
+    def forbid_top_level(self, char: str) -> np.ndarray:
+        """Bool mask forbidding tokens that put ``char`` at the level of the argument list: the token
+        holds it before any bracket, quote or comment start (``,``, ``x,``, ``)`` and ``1)`` are
+        forbidden; ``"a,``, ``(1,`` and ``f())`` are not). Built once per character."""
+        byte = ord(char)
+        cached = self._top_level.get(byte)
+        if cached is None:
+            inside = np.arange(self.matrix.shape[1])[None, :] < self.lengths[:, None]
+            hit = (self.matrix == byte) & inside
+            nesting = _NESTING_BYTES[self.matrix] & inside & ~hit
+            first_hit = np.where(hit.any(axis=1), np.argmax(hit, axis=1), self.matrix.shape[1])
+            first_nesting = np.where(nesting.any(axis=1), np.argmax(nesting, axis=1), self.matrix.shape[1])
+            rows = np.flatnonzero(first_hit < first_nesting)
+            cached = np.ones(self.width, dtype=bool)
+            cached[self.trie.token_ids(rows)] = False
+            self._top_level[byte] = cached
+        return cached
+
+    def keyword_argument_only(self, names: Iterable[str], typed: bytes = b"",
+                              free: bytes = b")*#\\") -> np.ndarray | None:
+        """Bool mask for an argument that can only be a keyword argument ``name=`` for one of ``names``
+        (the positional parameters are all taken): what is typed plus the token, leading whitespace
+        aside, must be a prefix of ``name=`` or start with it. Before anything is typed, tokens that
+        are only whitespace or start with a ``free`` byte (``)``, unpacking, a comment) stay allowed.
+        None when what is typed already fits no name (the argument is something else: no constraint).
+        """
+        targets = sorted({n.encode("utf-8") + b"=" for n in names if n})
+        if typed:
+            rests = [t[len(typed):] for t in targets if t.startswith(typed) and len(t) > len(typed)]
+            if not rests:
+                return None
+            prefixes = sorted({r[:k] for r in rests for k in range(1, len(r) + 1)})
+            rows = np.concatenate([self._exact_rows(prefixes), self._starting_rows(rests)])
+            mask = np.zeros(self.width, dtype=bool)
+            mask[self.trie.token_ids(np.unique(rows))] = True
+            return mask
+        keys, order, lengths, first = self._stripped_index()
+        prefixes = sorted({t[:k] for t in targets for k in range(1, len(t) + 1)})
+        at = np.concatenate([self._exact_rows(prefixes, keys, lengths), self._starting_rows(targets, keys),
+                             np.flatnonzero(lengths == 0),
+                             np.flatnonzero(np.isin(first, np.frombuffer(free, dtype=np.uint8)) & (lengths > 0))])
+        mask = np.zeros(self.width, dtype=bool)
+        mask[self.trie.token_ids(order[np.unique(at)])] = True
+        return mask
+
+    def _stripped_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The tokens without their leading whitespace, sorted: (keys, trie rows, lengths, first
+        bytes), built once (argsort over the vocabulary's fixed-width keys, in C)."""
+        if self._stripped is None:
+            spaces = _run_length(_SPACE_BYTES[self.matrix], self.lengths)
+            shifted = np.ascontiguousarray(_shift_left(self.matrix, spaces))
+            keys = shifted.view(f"S{shifted.shape[1]}").ravel()
+            order = np.argsort(keys, kind="stable")
+            self._stripped = (keys[order], order, (self.lengths - spaces)[order], shifted[order, 0])
+        return self._stripped
 
     # -- keyword arguments -------------------------------------------------------------------
 

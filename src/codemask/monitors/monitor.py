@@ -14,6 +14,7 @@ All monitors of one file share a :class:`WorkspaceFile`: its server (one process
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import threading
 import time
@@ -25,6 +26,16 @@ from typing import Any
 
 import numpy as np
 
+from codemask.monitors.calls import (
+    Arguments,
+    CallShape,
+    CallSyntax,
+    call_shape,
+    missing_required,
+    open_keywords,
+    positional_full,
+    read_arguments,
+)
 from codemask.monitors.lsp import LanguageServer, ServerUnavailable
 from codemask.monitors.masks import NameMasks
 from codemask.monitors.spec import LanguageSpec
@@ -32,7 +43,7 @@ from codemask.monitors.text import CodeScanner, strip_snippet
 
 _NAME = re.compile(r"[^\W\d]\w*")
 _MEMBER_LEAD = re.compile(r"^\??\.")
-_SKIPPED_KINDS = {14, 15}  # CompletionItemKind Keyword, Snippet: not names
+_SKIPPED_KINDS = frozenset({14, 15})  # CompletionItemKind Keyword, Snippet: not names
 _CACHE_SIZE = 256
 _EMPTY_TTL_S = 0.5
 
@@ -48,10 +59,12 @@ class MonitorCounters:
 
 @dataclass(frozen=True)
 class Answer:
-    """A server's names for one trigger position; ``incomplete`` mirrors ``isIncomplete``."""
+    """A server's names for one trigger position; ``incomplete`` mirrors ``isIncomplete``; ``call``
+    is what a signature says about a call's arguments."""
 
     names: tuple[str, ...]
     incomplete: bool = False
+    call: CallShape | None = None
 
 
 class WorkspaceFile:
@@ -162,12 +175,14 @@ class Monitor(ABC):
         return answer
 
 
-def completion_names(result: Any) -> Answer | None:
+def completion_names(result: Any, skip_kinds: frozenset[int] = _SKIPPED_KINDS) -> Answer | None:
     """Names from a ``textDocument/completion`` result (list or ``CompletionList``).
 
     The name is what the item inserts (``textEdit.newText``, else ``insertText``, else ``label``),
     snippet syntax and a re-inserted leading ``.``/``?.`` removed (typescript-language-server replaces
-    the dot), cut at its first non-identifier character (``append(`` → ``append``).
+    the dot), cut at its first non-identifier character (``append(`` → ``append``). Items of a
+    ``CompletionItemKind`` in ``skip_kinds`` are not names here (keywords and snippets never are; a
+    trigger may drop more, like functions after ``new``).
     """
     if result is None:
         return None
@@ -175,7 +190,7 @@ def completion_names(result: Any) -> Answer | None:
     incomplete = bool(result.get("isIncomplete")) if isinstance(result, dict) else False
     names: set[str] = set()
     for item in items:
-        if item.get("kind") in _SKIPPED_KINDS:
+        if item.get("kind") in skip_kinds:
             continue
         edit = item.get("textEdit") or {}
         text = edit.get("newText") or item.get("insertText") or item.get("label") or ""
@@ -196,13 +211,22 @@ class _NameMonitor(Monitor):
     ``free_first`` character;
     ``probe`` matches text where the next token may bring the trigger and the name at once
     (``.append``), answered by asking with ``probe_insert`` appended as a temporary edit.
+    ``exclude_kinds`` (CompletionItemKind numbers) are dropped from the answers; where
+    ``value_pattern`` matches the text before the trigger (a ``case`` pattern), ``value_exclude_kinds``
+    are dropped too (a pattern names a value, never calls a method).
     """
 
     trigger_name: str
+    probe_after_keyword = False  # a probe text that is a keyword (`return`) is no expression
 
     def __init__(self, file: WorkspaceFile) -> None:
         super().__init__(file)
-        trigger = self.language.triggers[self.trigger_name]
+        trigger: dict[str, Any] = self.language.triggers[self.trigger_name]
+        skipped = _SKIPPED_KINDS | frozenset(trigger.get("exclude_kinds", ()))
+        self._parse = functools.partial(completion_names, skip_kinds=skipped)
+        self._parse_value = functools.partial(
+            completion_names, skip_kinds=skipped | frozenset(trigger.get("value_exclude_kinds", ())))
+        self._value = re.compile(trigger["value_pattern"]) if trigger.get("value_pattern") else None
         self._at = re.compile(trigger["at"])
         self._probe = re.compile(trigger["probe"]) if trigger.get("probe") else None
         self._probe_insert = trigger.get("probe_insert", "")
@@ -217,14 +241,14 @@ class _NameMonitor(Monitor):
         if at is not None:
             typed = at.group("partial") or ""
             ask_at = len(text) - len(tail) + at.start("ask") if "ask" in self._at.groupindex else len(text) - len(typed)
-            answer = self.ask("textDocument/completion", text[:ask_at], text[ask_at:], completion_names)
+            answer = self.ask("textDocument/completion", text[:ask_at], text[ask_at:], self._parser(tail))
             if answer is not None and answer.names:
                 mask = masks.allowed(answer.names, typed.encode("utf-8"), free=self._free)
-                typed_is_name = typed in answer.names
+                typed_is_name = not typed or typed in answer.names  # `{ a,` + ` b`: probe after a comma
                 if mask is not None:
                     out.append(mask)
         if typed_is_name and self._probes(tail):
-            probe = self.ask("textDocument/completion", text + self._probe_insert, "", completion_names,
+            probe = self.ask("textDocument/completion", text + self._probe_insert, "", self._parser(tail),
                              temporary=True)
             if probe is not None and probe.names:
                 mask = masks.allowed(probe.names, b"", self._probe_insert.encode("utf-8"))
@@ -232,17 +256,38 @@ class _NameMonitor(Monitor):
                     out.append(mask)
         return out
 
+    def _parser(self, tail: str) -> Any:
+        """How to read the answer here: in a value pattern (``case Color.``) without callables."""
+        return self._parse_value if self._value is not None and self._value.search(tail) else self._parse
+
     def _probes(self, tail: str) -> bool:
         match = self._probe.search(tail) if self._probe is not None else None
-        if match is None or match.group() in self.language.keywords:
+        if match is None or (not self.probe_after_keyword and match.group() in self.language.keywords):
             return False
         return self._no_probe is None or self._no_probe.search(tail) is None
 
 
 class MemberAccessMonitor(_NameMonitor):
-    """After ``obj.`` (or before a token like ``.append``) only members the server knows of ``obj``."""
+    """After ``obj.`` (or before a token like ``.append``) only members the server knows of ``obj``.
+
+    Enum members are members (``Color.RED``, TypeScript's ``Color.Red``); in a ``case`` pattern
+    (``case Color.▯``) methods and functions are dropped: a value pattern cannot call one.
+    """
 
     trigger_name = "member"
+
+
+class ConstructorMonitor(_NameMonitor):
+    """After ``new`` only names the server lists that may be constructed.
+
+    typescript-language-server reports imported names (aliases) and the library's classes (declared
+    as ``var Map: MapConstructor``) as Variables, so a Class kind alone would refuse ``new Map()``:
+    the trigger's ``exclude_kinds`` drops what certainly is no constructor (functions, methods,
+    enums, interfaces, constants, keywords) and keeps the rest.
+    """
+
+    trigger_name = "constructor"
+    probe_after_keyword = True  # the probe text is `new` itself
 
 
 class ImportNameMonitor(_NameMonitor):
@@ -267,10 +312,18 @@ class ImportNameMonitor(_NameMonitor):
 
 
 class CallArgumentMonitor(Monitor):
-    """Inside a call's argument list, ``name=`` only for keyword parameters the callee has.
+    """Inside a call's argument list: keyword names the callee has, and its arity.
 
-    Asks ``textDocument/signatureHelp`` once per call; a callee with ``**kwargs``, or whose
-    signature the server does not know, leaves the arguments alone.
+    Asks ``textDocument/signatureHelp`` once per call (right after its ``(``) and reads the
+    arguments written so far (top-level commas, strings and brackets skipped). Masks:
+
+    - ``name=`` only for keyword parameters not given yet (nothing when it takes ``**kwargs``);
+    - with one signature and no unpacking among the arguments: a ``,`` is forbidden once the
+      positional parameters are all taken and no keyword parameter is left (it could only start an
+      argument too many), an argument after them must be ``name=`` for a keyword parameter left,
+      and ``)`` is forbidden while a required parameter is given neither by position nor by name.
+
+    A callee whose signature the server does not know leaves the arguments alone.
     """
 
     def __init__(self, file: WorkspaceFile) -> None:
@@ -279,23 +332,56 @@ class CallArgumentMonitor(Monitor):
         self._callee = re.compile(trigger["callee"])
         self._not_callee = re.compile(trigger["not_callee"])
         self._argument = re.compile(trigger["argument"])
+        self._syntax = CallSyntax.from_trigger(trigger)
+        self._parse = functools.partial(signature_answer, syntax=self._syntax)
 
     def step_masks(self, text: str, brackets: tuple[tuple[str, int, int], ...], masks: NameMasks) -> list[np.ndarray]:
         if not brackets or brackets[-1][0] != "(":
             return []
-        _, opened, comma = brackets[-1]
-        argument = self._argument.match(text, max(opened, comma) + 1)
-        if argument is None:
-            return []
+        opened = brackets[-1][1]
         before = text[max(0, opened - 256):opened]
         callee = self._callee.search(before)
         if callee is None or callee.group().strip() in self.language.keywords or self._not_callee.search(before):
             return []
-        typed = argument.group("partial") or ""  # signatures are asked once per call, right after its "("
-        answer = self.ask("textDocument/signatureHelp", text[: opened + 1], "", keyword_names)
-        if answer is None:
+        answer = self.ask("textDocument/signatureHelp", text[: opened + 1], "", self._parse)
+        if answer is None or answer.call is None:
             return []
-        return [masks.keywords(answer.names, typed.encode("utf-8"))]
+        arguments = read_arguments(self.file.scanner.arguments(text, opened + 1), self._syntax)
+        found = [self._keyword_mask(answer.call, arguments, masks), *self._arity_masks(answer.call, arguments, masks)]
+        return [m for m in found if m is not None]
+
+    def _keyword_mask(self, shape: CallShape, arguments: Arguments, masks: NameMasks) -> np.ndarray | None:
+        """``word=`` only for a keyword parameter not given yet (the argument may still become one)."""
+        if not self._syntax.keyword_arguments:
+            return None
+        names = open_keywords(shape, arguments, count_current=False)
+        argument = self._argument.match(arguments.current)
+        if names is None or argument is None:
+            return None
+        return masks.keywords(names, (argument.group("partial") or "").encode("utf-8"))
+
+    def _arity_masks(self, shape: CallShape, arguments: Arguments, masks: NameMasks) -> list[np.ndarray | None]:
+        """The ``,`` / keyword-only / ``)`` masks (see the class docstring); positional parameters
+        left unfilled by a positional argument being written still count as taken for ``,``."""
+        out: list[np.ndarray | None] = []
+        left = open_keywords(shape, arguments, count_current=True)
+        if positional_full(shape, arguments, count_current=True) and left is not None and not left:
+            out.append(masks.forbid_top_level(","))
+        if (self._syntax.keyword_arguments and left is not None
+                and positional_full(shape, arguments, count_current=False)
+                and not self._syntax.keyword_argument.match(arguments.current)):
+            out.append(masks.keyword_argument_only(left, arguments.current.lstrip().encode("utf-8")))
+        if missing_required(shape, arguments):
+            out.append(masks.forbid_top_level(")"))
+        return out
+
+
+def signature_answer(result: Any, syntax: CallSyntax) -> Answer | None:
+    """A ``SignatureHelp`` as an :class:`Answer`: its keyword names and its :class:`CallShape`."""
+    shape = call_shape(result, syntax)
+    if shape is None:
+        return None
+    return Answer(shape.keywords or (), call=shape)
 
 
 def keyword_names(result: Any) -> Answer | None:

@@ -56,7 +56,7 @@ class LanguageSpec:
     break_characters: str
     keywords: frozenset[str]
     code: dict[str, Any]
-    triggers: dict[str, dict[str, str]]
+    triggers: dict[str, dict[str, Any]]
     servers: dict[str, ServerSpec]
     default_server: str
 

@@ -100,6 +100,7 @@ class CodeScanner:
         self._skip = re.compile(f"(?P<closed>{closed})|{other}")
         self._code = re.compile(f"[^{re.escape(starts)}]+") if starts else re.compile(r"[\s\S]+")
         self._brackets = re.compile(r"[()\[\]{},]")
+        self._parts = re.compile(f"(?P<skip>{closed}|{other})|[()\\[\\]{{}},]")
         self._text = ""
         self._resume = 0  # a position between tokens in self._text
         self._stack: tuple[tuple[str, int, int], ...] = ()
@@ -131,6 +132,26 @@ class CodeScanner:
                 pos = skipped.end()
         self._text, self._resume, self._stack = text, last_start, last_stack
         return in_code, tuple(stack)
+
+    def arguments(self, text: str, start: int) -> list[str]:
+        """``text[start:]`` split at its top-level commas (commas inside brackets, strings and comments
+        do not split): the arguments of a call whose ``(`` is just before ``start``, the last one
+        being the one written now. Loops over bracket and string matches only, in a short span."""
+        parts: list[str] = []
+        depth, begin = 0, start
+        for m in self._parts.finditer(text, start):
+            char = m.group()
+            if m.group("skip") is not None:
+                continue
+            if char in "([{":
+                depth += 1
+            elif char in ")]}":
+                depth -= 1
+            elif depth == 0:
+                parts.append(text[begin:m.start()])
+                begin = m.end()
+        parts.append(text[begin:])
+        return parts
 
     def _track(self, code: str, offset: int, stack: list[tuple[str, int, int]]) -> None:
         pairs = {")": "(", "]": "[", "}": "{"}
