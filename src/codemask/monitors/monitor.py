@@ -213,7 +213,8 @@ class _NameMonitor(Monitor):
     (``.append``), answered by asking with ``probe_insert`` appended as a temporary edit.
     ``exclude_kinds`` (CompletionItemKind numbers) are dropped from the answers; where
     ``value_pattern`` matches the text before the trigger (a ``case`` pattern), ``value_exclude_kinds``
-    are dropped too (a pattern names a value, never calls a method).
+    are dropped too (a pattern names a value, never calls a method). ``suffix``: the trigger
+    answers only when the text after the cursor matches it (TypeScript's ``import { ▯ } from "m"``).
     """
 
     trigger_name: str
@@ -227,6 +228,7 @@ class _NameMonitor(Monitor):
         self._parse_value = functools.partial(
             completion_names, skip_kinds=skipped | frozenset(trigger.get("value_exclude_kinds", ())))
         self._value = re.compile(trigger["value_pattern"]) if trigger.get("value_pattern") else None
+        self._suffix = re.compile(trigger["suffix"]) if trigger.get("suffix") else None
         self._at = re.compile(trigger["at"])
         self._probe = re.compile(trigger["probe"]) if trigger.get("probe") else None
         self._probe_insert = trigger.get("probe_insert", "")
@@ -234,6 +236,8 @@ class _NameMonitor(Monitor):
         self._free = trigger.get("free_first", "").encode("utf-8")
 
     def step_masks(self, text: str, brackets: tuple[tuple[str, int, int], ...], masks: NameMasks) -> list[np.ndarray]:
+        if self._suffix is not None and not self._suffix.match(self.file.suffix):
+            return []  # the answer depends on text after the cursor that is not written yet
         tail = text[-512:]
         out: list[np.ndarray] = []
         typed_is_name = True
