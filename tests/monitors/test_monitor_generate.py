@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
@@ -93,3 +94,49 @@ def test_monitor_mask_is_anded_with_the_grammar(smollm2: tuple[Any, Any], projec
     alone = constrained_generate(model, tokenizer, main_prefix + "inv.", Grammar.from_regex(r"zzz"),
                                  max_new_tokens=6, monitors=monitors)
     assert alone.text == "zzz"
+
+
+def closed_call(head: str, text: str) -> ast.Call | None:
+    """The call ``head + text`` closes first (``head`` ends inside its argument list), or None."""
+    for at in [i for i, char in enumerate(text) if char == ")"]:
+        try:
+            tree = ast.parse(head + text[: at + 1])
+        except SyntaxError:
+            continue
+        call = tree.body[-1].value if isinstance(tree.body[-1], ast.Expr | ast.Assign) else None
+        if isinstance(call, ast.Call):
+            return call
+    return None
+
+
+def test_generated_calls_respect_the_arity(smollm2: tuple[Any, Any], project: Path, main_prefix: str) -> None:
+    model, tokenizer = smollm2
+    monitors = for_workspace(project, "main.py")
+    # `restock_shelf(name, count=1, *, urgent=False)`: SmolLM2 writes a third positional argument
+    head = 'inv.restock_shelf("tea", 3, '
+    plain = constrained_generate(model, tokenizer, main_prefix + head, max_new_tokens=12)
+    guided = constrained_generate(model, tokenizer, main_prefix + head, max_new_tokens=12, monitors=monitors)
+    too_many = closed_call(head, plain.text)
+    assert too_many is not None and len(too_many.args) == 3, plain.text
+    call = closed_call(head, guided.text)
+    assert call is not None, guided.text
+    assert len(call.args) <= 2 and {k.arg for k in call.keywords} <= {"urgent"}, guided.text
+    # `quote_price(base, quantity, discount_rate=0.0)`: SmolLM2 closes it after one argument
+    head = "total = quote_price("
+    plain = constrained_generate(model, tokenizer, main_prefix + head, max_new_tokens=12)
+    guided = constrained_generate(model, tokenizer, main_prefix + head, max_new_tokens=12, monitors=monitors)
+    too_few = closed_call(head, plain.text)
+    assert too_few is not None and len(too_few.args) == 1, plain.text
+    call = closed_call(head, guided.text)
+    assert call is not None and 2 <= len(call.args) + len(call.keywords) <= 3, guided.text
+    assert guided.stats.monitor_timeouts == 0
+
+
+def test_case_pattern_is_an_enum_member(smollm2: tuple[Any, Any], project: Path) -> None:
+    model, tokenizer = smollm2
+    prefix = "from shop.colors import Shade\n\n\ndef describe(s: Shade) -> str:\n    match s:\n        case Shade."
+    plain = constrained_generate(model, tokenizer, prefix, max_new_tokens=6)
+    guided = constrained_generate(model, tokenizer, prefix, max_new_tokens=6,
+                                  monitors=for_workspace(project, "main.py"))
+    assert member_name(plain.text) not in {"CRIMSON", "TEAL"}, plain.text
+    assert member_name(guided.text) in {"CRIMSON", "TEAL"}, guided.text

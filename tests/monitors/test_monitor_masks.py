@@ -90,3 +90,38 @@ def test_after_a_complete_trigger_only_names_follow(vocab_masks: tuple[dict[byte
     assert allowed(mask, ids, b"(") and not allowed(mask, ids, b"\n") and not allowed(mask, ids, b"1")
     started = masks.allowed(["Inventory", "quote_price"], b"In", free=b"(")
     assert started is not None and not allowed(started, ids, b"(")  # `In(`: "(" is free only before a name
+
+
+def test_top_level_punctuation_matches_a_brute_force_definition(
+        vocab_masks: tuple[dict[bytes, int], NameMasks]) -> None:
+    ids, masks = vocab_masks
+    nesting = set(b"()[]{}\"'`#")
+    for char in ",)":
+        mask = masks.forbid_top_level(char)
+        for spelling, token in ids.items():
+            at = spelling.find(char.encode())
+            expected_forbidden = at >= 0 and not any(b in nesting and b != ord(char) for b in spelling[:at])
+            assert bool(mask[token]) != expected_forbidden, (char, spelling)
+    comma = masks.forbid_top_level(",")
+    assert not comma[ids[b","]] and comma[ids[b"."]]
+    assert comma[ids[b"(\""]] if b"(\"" in ids else True
+
+
+def test_keyword_argument_only_matches_a_brute_force_definition(
+        vocab_masks: tuple[dict[bytes, int], NameMasks]) -> None:
+    ids, masks = vocab_masks
+    targets = [b"count=", b"urgent="]
+    fresh = masks.keyword_argument_only(["count", "urgent"])
+    assert fresh is not None
+    for spelling, token in ids.items():
+        stripped = spelling.lstrip(b" \t\r\n\f")
+        expected = (not stripped or stripped[0] in b")*"
+                    or any(t.startswith(stripped) or stripped.startswith(t) for t in targets))
+        assert bool(fresh[token]) == expected, spelling
+    typed = masks.keyword_argument_only(["count", "urgent"], b"ur")
+    assert typed is not None
+    for spelling, token in ids.items():
+        expected = any(t.startswith(b"ur") and (t[2:].startswith(spelling) or spelling.startswith(t[2:]))
+                       for t in targets)
+        assert bool(typed[token]) == expected, spelling
+    assert masks.keyword_argument_only(["count"], b"3") is None  # a positional argument: left alone

@@ -167,11 +167,12 @@ class NameMasks:
         return cached
 
     def keyword_argument_only(self, names: Iterable[str], typed: bytes = b"",
-                              free: bytes = b")*#\\") -> np.ndarray | None:
+                              free: bytes = b")*") -> np.ndarray | None:
         """Bool mask for an argument that can only be a keyword argument ``name=`` for one of ``names``
         (the positional parameters are all taken): what is typed plus the token, leading whitespace
         aside, must be a prefix of ``name=`` or start with it. Before anything is typed, tokens that
-        are only whitespace or start with a ``free`` byte (``)``, unpacking, a comment) stay allowed.
+        are only whitespace or start with a ``free`` byte (``)``, ``**``) stay allowed; not ``#``: a
+        comment would carry the positional argument past the monitor.
         None when what is typed already fits no name (the argument is something else: no constraint).
         """
         targets = sorted({n.encode("utf-8") + b"=" for n in names if n})
