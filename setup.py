@@ -1,13 +1,16 @@
-"""Build hook: ship the top-level ``grammars/`` folder inside the wheel as ``codemask/grammars``.
+"""Build hooks: ship the top-level ``grammars/`` folder inside the wheel as ``codemask/grammars``, and
+build the mask cache's trie walk in C (``codemask.engine._native``).
 
 Everything else about the build is in ``pyproject.toml``. Editable installs and source checkouts
 read ``grammars/`` where it is (see ``codemask.grammar.builtin``), so it exists once in the tree.
+The extension is optional: where no C compiler is found the build goes on without it and the
+engine walks the trie with numpy (``codemask.engine.native``).
 """
 
 import shutil
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 GRAMMAR_SUFFIXES = {".ebnf", ".gbnf", ".lark"}
@@ -24,4 +27,7 @@ class BuildPyWithGrammars(build_py):
                 shutil.copyfile(file, target / file.name)
 
 
-setup(cmdclass={"build_py": BuildPyWithGrammars})
+NATIVE = Extension("codemask.engine._native", ["src/codemask/engine/_native.c"], optional=True,
+                   extra_compile_args=["-O2", "-std=c99"])
+
+setup(cmdclass={"build_py": BuildPyWithGrammars}, ext_modules=[NATIVE])

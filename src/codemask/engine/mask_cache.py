@@ -29,6 +29,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 from tqdm import tqdm
 
+from codemask.engine import native
 from codemask.engine.automaton import RTN
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.token_trie import TokenTrie, TrieLevel, expand_ranges
@@ -511,10 +512,13 @@ def _walk_below(core: ParserCore, trie: TokenTrie, idx: np.ndarray, states: np.n
                  owner: np.ndarray) -> LevelResults:
     """Walk the subtrees below first-level nodes ``idx`` (their byte consumed, reaching ``states``).
 
-    Level by level with array operations while the frontier is large; once few tokens lie below
-    it (long tokens deep in the trie: runs of spaces, rules of dashes) one scalar depth-first walk
-    finishes it, instead of dozens of array steps over a handful of nodes each.
+    In C where the extension was built (`native`). Otherwise level by level with array operations
+    while the frontier is large; once few tokens lie below it (long tokens deep in the trie: runs
+    of spaces, rules of dashes) one scalar depth-first walk finishes it, instead of dozens of
+    array steps over a handful of nodes each.
     """
+    if native.enabled():
+        return _walk_below_native(core, trie, idx, states, owner)
     found: list[LevelResults] = []
     for depth in range(2, len(trie.levels) + 1):
         upper = trie.levels[depth - 2]
@@ -529,6 +533,18 @@ def _walk_below(core: ParserCore, trie: TokenTrie, idx: np.ndarray, states: np.n
         if not len(idx):
             break
     return _joined(found)
+
+
+def _walk_below_native(core: ParserCore, trie: TokenTrie, idx: np.ndarray, states: np.ndarray,
+                       owner: np.ndarray) -> LevelResults:
+    flat = trie.flat
+    lo, hi = flat.child_lo[idx], flat.child_hi[idx]
+    ok_owner, ok_token, exit_owner, exit_lo, exit_hi, exit_depth = native.walk(
+        core, flat, expand_ranges(lo, hi), np.repeat(states, hi - lo), np.repeat(owner, hi - lo))
+    span = exit_hi - exit_lo
+    return LevelResults(ok_owner.astype(np.int64), ok_token.astype(np.int64),
+                        np.repeat(exit_owner.astype(np.int64), span), expand_ranges(exit_lo, exit_hi),
+                        np.repeat(exit_depth.astype(np.int64), span))
 
 
 def _walk_scalar(core: ParserCore, trie: TokenTrie, level_index: int, idx: np.ndarray, states: np.ndarray,

@@ -37,6 +37,18 @@ _ROOT_SET = frozenset((ROOT,))
 _FRAME_SET = frozenset((FRAME,))
 
 
+def _distinct_columns(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`distinct_rows` of ``targets.T``; one or two stacks (the common case) key a column exactly
+    by one int64, which skips the hash-and-verify."""
+    if len(targets) > 2:
+        return distinct_rows(targets.T)
+    keys = targets[0].astype(np.int64)
+    if len(targets) == 2:
+        keys = (keys << 32) | (targets[1].astype(np.int64) & 0xFFFFFFFF)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
 class ParserCore:
     """Interned stacks and parser states of one compiled grammar, shared by all its matchers."""
 
@@ -169,6 +181,12 @@ class ParserCore:
                 nxt = self.table[states, symbols]
         return nxt
 
+    def fill_rows(self, states: np.ndarray) -> None:
+        """Compute every transition of ``states`` (for walks that read ``table`` directly)."""
+        with self.lock:
+            for st in states.tolist():
+                self._fill_row(st)
+
     def _fill_row(self, state: int) -> None:
         """Compute every symbol's transition from ``state`` at once.
 
@@ -181,7 +199,7 @@ class ParserCore:
             self.table[state] = DEAD
             return
         targets = self._trans[[self.node_state[s] for s in stacks]]
-        first, inverse = distinct_rows(targets.T)
+        first, inverse = _distinct_columns(targets)
         outcomes = []
         for column in targets[:, first].T.tolist():
             moved = [self.node(t, self.node_parents[s]) for t, s in zip(column, stacks, strict=True) if t >= 0]

@@ -10,6 +10,7 @@ removes its whole subtree at once.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Protocol
@@ -40,6 +41,21 @@ class TrieLevel:
     child_hi: np.ndarray  # int32: one past the last child on the next level
 
 
+@dataclass
+class FlatTrie:
+    """All levels of a trie in one set of int32 arrays indexed by a global node id (level 0
+    first), with children as global id ranges: the layout the C walk reads."""
+
+    byte: np.ndarray  # uint8
+    lo: np.ndarray
+    hi: np.ndarray
+    token: np.ndarray
+    child_lo: np.ndarray
+    child_hi: np.ndarray
+    depth: np.ndarray  # the node's level + 1: how many bytes its prefix has
+    offsets: np.ndarray  # int64 [levels + 1]: the global id of each level's first node
+
+
 class TokenTrie:
     """Sorted vocabulary and its level-by-level trie (tokens with bytes that grammars may use)."""
 
@@ -66,6 +82,24 @@ class TokenTrie:
             self.matrix[row, : len(data)] = np.frombuffer(data, dtype=np.uint8)
         self.levels = self._build_levels()
         self.root_children = (0, len(self.levels[0].byte)) if self.levels else (0, 0)
+
+    @functools.cached_property
+    def flat(self) -> FlatTrie:
+        """The levels as one `FlatTrie` (built on first use)."""
+        sizes = [len(level.byte) for level in self.levels]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+        def cat(name: str, shift: int = 0) -> np.ndarray:
+            parts = [getattr(level, name).astype(np.int64) + (offsets[d + shift] if shift else 0)
+                     for d, level in enumerate(self.levels)]
+            return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, dtype=np.int32)
+
+        depth = np.repeat(np.arange(1, len(sizes) + 1, dtype=np.int32), sizes)
+        byte = np.concatenate([level.byte for level in self.levels]) if self.levels else np.zeros(0, np.uint8)
+        # child ranges shift by the next level's offset (the deepest level's are empty either way)
+        child_lo, child_hi = cat("child_lo", 1), cat("child_hi", 1)
+        return FlatTrie(byte=byte.astype(np.uint8), lo=cat("lo"), hi=cat("hi"), token=cat("token"),
+                        child_lo=child_lo, child_hi=child_hi, depth=depth, offsets=offsets)
 
     @property
     def num_tokens(self) -> int:
