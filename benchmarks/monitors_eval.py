@@ -4,8 +4,10 @@ PragmaticCode-style: small multi-module Python projects written for this benchma
 (``benchmarks/data/monitors/<project>/``: a package the model never sees, and one file that uses
 it). Every member access, ``from <package>… import`` name and keyword argument of the using file
 whose name the package defines is one task: the prompt is that file up to the name, the answer the
-name. The model sees only the prompt; the monitors (``codemask.monitors.for_workspace``) see the
-project through a language server.
+name. Every call of a package-defined callable is a *call* task too: the prompt is the file up to
+its ``(``, and the generated argument list is judged against the callee's signature. The model sees
+only the prompt; the monitors (``codemask.monitors.for_workspace``) see the project through a
+language server.
 
 Metrics per model and configuration (greedy, ``--max-new-tokens`` tokens, the generated text's first
 identifier; one cut off by the token limit counts as none): *match* — it is the answer; *exists* —
@@ -14,13 +16,17 @@ from the monitors': jedi's completions at the prompt, so a monitor is not judged
 ``--servers jedi`` it is); *bad names* — how many do not;
 latency — the monitors' wall time per monitored step (server round-trips and masks, overlapped with
 the forward pass), how long decoding waited for them per monitored step, server requests and their
-median round-trip, timeouts. Configurations: ``none`` and one per ``--servers`` entry.
+median round-trip, timeouts; *call arity ok* — of the call tasks, the share whose generated call closes
+(within ``--call-tokens``) with arguments the callee accepts: no positional argument too many, every
+required parameter given, only its keyword names (the signature is jedi's, one signature only).
+Configurations: ``none`` and one per ``--servers`` entry.
 
 Targets (issue 6): 0 bad names when the server answers; match >= 10 points above ``none``; warm
 per-step overhead <= 2 ms (pyrefly, ty) and <= 15 ms (jedi).
 
 Usage: .venv/bin/python benchmarks/monitors_eval.py [--models smollm2,qwen-coder] [--servers pyrefly,jedi]
-       [--max-new-tokens 10] [--every K] [--threads N] [--merge] [--update-readme] [--render]
+       [--max-new-tokens 10] [--call-tokens 24] [--kinds member,import,keyword,call] [--every K]
+       [--threads N] [--merge] [--update-readme] [--render]
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ import torch
 
 from codemask import constrained_generate
 from codemask.assets import load_model, load_tokenizer
-from codemask.monitors import completion_names, for_workspace, keyword_names, shutdown_all
+from codemask.monitors import completion_names, for_workspace, keyword_names, language_spec, shutdown_all
+from codemask.monitors.calls import CallShape, CallSyntax, call_shape
 from update_readme import plot_model_panels, publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,10 +67,14 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 class Task:
     project: str
     file: str
-    kind: str  # member | import | keyword
+    kind: str  # member | import | keyword | call
     prompt: str
     answer: str
     valid: list[str]
+    signature: dict[str, Any] | None = None  # call tasks: the oracle's SignatureHelp
+
+
+KINDS = ("member", "import", "keyword", "call")
 
 
 # -- tasks ---------------------------------------------------------------------------------------
@@ -104,7 +115,15 @@ def candidate_tasks(project: Path, usage: Path, package_names: set[str]) -> list
                 found.setdefault(("import", alias.name), starts[alias.lineno - 1] + alias.col_offset)
         elif isinstance(node, ast.keyword) and node.arg in package_names:
             found.setdefault(("keyword", node.arg), starts[node.lineno - 1] + node.col_offset)
+        if isinstance(node, ast.Call) and _callee_name(node) in package_names and node.func.end_lineno is not None:
+            opened = starts[node.func.end_lineno - 1] + (node.func.end_col_offset or 0)
+            found.setdefault(("call", _callee_name(node)), text.index("(", opened) + 1)
     return sorted((kind, offset, name) for (kind, name), offset in found.items())
+
+
+def _callee_name(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
 
 
 def build_tasks() -> list[Task]:
@@ -116,6 +135,12 @@ def build_tasks() -> list[Task]:
         text = usage.read_text(encoding="utf-8")
         for kind, offset, name in candidate_tasks(project, usage, defined_names(project / project.name)):
             prompt = text[:offset]
+            if kind == "call":
+                signature = oracle.request("textDocument/signatureHelp", prompt)
+                shape = call_shape(signature, CALL_SYNTAX)
+                if shape is not None and shape.parameters is not None:
+                    tasks.append(Task(project.name, usage.name, kind, prompt, name, [], signature))
+                continue
             method = "textDocument/signatureHelp" if kind == "keyword" else "textDocument/completion"
             parse = keyword_names if kind == "keyword" else completion_names
             answer = parse(oracle.request(method, prompt))
@@ -125,11 +150,48 @@ def build_tasks() -> list[Task]:
     return tasks
 
 
+CALL_SYNTAX = CallSyntax.from_trigger(language_spec("python").triggers["call"])
+
+
+def call_accepted(arguments: str, signature: dict[str, Any] | None) -> bool:
+    """Whether ``arguments`` (generated after a call's ``(``) close the call with arguments the
+    signature accepts; an argument list left open, or one with unpacking, is not accepted."""
+    shape = call_shape(signature, CALL_SYNTAX)
+    call = _closed_call(arguments)
+    if shape is None or shape.parameters is None or call is None:
+        return False
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return False
+    return _fits(shape, len(call.args), [k.arg for k in call.keywords if k.arg is not None])
+
+
+def _closed_call(arguments: str) -> ast.Call | None:
+    for at in [i for i, char in enumerate(arguments) if char == ")"]:
+        try:
+            tree = ast.parse("f(" + arguments[: at + 1], mode="eval")
+        except SyntaxError:
+            continue
+        return tree.body if isinstance(tree.body, ast.Call) else None
+    return None
+
+
+def _fits(shape: CallShape, positional: int, keywords: list[str]) -> bool:
+    assert shape.parameters is not None
+    if shape.max_positional is not None and positional > shape.max_positional:
+        return False
+    if shape.keywords is not None and not set(keywords) <= set(shape.keywords):
+        return False
+    taken = [p.name for p in shape.parameters if p.positional][:positional]
+    if set(taken) & set(keywords) or len(set(keywords)) < len(keywords):
+        return False
+    return all(p.name in taken or p.name in keywords for p in shape.parameters if p.required)
+
+
 # -- runs ----------------------------------------------------------------------------------------
 
 
 def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None,
-               max_new_tokens: int) -> dict[str, Any]:
+               max_new_tokens: int, call_tokens: int = 24) -> dict[str, Any]:
     """Every task under one configuration; per-task outputs and the summary."""
     outputs: list[dict[str, Any]] = []
     for task in tasks:
@@ -139,8 +201,8 @@ def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None
             server_state = monitors[0].file.server
             seen = server_state.answered
         started = time.perf_counter()
-        out = constrained_generate(model, tokenizer, task.prompt, max_new_tokens=max_new_tokens,
-                                   monitors=monitors)
+        out = constrained_generate(model, tokenizer, task.prompt, monitors=monitors,
+                                   max_new_tokens=call_tokens if task.kind == "call" else max_new_tokens)
         seconds = time.perf_counter() - started
         match = _IDENTIFIER.match(out.text)
         complete = match is not None and match.end() < len(out.text)  # not cut by max_new_tokens
@@ -149,7 +211,8 @@ def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None
         s = out.stats
         outputs.append({
             "project": task.project, "kind": task.kind, "answer": task.answer, "text": out.text, "name": name,
-            "match": name == task.answer, "named": bool(name) and keyword_form,
+            "match": name == task.answer if task.kind != "call" else call_accepted(out.text, task.signature),
+            "named": bool(name) and keyword_form,
             "exists": name in task.valid, "seconds": seconds, "tokens": s.generated_tokens,
             "monitor_steps": s.monitor_steps, "monitor_queries": s.monitor_queries,
             "monitor_timeouts": s.monitor_timeouts, "monitor_time_s": s.monitor_time_s,
@@ -165,15 +228,17 @@ def _last_latencies_ms(server: Any, seen: int) -> list[float]:
 
 
 def summarise(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The configuration's figures; *match* is over the name tasks (a call task's ``match`` is
+    whether its call was accepted, reported as ``match_by_kind["call"]``)."""
     named = [o for o in outputs if o["named"] and o["kind"] in ("member", "import")]
+    names = [o for o in outputs if o["kind"] != "call"]
     steps = sum(o["monitor_steps"] for o in outputs)
     server_ms = [x for o in outputs for x in o["server_ms"]]
     tokens = sum(o["tokens"] for o in outputs)
     return {
         "tasks": len(outputs),
-        "match": sum(o["match"] for o in outputs) / len(outputs),
-        "match_by_kind": {k: _share([o["match"] for o in outputs if o["kind"] == k])
-                          for k in ("member", "import", "keyword")},
+        "match": sum(o["match"] for o in names) / len(names) if names else 0.0,
+        "match_by_kind": {k: _share([o["match"] for o in outputs if o["kind"] == k]) for k in KINDS},
         "named": len(named),
         "exists": _share([o["exists"] for o in named]),
         "bad_names": sum(not o["exists"] for o in named),
@@ -192,16 +257,17 @@ def _share(flags: list[bool]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 
 
-def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: int) -> dict[str, Any]:
+def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: int,
+              call_tokens: int = 24) -> dict[str, Any]:
     model, tokenizer = load_model(name), load_tokenizer(name)
     constrained_generate(model, tokenizer, "import os\nos.", max_new_tokens=2)  # first-call costs
-    configs: dict[str, Any] = {"none": run_config(model, tokenizer, tasks, None, max_new_tokens)}
+    configs: dict[str, Any] = {"none": run_config(model, tokenizer, tasks, None, max_new_tokens, call_tokens)}
     print(name, "none", json.dumps(configs["none"]["summary"]), flush=True)
     for server in servers:
         for_workspace(DATA / tasks[0].project, tasks[0].file, server=server)  # started and warm before timing
-        configs[server] = run_config(model, tokenizer, tasks, server, max_new_tokens)
+        configs[server] = run_config(model, tokenizer, tasks, server, max_new_tokens, call_tokens)
         print(name, server, json.dumps(configs[server]["summary"]), flush=True)
-    kinds = {k: sum(t.kind == k for t in tasks) for k in ("member", "import", "keyword")}
+    kinds = {k: sum(t.kind == k for t in tasks) for k in KINDS}
     return {"model": name, "max_new_tokens": max_new_tokens, "tasks": len(tasks), "task_kinds": kinds,
             "configs": configs}
 
@@ -211,7 +277,8 @@ def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: 
 
 def markdown(report: dict[str, Any]) -> str:
     sizes = "; ".join(f"{e['model']}: {e['tasks']} tasks ({e['task_kinds']['member']} member accesses, "
-                      f"{e['task_kinds']['import']} imported names, {e['task_kinds']['keyword']} keyword arguments)"
+                      f"{e['task_kinds']['import']} imported names, {e['task_kinds']['keyword']} keyword arguments, "
+                      f"{e['task_kinds'].get('call', 0)} calls)"
                       for e in report["models"])
     lines = [
         "### Monitors (`benchmarks/monitors_eval.py`)",
@@ -223,12 +290,13 @@ def markdown(report: dict[str, Any]) -> str:
         + ". *match*: it is the name in "
         "the file; *exists* / *bad names*: member and import names generated that jedi finds / does not find "
         "at the prompt; *monitor ms/step*: the monitors' time per monitored step (mostly beside the forward "
-        "pass); *wait ms/step*: how long decoding waited for them; *server ms*: request round-trip p50. Outputs: "
-        "`benchmarks/results/monitors_eval.json`.",
+        "pass); *wait ms/step*: how long decoding waited for them; *server ms*: request round-trip p50; "
+        "*call arity ok*: generated calls whose arguments the callee accepts (— : no call tasks in that run). Outputs: "
+        f"`benchmarks/results/{report.get('name', 'monitors_eval')}.json`.",
         "",
-        "| model | monitors | match | member | import | keyword | exists | bad names | monitored steps | "
-        "queries | timeouts | monitor ms/step | wait ms/step | server ms p50 | ms/token |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | monitors | match | member | import | keyword | call arity ok | exists | bad names | "
+        "monitored steps | queries | timeouts | monitor ms/step | wait ms/step | server ms p50 | ms/token |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for entry in report["models"]:
         for config, data in entry["configs"].items():
@@ -236,7 +304,8 @@ def markdown(report: dict[str, Any]) -> str:
             by = r["match_by_kind"]
             lines.append(
                 f"| {entry['model']} | {config} | {r['match']:.0%} | {_pct(by['member'])} | {_pct(by['import'])} | "
-                f"{_pct(by['keyword'])} | {_pct(r['exists'])} | {r['bad_names']}/{r['named']} | "
+                f"{_pct(by['keyword'])} | {_pct(by.get('call'))} | {_pct(r['exists'])} | "
+                f"{r['bad_names']}/{r['named']} | "
                 f"{r['monitor_steps']} | {r['monitor_queries']} | {r['monitor_timeouts']} | "
                 f"{r['monitor_ms_per_step']:.1f} | {r['wait_ms_per_step']:.1f} | {r['server_ms_p50']:.1f} | "
                 f"{r['ms_per_token']:.0f} |")
@@ -261,6 +330,10 @@ def main() -> None:
     parser.add_argument("--models", default="smollm2,qwen-coder")
     parser.add_argument("--servers", default="pyrefly,jedi", help="monitor configurations besides none")
     parser.add_argument("--max-new-tokens", type=int, default=10)
+    parser.add_argument("--call-tokens", type=int, default=24, help="new tokens for a call task's arguments")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="task kinds to run")
+    parser.add_argument("--name", default="monitors_eval",
+                        help="results name under benchmarks/results (a run of some kinds only keeps its own)")
     parser.add_argument("--every", type=int, default=1, help="use every k-th task (a subset for slow models)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
@@ -269,18 +342,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    path = RESULTS / "monitors_eval.json"
+    path = RESULTS / f"{args.name}.json"
     if args.render:
-        render(json.loads(path.read_text()), args.update_readme)
+        render(json.loads(path.read_text()), args.update_readme, name=args.name)
         return
 
     started = time.time()
-    tasks = build_tasks()[:: args.every]
+    kinds = set(args.kinds.split(","))
+    tasks = [t for t in build_tasks() if t.kind in kinds][:: args.every]
     print(f"{len(tasks)} tasks", flush=True)
     servers = [s for s in args.servers.split(",") if s]
     command = ".venv/bin/python " + " ".join(["benchmarks/monitors_eval.py", *sys.argv[1:]])
-    fresh = [run_model(name, tasks, servers, args.max_new_tokens) | {"every": args.every, "command": command,
-             "task_list": [asdict(t) | {"prompt": t.prompt[-80:]} for t in tasks]}
+    listed = [asdict(t) | {"prompt": t.prompt[-80:]} for t in tasks]
+    fresh = [run_model(name, tasks, servers, args.max_new_tokens, args.call_tokens)
+             | {"every": args.every, "command": command, "task_list": listed}
              for name in args.models.split(",")]
     previous = json.loads(path.read_text())["models"] if args.merge and path.exists() else []
     names = {entry["model"] for entry in fresh}
@@ -290,14 +365,15 @@ def main() -> None:
         "projects": len({t.project for t in tasks}),
         "models": [e for e in previous if e["model"] not in names] + fresh,
         "wall_s": time.time() - started,
+        "name": args.name,
     }
     shutdown_all()
-    render(report, args.update_readme, write_json=True)
+    render(report, args.update_readme, write_json=True, name=args.name)
 
 
-def render(report: dict[str, Any], update_readme: bool, write_json: bool = False) -> None:
+def render(report: dict[str, Any], update_readme: bool, write_json: bool = False, name: str = "monitors_eval") -> None:
     """The results files, the printed table, optionally the README section, and the plot."""
-    publish("monitors_eval", report, markdown(report), plot, alt="monitors", update_readme=update_readme,
+    publish(name, report, markdown(report), plot, alt="monitors", update_readme=update_readme,
             write_json=write_json)
 
 

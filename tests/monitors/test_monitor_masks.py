@@ -72,6 +72,7 @@ def test_keyword_arguments(vocab_masks: tuple[dict[bytes, int], NameMasks]) -> N
     typed = masks.keywords(["count", "urgent"], b"name")  # `name=` would be no parameter of the callee
     assert not allowed(typed, ids, b"=") and allowed(typed, ids, b"==") and allowed(typed, ids, b".")
     assert allowed(typed, ids, b")") and allowed(typed, ids, b",")
+    assert not allowed(typed, ids, b" =") and allowed(typed, ids, b" ==")  # `name =` is no escape
     done = masks.keywords(["count"], b"count")
     assert allowed(done, ids, b"=") and allowed(done, ids, b"==")
     partial = masks.keywords(["count"], b"cou")
@@ -115,9 +116,11 @@ def test_keyword_argument_only_matches_a_brute_force_definition(
     assert fresh is not None
     for spelling, token in ids.items():
         stripped = spelling.lstrip(b" \t\r\n\f")
-        expected = (not stripped or stripped[0] in b")*"
+        expected = (not stripped or stripped[0:1] == b")"
                     or any(t.startswith(stripped) or stripped.startswith(t) for t in targets))
         assert bool(fresh[token]) == expected, spelling
+    no_space = masks.keyword_argument_only(["count"], more_space=False)
+    assert no_space is not None and not no_space[ids[b"\n"]] and not no_space[ids[b" "]] and no_space[ids[b")"]]
     typed = masks.keyword_argument_only(["count", "urgent"], b"ur")
     assert typed is not None
     for spelling, token in ids.items():

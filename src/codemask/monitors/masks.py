@@ -167,12 +167,14 @@ class NameMasks:
         return cached
 
     def keyword_argument_only(self, names: Iterable[str], typed: bytes = b"",
-                              free: bytes = b")*") -> np.ndarray | None:
+                              free: bytes = b")", more_space: bool = True) -> np.ndarray | None:
         """Bool mask for an argument that can only be a keyword argument ``name=`` for one of ``names``
         (the positional parameters are all taken): what is typed plus the token, leading whitespace
         aside, must be a prefix of ``name=`` or start with it. Before anything is typed, tokens that
-        are only whitespace or start with a ``free`` byte (``)``, ``**``) stay allowed; not ``#``: a
-        comment would carry the positional argument past the monitor.
+        start with a ``free`` byte (``)``) stay allowed, and with ``more_space`` those that are only
+        whitespace. Not ``#`` nor ``*``: a comment or an unpacking would carry the positional argument
+        the model wanted past the monitor (it did, in the benchmark); ``more_space`` False once the
+        argument holds a newline, so that the model does not pad the call with blank lines instead.
         None when what is typed already fits no name (the argument is something else: no constraint).
         """
         targets = sorted({n.encode("utf-8") + b"=" for n in names if n})
@@ -188,7 +190,7 @@ class NameMasks:
         keys, order, lengths, first = self._stripped_index()
         prefixes = sorted({t[:k] for t in targets for k in range(1, len(t) + 1)})
         at = np.concatenate([self._exact_rows(prefixes, keys, lengths), self._starting_rows(targets, keys),
-                             np.flatnonzero(lengths == 0),
+                             np.flatnonzero(lengths == 0) if more_space else np.zeros(0, dtype=np.int64),
                              np.flatnonzero(np.isin(first, np.frombuffer(free, dtype=np.uint8)) & (lengths > 0))])
         mask = np.zeros(self.width, dtype=bool)
         mask[self.trie.token_ids(order[np.unique(at)])] = True
@@ -223,7 +225,8 @@ class NameMasks:
         return mask
 
     def _keyword_form(self, typed: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Rows that complete ``word=`` and their words (built once per vocabulary and case).
+        """Rows that complete ``word=`` (or ``word =``: spaces may come before the ``=``) and their
+        words (built once per vocabulary and case).
 
         Only the few thousand tokens holding a ``=`` are examined: one pass over the vocabulary.
         """
@@ -236,8 +239,9 @@ class NameMasks:
         spaces = np.zeros(len(lengths), dtype=np.int64) if typed else _run_length(m == ord(" "), lengths)
         shifted = _shift_left(m, spaces)
         run = _run_length(_IDENTIFIER_BYTES[shifted], lengths - spaces)
-        at = np.minimum(spaces + run, width - 1)
-        eq = (spaces + run < lengths) & (m[np.arange(len(m)), at] == ord("="))
+        gap = _run_length(_shift_left(m, spaces + run) == ord(" "), lengths - spaces - run)
+        at = np.minimum(spaces + run + gap, width - 1)
+        eq = (spaces + run + gap < lengths) & (m[np.arange(len(m)), at] == ord("="))
         nxt = np.minimum(at + 1, width - 1)
         eq &= (at + 1 >= lengths) | (m[np.arange(len(m)), nxt] != ord("="))
         if not typed:

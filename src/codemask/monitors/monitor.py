@@ -324,7 +324,8 @@ class CallArgumentMonitor(Monitor):
     - ``name=`` only for keyword parameters not given yet (nothing when it takes ``**kwargs``);
     - with one signature and no unpacking among the arguments: a ``,`` is forbidden once the
       positional parameters are all taken and no keyword parameter is left (it could only start an
-      argument too many), an argument after them must be ``name=`` for a keyword parameter left,
+      argument too many), an argument after them must be ``name=`` for a keyword parameter left
+      (or ``)``; whitespace until the argument holds a newline),
       and ``)`` is forbidden while a required parameter is given neither by position nor by name.
 
     A callee whose signature the server does not know leaves the arguments alone.
@@ -374,7 +375,8 @@ class CallArgumentMonitor(Monitor):
         if (self._syntax.keyword_arguments and left is not None
                 and positional_full(shape, arguments, count_current=False)
                 and not self._syntax.keyword_argument.match(arguments.current)):
-            out.append(masks.keyword_argument_only(left, arguments.current.lstrip().encode("utf-8")))
+            out.append(masks.keyword_argument_only(left, arguments.current.lstrip().encode("utf-8"),
+                                                   more_space="\n" not in arguments.current))
         if missing_required(shape, arguments):
             out.append(masks.forbid_top_level(")"))
         return out
