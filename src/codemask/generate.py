@@ -246,6 +246,11 @@ def _result(row: _Row) -> GenerationResult:
     return GenerationResult(data.decode("utf-8", errors="replace"), row.token_ids, row.finish_reason, row.stats)
 
 
+def _ends_in_stop(text: bytes, before: int, stops: list[bytes]) -> bool:
+    """Whether a stop string occurs in ``text`` and ends after byte ``before``."""
+    return any(stop in text[max(0, before - len(stop) + 1):] for stop in stops)
+
+
 class _DecodingLoop:
     """The state of one batched generation: the KV cache, its attention mask, and the rows."""
 
@@ -307,8 +312,12 @@ class _DecodingLoop:
             return [self.pad_id]
         budget = max_new_tokens - len(row.token_ids)
         tokens = self._jump_forward(row.matcher, token, budget) if jump_forward and row.matcher else [token]
-        self.pipeline.commit(index, tokens)
         row.stats.forced_tokens += len(tokens) - 1
+        known = self.pipeline.selector.known_continuation(index)
+        if len(tokens) == 1 and known:
+            tokens = self._continued(row, token, known[: budget - 1], stops, jump_forward)
+            row.stats.steps += len(tokens) - 1
+        self.pipeline.commit(index, tokens)
         row.token_ids.extend(tokens)
         before = len(row.text)
         new_bytes = self._bytes_of(tokens)
@@ -321,6 +330,28 @@ class _DecodingLoop:
             row.finish_reason = "grammar_end"
         elif len(row.token_ids) >= max_new_tokens:
             row.finish_reason = "length"
+        return tokens
+
+    def _continued(self, row: _Row, token: int, known: list[int], stops: list[bytes], jump_forward: bool) -> list[int]:
+        """``token`` and the selector's ``known`` next picks, up to where plain decoding would part
+        from them: a token the grammar refuses, one after which the grammar forces bytes (jump-forward
+        would commit those), or the end of a stop string."""
+        probe = row.matcher.fork() if row.matcher is not None else None
+        if probe is not None and not probe.accept_token(token):
+            return [token]
+        tokens = [token]
+        text = bytes(row.text) + self.vocab.token_bytes[token]
+        if _ends_in_stop(text, len(row.text), stops):
+            return tokens
+        for nxt in known:
+            if probe is not None and ((jump_forward and len(self._jump_forward(probe, nxt, 2)) > 1)
+                                      or not probe.accept_token(nxt)):
+                break
+            tokens.append(nxt)
+            before = len(text)
+            text += self.vocab.token_bytes[nxt]
+            if _ends_in_stop(text, before, stops):
+                break
         return tokens
 
     @staticmethod

@@ -142,3 +142,25 @@ def test_calibration_on_mbpp_train_gives_a_usable_threshold(smollm2: tuple[Any, 
     assert result.slope > 0  # higher entropy: more likely that the reference token was not the top one
     assert 0 < result.threshold < 10 and 0 < result.pause_rate < 0.5
     assert 0 < result.positive_rate < 0.6 and result.positions > 100
+
+
+@pytest.mark.parametrize("grammar", [None, "json-schema"])
+def test_reused_lookahead_gives_the_same_output_in_fewer_forward_passes(smollm2: tuple[Any, Any],
+                                                                      grammar: str | None) -> None:
+    """The chosen candidate's rollout tokens, committed with it, are what plain AdaDec decodes next."""
+    model, tokenizer = smollm2
+    if grammar is None:
+        prompt, spec = chat(tokenizer, CODE_REQUEST), None
+    else:
+        spec = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
+                "items": {"type": "string"}}}, "required": ["name", "tags"]}
+        prompt = chat(tokenizer, "Describe a fruit as JSON with a name and tags.")
+    runs = {reuse: constrained_generate(model, tokenizer, prompt, grammar=spec, max_new_tokens=48,
+                                        uncertainty=AdaDec(threshold=0.8, reuse_lookahead=reuse))
+            for reuse in (False, True)}
+    plain, reused = runs[False], runs[True]
+    assert plain.stats.pauses >= 3  # the comparison is about something
+    assert reused.token_ids == plain.token_ids and reused.text == plain.text
+    assert reused.stats.pauses == plain.stats.pauses
+    assert reused.stats.steps == plain.stats.steps
+    assert reused.stats.forward_passes < plain.stats.forward_passes

@@ -44,12 +44,17 @@ class AdaDec:
         lookahead: greedy tokens rolled out after each candidate (L), or ``"line"``: up to the end of
             the line (the token holding the newline included), at most ``max_lookahead`` tokens.
         max_lookahead: the cap of ``lookahead="line"``.
+        reuse_lookahead: with greedy decoding, commit the chosen candidate's rollout tokens that plain
+            AdaDec would pick next anyway (greedy picks where the entropy stayed below τ) together
+            with the candidate, so they cost one forward pass instead of one each. The output is the
+            same; ``False`` recomputes them (for comparison).
     """
 
     threshold: float | None = None
     beam: int = 3
     lookahead: int | Literal["line"] = 5
     max_lookahead: int = 10
+    reuse_lookahead: bool = True
 
     def __post_init__(self) -> None:
         if self.threshold is not None and (math.isnan(self.threshold) or self.threshold < 0):

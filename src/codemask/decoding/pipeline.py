@@ -100,6 +100,11 @@ class Selector(ABC):
     def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
         """A long tensor of ``layout.num_rows`` token ids on the logits' device."""
 
+    def known_continuation(self, sequence: int) -> list[int]:
+        """Tokens the selector already knows it would pick after its last choice for ``sequence``
+        (the loop may commit them with that choice); asking forgets them. Default: none."""
+        return []
+
 
 class Pipeline:
     """Stages in order, then a selector. The decoding loop drives it; it holds no sequence state itself."""
