@@ -175,6 +175,15 @@ def plot(report: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def earlier_results(path: Path, setting: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Results an interrupted run with the same setting logged (``--resume``), by (benchmark, task, mode)."""
+    if not path.exists():
+        return {}
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["benchmark"], r["task_id"], r["mode"]): r for r in records
+            if all(r.get(k) == v for k, v in setting.items())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="qwen-coder")
@@ -186,6 +195,9 @@ def main() -> None:
     parser.add_argument("--calibrate-tasks", type=int, default=0, help="learn τ first on N MBPP train tasks")
     parser.add_argument("--timeout", type=float, default=20.0)
     parser.add_argument("--update-readme", action="store_true")
+    parser.add_argument("--log", type=Path, help="append each problem's result to this JSONL file as it finishes")
+    parser.add_argument("--resume", action="store_true",
+                        help="take the results already in --log (same model, benchmark, mode, τ, token limit)")
     args = parser.parse_args()
 
     model, tokenizer = load_model(args.model), load_tokenizer(args.model)
@@ -202,6 +214,8 @@ def main() -> None:
     if threshold is None:
         raise SystemExit("no threshold: pass --threshold or --calibrate-tasks")
     constrained_generate(model, tokenizer, "def f():", max_new_tokens=2)  # first-call costs
+    setting = {"model": args.model, "threshold": threshold, "max_new_tokens": args.max_new_tokens}
+    done = earlier_results(args.log, setting) if args.resume and args.log else {}
     modes = args.modes.split(",")
     results: dict[str, dict[str, Any]] = {}
     per_problem: list[dict[str, Any]] = []
@@ -211,8 +225,17 @@ def main() -> None:
         for problem in problems:
             prompt, stops = prompt_of(bench, problem, tokenizer)
             for mode in modes:
-                text, stats = generate(mode, model, tokenizer, prompt, stops, args.max_new_tokens, threshold)
-                ok = passes(program_of(bench, problem, text), args.timeout)
+                record = done.get((bench, problem["task_id"], mode))
+                if record is None:
+                    text, stats = generate(mode, model, tokenizer, prompt, stops, args.max_new_tokens, threshold)
+                    ok = passes(program_of(bench, problem, text), args.timeout)
+                    if args.log:
+                        with args.log.open("a") as handle:
+                            handle.write(json.dumps({**setting, "benchmark": bench, "task_id": problem["task_id"],
+                                                     "mode": mode, "passed": ok, "completion": text, **stats}) + "\n")
+                else:
+                    text, ok = record["completion"], record["passed"]
+                    stats = {key: record[key] for key in ("steps", "pauses", "lookahead_tokens", "time_s")}
                 t = totals[mode]
                 t["solved"] += ok
                 for key in ("steps", "pauses", "lookahead_tokens", "time_s"):
