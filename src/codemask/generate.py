@@ -280,13 +280,13 @@ class _DecodingLoop:
                 break
             layout = StepLayout.one_row_per_sequence(active)
             self.pipeline.prepare(layout)
-            logits = self._forward(feeds)[:, -1]
+            logits = self.forward(feeds)[:, -1]
             for i in active:
                 self.rows[i].stats.forward_passes += 1
             chosen = self.pipeline.process(logits[active], layout).tolist()
             feeds = [[self.pad_id] for _ in self.rows]
             for i, token in zip(active, chosen, strict=True):
-                feeds[i] = self._advance(i, int(token), max_new_tokens, stops, jump_forward, on_token)
+                feeds[i] = self.advance(i, int(token), max_new_tokens, stops, jump_forward, on_token)
                 if self.rows[i].finish_reason is not None:
                     self.rows[i].stats.wall_time_s = time.perf_counter() - started
         self.record_times(started)
@@ -300,7 +300,7 @@ class _DecodingLoop:
 
     # -- one row, one step -------------------------------------------------------------------
 
-    def _advance(self, index: int, token: int, max_new_tokens: int, stops: list[bytes], jump_forward: bool,
+    def advance(self, index: int, token: int, max_new_tokens: int, stops: list[bytes], jump_forward: bool,
                  on_token: TokenCallback | None) -> list[int]:
         """Commit the chosen ``token`` (and any forced continuation); return what to feed next."""
         row = self.rows[index]
@@ -311,7 +311,7 @@ class _DecodingLoop:
             row.finish_reason = "grammar_end" if row.matcher is not None else "stop"
             return [self.pad_id]
         budget = max_new_tokens - len(row.token_ids)
-        tokens = self._jump_forward(row.matcher, token, budget) if jump_forward and row.matcher else [token]
+        tokens = self.jump_forward(row.matcher, token, budget) if jump_forward and row.matcher else [token]
         row.stats.forced_tokens += len(tokens) - 1
         known = self.pipeline.selector.known_continuation(index)
         if len(tokens) == 1 and known:
@@ -320,7 +320,7 @@ class _DecodingLoop:
         self.pipeline.commit(index, tokens)
         row.token_ids.extend(tokens)
         before = len(row.text)
-        new_bytes = self._bytes_of(tokens)
+        new_bytes = self.bytes_of(tokens)
         row.text += new_bytes
         if on_token is not None:
             on_token(index, tokens, row.stream.decode(new_bytes))
@@ -344,7 +344,7 @@ class _DecodingLoop:
         if _ends_in_stop(text, len(row.text), stops):
             return tokens
         for nxt in known:
-            if probe is not None and ((jump_forward and len(self._jump_forward(probe, nxt, 2)) > 1)
+            if probe is not None and ((jump_forward and len(self.jump_forward(probe, nxt, 2)) > 1)
                                       or not probe.accept_token(nxt)):
                 break
             tokens.append(nxt)
@@ -362,7 +362,7 @@ class _DecodingLoop:
                 row.stop_at = at
         return row.stop_at is not None
 
-    def _jump_forward(self, matcher: GrammarMatcher, token: int, budget: int) -> list[int]:
+    def jump_forward(self, matcher: GrammarMatcher, token: int, budget: int) -> list[int]:
         """``token`` followed by what the grammar forces, re-tokenised the way the tokenizer would.
 
         The chosen token and the forced bytes are encoded together, so the boundary between them gets
@@ -381,22 +381,22 @@ class _DecodingLoop:
             retokenised = list(self.tokenizer.encode(text.decode("utf-8"), add_special_tokens=False))
         except UnicodeDecodeError:
             return [token]
-        if self._bytes_of(retokenised) != text:
+        if self.bytes_of(retokenised) != text:
             return [token]
         keep = retokenised[:-1][:budget]
-        if len(self._bytes_of(keep)) <= len(self.vocab.token_bytes[token]):
+        if len(self.bytes_of(keep)) <= len(self.vocab.token_bytes[token]):
             return [token]
         probe = matcher.fork()
         if not all(probe.accept_token(t) for t in keep):
             return [token]
         return keep
 
-    def _bytes_of(self, token_ids: list[int]) -> bytes:
+    def bytes_of(self, token_ids: list[int]) -> bytes:
         return b"".join(self.vocab.token_bytes[t] for t in token_ids)
 
     # -- the model ---------------------------------------------------------------------------
 
-    def _forward(self, feeds: list[list[int]], keep: int = 1) -> torch.Tensor:
+    def forward(self, feeds: list[list[int]], keep: int = 1) -> torch.Tensor:
         """Run the model on each row's new tokens (right-aligned); the last ``keep`` positions' logits
         per row, ``[rows, keep, vocab]`` (speculative verification keeps K+1)."""
         width = max(len(f) for f in feeds)

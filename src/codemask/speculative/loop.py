@@ -68,7 +68,9 @@ def resolve_drafter(speculative: str | Drafter | None, *, uncertainty: bool) -> 
 
 
 class SpeculativeRunner:
-    """Runs one generation of ``loop`` (a ``codemask.generate._DecodingLoop``) speculatively."""
+    """Runs one generation of ``loop`` (a ``codemask.generate._DecodingLoop``) speculatively, through the
+    loop's public steps: ``forward`` (the model over new tokens), ``advance`` (commit a picked token),
+    ``jump_forward`` and ``bytes_of``."""
 
     def __init__(self, loop: Any, drafter: Drafter, params: SamplingParams,
                  generator: torch.Generator | None) -> None:
@@ -99,7 +101,7 @@ class SpeculativeRunner:
             width = max(len(d) for d in drafts.values()) + 1
             chunk = [feeds[i] + drafts[i] if i in drafts else [loop.pad_id] for i in range(len(loop.rows))]
             timed = time.perf_counter()
-            logits = loop._forward(chunk, keep=width)
+            logits = loop.forward(chunk, keep=width)
             if loop.cache.get_seq_length() > max(len(c) for c in chunk):  # not the prefill
                 self.cost.record(max(len(c) for c in chunk), time.perf_counter() - timed)
             rows = torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active])
@@ -144,11 +146,11 @@ class SpeculativeRunner:
                 out.append(token)
                 j += 1
                 continue
-            tokens = self.loop._jump_forward(probe, token, _JUMP_BUDGET) if jump_forward else [token]
+            tokens = self.loop.jump_forward(probe, token, _JUMP_BUDGET) if jump_forward else [token]
             if not all(probe.accept_token(t) for t in tokens):
                 break
             out += tokens
-            aligned = self._realign(draft, j, self.loop._bytes_of(tokens))
+            aligned = self._realign(draft, j, self.loop.bytes_of(tokens))
             if aligned is None:
                 break
             j = aligned
@@ -191,7 +193,7 @@ class SpeculativeRunner:
         j = 0
         while True:
             token = decide(first + j, draft[j] if j < len(draft) else None)
-            tokens = loop._advance(index, token, *advance_args)
+            tokens = loop.advance(index, token, *advance_args)
             if row.finish_reason is not None or draft[j: j + len(tokens)] != tokens:
                 break
             j += len(tokens)
