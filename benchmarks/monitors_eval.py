@@ -10,10 +10,10 @@ only the prompt; the monitors (``codemask.monitors.for_workspace``) see the proj
 language server.
 
 Metrics per model and configuration (greedy, ``--max-new-tokens`` tokens, the generated text's first
-identifier; one cut off by the token limit counts as none): *match* — it is the answer; *exists* —
-of the member and import names generated, the share that exist (the oracle is a different server
-from the monitors': jedi's completions at the prompt, so a monitor is not judged by itself; with
-``--servers jedi`` it is); *bad names* — how many do not;
+identifier after leading whitespace; one cut off by the token limit counts as none): *match* — it
+is the answer; *exists* — of the member and import names generated, the share that exist (the
+oracle is a different server from the monitors': jedi's completions at the prompt, so a monitor is
+not judged by itself; with ``--servers jedi`` it is); *bad names* — how many do not;
 latency — the monitors' wall time per monitored step (server round-trips and masks, overlapped with
 the forward pass), how long decoding waited for them per monitored step, server requests and their
 median round-trip, timeouts; *call arity ok* — of the call tasks, the share whose generated call closes
@@ -204,10 +204,11 @@ def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None
         out = constrained_generate(model, tokenizer, task.prompt, monitors=monitors,
                                    max_new_tokens=call_tokens if task.kind == "call" else max_new_tokens)
         seconds = time.perf_counter() - started
-        match = _IDENTIFIER.match(out.text)
-        complete = match is not None and match.end() < len(out.text)  # not cut by max_new_tokens
+        written = out.text.lstrip()  # a keyword argument may start on the next line
+        match = _IDENTIFIER.match(written)
+        complete = match is not None and match.end() < len(written)  # not cut by max_new_tokens
         name = match.group() if match and complete else ""
-        keyword_form = task.kind != "keyword" or bool(re.match(r"[A-Za-z_]\w*\s*=(?!=)", out.text))
+        keyword_form = task.kind != "keyword" or bool(re.match(r"[A-Za-z_]\w*\s*=(?!=)", written))
         s = out.stats
         outputs.append({
             "project": task.project, "kind": task.kind, "answer": task.answer, "text": out.text, "name": name,

@@ -366,8 +366,8 @@ class CallArgumentMonitor(Monitor):
         return masks.keywords(names, (argument.group("partial") or "").encode("utf-8"))
 
     def _arity_masks(self, shape: CallShape, arguments: Arguments, masks: NameMasks) -> list[np.ndarray | None]:
-        """The ``,`` / keyword-only / ``)`` masks (see the class docstring); positional parameters
-        left unfilled by a positional argument being written still count as taken for ``,``."""
+        """The ``,`` / keyword-only / ``)`` masks (see the class docstring). For ``,`` the argument
+        being written counts when it is a positional one: the comma would come after it."""
         out: list[np.ndarray | None] = []
         left = open_keywords(shape, arguments, count_current=True)
         if positional_full(shape, arguments, count_current=True) and left is not None and not left:
