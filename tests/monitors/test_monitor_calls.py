@@ -60,6 +60,11 @@ def test_arity_masks_commas_and_closing_parentheses(monitors: list[Monitor], mai
     assert not allowed(call, q + "1.0, discount_rate=2", vocab, ")")[")"]  # quantity still missing
     assert allowed(call, q + 'f(1, 2, 3), "a,b"', vocab, ",")[","]  # nested commas do not count
     assert allowed(call, q + "*xs", vocab, ")", ",") == {")": True, ",": True}  # unpacking: count unknown
+    assert allowed(call, q + "1.0, 2, key=lambda a, b", vocab, ",")[","]  # a lambda's commas: count unknown
+    assert allowed(call, q + "1.0, lambda a, b: a", vocab, ",")[","]
+    assert allowed(call, "def quote_price(a, b, c, d", vocab, ",", ")") == {",": True, ")": True}  # no call
+    inner = allowed(call, main_prefix + "quote_price(1.0, 2, 0.1 + inv.total_quantity(", vocab, ")", ",")
+    assert inner == {")": True, ",": False}  # the inner call takes no argument
 
 
 def test_after_the_positional_parameters_only_keywords(monitors: list[Monitor], main_prefix: str,

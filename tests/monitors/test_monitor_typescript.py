@@ -78,6 +78,8 @@ def test_call_arity(monitors: dict[str, Monitor], vocab: tuple[dict[bytes, int],
     assert allowed(call, HEAD + 'new Inventory("a", 2', vocab, ")", ",") == {")": True, ",": False}
     assert allowed(call, HEAD + "Math.max(1, 2", vocab, ",", wait=False) == {",": True}  # ...values
     assert allowed(call, HEAD + "quotePrice(...xs", vocab, ")", ",", wait=False) == {")": True, ",": True}
+    generic = allowed(call, HEAD + "quotePrice(1, new Map<string, number>().size", vocab, ",", wait=False)
+    assert generic == {",": True}  # a comma inside type arguments: count unknown
 
 
 def test_new_allows_what_may_be_constructed(monitors: dict[str, Monitor],

@@ -26,8 +26,9 @@ class CallSyntax:
     ``optional``: a parameter label with a default (or TypeScript's ``?``); ``keyword_only``: a
     marker between parameters after which they are keyword-only (Python's bare ``*``);
     ``positional_only``: a marker before which they are positional-only (``/``);
-    ``keyword_argument``: an argument written as ``name=value``; ``unpacking``: an argument whose
-    count is unknown (``*xs``, ``**kw``, ``...xs``).
+    ``keyword_argument``: an argument written as ``name=value``; ``unpacking``: an argument after
+    which the count is unknown (``*xs``, ``**kw``, ``...xs``; also what holds commas the split at
+    top-level commas cannot see: a ``lambda a, b:``, TypeScript's ``Map<K, V>``).
     """
 
     keyword_arguments: bool
@@ -180,19 +181,17 @@ def read_arguments(parts: list[str], syntax: CallSyntax) -> Arguments:
     positional, keywords, unknown = 0, set(), False
     for part in done:
         keyword = syntax.keyword_argument.match(part)
-        if keyword:
-            keywords.add(keyword.group("name"))
-        elif syntax.unpacking.match(part):
+        if syntax.unpacking.match(part):
             unknown = True
+        elif keyword:
+            keywords.add(keyword.group("name"))
         elif part.strip():
             positional += 1
     keyword = syntax.keyword_argument.match(current)
     if keyword:
         keywords.add(keyword.group("name"))
-    stripped = current.strip()
-    current_positional = bool(stripped) and keyword is None and not syntax.unpacking.match(current)
-    if syntax.unpacking.match(current):
-        unknown = True
+    unknown = unknown or bool(syntax.unpacking.match(current))
+    current_positional = bool(current.strip()) and keyword is None and not unknown
     return Arguments(positional, frozenset(keywords), current, current_positional, unknown)
 
 
