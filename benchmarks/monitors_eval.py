@@ -11,9 +11,10 @@ language server.
 
 Metrics per model and configuration (greedy, ``--max-new-tokens`` tokens, the generated text's first
 identifier after leading whitespace; one cut off by the token limit counts as none): *match* — it
-is the answer; *exists* — of the member and import names generated, the share that exist (the
-oracle is a different server from the monitors': jedi's completions at the prompt, so a monitor is
-not judged by itself; with ``--servers jedi`` it is); *bad names* — how many do not;
+is the answer; *exists* — of the member, import (and ``new``) names generated, the share that exist
+(the oracle is a different server from the monitors': jedi's completions at the prompt, so a monitor
+is not judged by itself; with ``--servers jedi`` it is; TypeScript has only
+typescript-language-server, which judges itself); *bad names* — how many do not;
 latency — the monitors' wall time per monitored step (server round-trips and masks, overlapped with
 the forward pass), how long decoding waited for them per monitored step, server requests and their
 median round-trip, timeouts; *call arity ok* — of the call tasks, the share whose generated call closes
@@ -23,6 +24,10 @@ Configurations: ``none`` and one per ``--servers`` entry.
 
 Targets (issue 6): 0 bad names when the server answers; match >= 10 points above ``none``; warm
 per-step overhead <= 2 ms (pyrefly, ty) and <= 15 ms (jedi).
+
+TypeScript (``--language typescript``): the projects in ``benchmarks/data/monitors_ts/<project>/``
+(``lib/*.ts`` and ``app.ts``), tasks found by regex (member accesses, names in ``import { }`` — with
+the rest of the line as the monitors' suffix —, calls, names after ``new``).
 
 Usage: .venv/bin/python benchmarks/monitors_eval.py [--models smollm2,qwen-coder] [--servers pyrefly,jedi]
        [--max-new-tokens 10] [--call-tokens 24] [--kinds member,import,keyword,call] [--every K]
@@ -59,6 +64,7 @@ from update_readme import plot_model_panels, publish
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "benchmarks" / "data" / "monitors"
+DATA_TS = ROOT / "benchmarks" / "data" / "monitors_ts"
 ORACLE = "jedi"
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
@@ -72,9 +78,15 @@ class Task:
     answer: str
     valid: list[str]
     signature: dict[str, Any] | None = None  # call tasks: the oracle's SignatureHelp
+    language: str = "python"
+    suffix: str = ""  # the text after the cursor the monitors see (TypeScript imports need the module)
 
 
-KINDS = ("member", "import", "keyword", "call")
+KINDS = ("member", "import", "keyword", "call", "new")
+
+
+def data_dir(language: str) -> Path:
+    return DATA_TS if language == "typescript" else DATA
 
 
 # -- tasks ---------------------------------------------------------------------------------------
@@ -153,10 +165,12 @@ def build_tasks() -> list[Task]:
 CALL_SYNTAX = CallSyntax.from_trigger(language_spec("python").triggers["call"])
 
 
-def call_accepted(arguments: str, signature: dict[str, Any] | None) -> bool:
+def call_accepted(arguments: str, task: Task) -> bool:
     """Whether ``arguments`` (generated after a call's ``(``) close the call with arguments the
     signature accepts; an argument list left open, or one with unpacking, is not accepted."""
-    shape = call_shape(signature, CALL_SYNTAX)
+    if task.language == "typescript":
+        return ts_call_accepted(arguments, task.signature)
+    shape = call_shape(task.signature, CALL_SYNTAX)
     call = _closed_call(arguments)
     if shape is None or shape.parameters is None or call is None:
         return False
@@ -187,6 +201,109 @@ def _fits(shape: CallShape, positional: int, keywords: list[str]) -> bool:
     return all(p.name in taken or p.name in keywords for p in shape.parameters if p.required)
 
 
+# -- TypeScript ----------------------------------------------------------------------------------
+
+TS_SYNTAX = CallSyntax.from_trigger(language_spec("typescript").triggers["call"])
+_TS_DECLARED = re.compile(r"(?:class|function|enum|interface|const)\s+(\w+)|public\s+(\w+)"
+                          r"|^\s+(?:private\s+|readonly\s+)*(\w+)\s*[(:=]", re.M)
+_TS_ENUM = re.compile(r"enum\s+\w+\s*\{([^}]*)\}")
+_TS_FIELDS = re.compile(r"interface\s+\w+\s*\{([^}]*)\}")
+
+
+def ts_defined_names(lib: Path) -> set[str]:
+    """Names the TypeScript library declares (classes, functions, members, enum members), by regex."""
+    names: set[str] = set()
+    for path in lib.rglob("*.ts"):
+        text = path.read_text(encoding="utf-8")
+        names.update(next(g for g in m.groups() if g) for m in _TS_DECLARED.finditer(text))
+        for block in [*_TS_ENUM.findall(text), *_TS_FIELDS.findall(text)]:
+            names.update(re.findall(r"(\w+)\s*(?:[,:}]|$)", block))
+    return names - {"constructor", "return", "const", "this"}
+
+
+def ts_candidates(text: str, names: set[str]) -> list[tuple[str, int, str, str]]:
+    """(kind, offset, name, suffix) for the first use of each library name per kind in ``text``
+    (before its template literal: the monitors are silent inside strings)."""
+    end = text.index("return `") if "return `" in text else len(text)
+    found: dict[tuple[str, str], tuple[int, str]] = {}
+    for m in re.finditer(r"^import\s*\{([^}]*)\}\s*from", text, re.M):
+        for name in re.finditer(r"\w+", m.group(1)):
+            at = m.start(1) + name.start()
+            found.setdefault(("import", name.group()), (at, text[at + len(name.group()):]))
+    for m in re.finditer(r"new\s+(\w+)", text[:end]):
+        found.setdefault(("new", m.group(1)), (m.start(1), ""))
+    for m in re.finditer(r"(?<=[\w)\]]\.)(\w+)", text[:end]):
+        found.setdefault(("member", m.group(1)), (m.start(1), ""))
+    for m in re.finditer(r"(\w+)\(", text[:end]):
+        found.setdefault(("call", m.group(1)), (m.end(), ""))
+    return sorted((kind, at, name, suffix) for (kind, name), (at, suffix) in found.items() if name in names)
+
+
+def build_ts_tasks() -> list[Task]:
+    """TypeScript tasks from ``benchmarks/data/monitors_ts``; valid names and signatures from
+    typescript-language-server itself (the only TypeScript server here: it judges its own monitor)."""
+    tasks: list[Task] = []
+    for project in sorted(p for p in DATA_TS.iterdir() if p.is_dir()):
+        text = (project / "app.ts").read_text(encoding="utf-8")
+        for kind, offset, name, suffix in ts_candidates(text, ts_defined_names(project / "lib")):
+            oracle = for_workspace(project, "app.ts", language="typescript", suffix=suffix, timeout_s=30.0)[0].file
+            prompt = text[:offset]
+            if kind == "call":
+                signature = _wait_for_answers(oracle, prompt, "textDocument/signatureHelp")
+                shape = call_shape(signature, TS_SYNTAX)
+                if shape is not None and shape.parameters is not None:
+                    tasks.append(Task(project.name, "app.ts", kind, prompt, name, [], signature, "typescript"))
+                continue
+            answer = completion_names(_wait_for_answers(oracle, prompt))
+            valid = sorted(answer.names) if answer is not None else []
+            if name in valid:
+                tasks.append(Task(project.name, "app.ts", kind, prompt, name, valid, None, "typescript", suffix))
+    return tasks
+
+
+def _wait_for_answers(file: Any, prompt: str, method: str = "textDocument/completion") -> Any:
+    """The server's answer at ``prompt``, asked again while it is empty for up to 30 s (tsserver
+    answers nothing while it loads the project after a file is opened)."""
+    deadline = time.monotonic() + 30
+    while True:
+        result = file.request(method, prompt)
+        empty = not result or (isinstance(result, dict) and not (result.get("items") or result.get("signatures")))
+        if not empty or time.monotonic() > deadline:
+            return result
+        time.sleep(0.3)
+
+
+def ts_call_accepted(arguments: str, signature: dict[str, Any] | None) -> bool:
+    """Whether a generated TypeScript argument list closes with an argument count the signature takes."""
+    shape = call_shape(signature, TS_SYNTAX)
+    parts = _ts_closed_arguments(arguments)
+    if shape is None or shape.parameters is None or parts is None or any(p.strip().startswith("...") for p in parts):
+        return False
+    count = len([p for p in parts if p.strip()])
+    required = sum(p.required for p in shape.parameters)
+    return required <= count and (shape.max_positional is None or count <= shape.max_positional)
+
+
+def _ts_closed_arguments(text: str) -> list[str] | None:
+    """The top-level arguments up to the ``)`` that closes the call, or None if it stays open."""
+    depth, quote, parts, begin = 0, "", [], 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote and text[i - 1] != "\\" else quote
+        elif char in "\"'`":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return [*parts, text[begin:i]]
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[begin:i])
+            begin = i + 1
+    return None
+
+
 # -- runs ----------------------------------------------------------------------------------------
 
 
@@ -197,7 +314,8 @@ def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None
     for task in tasks:
         monitors = None
         if server is not None:
-            monitors = for_workspace(DATA / task.project, task.file, server=server)
+            monitors = for_workspace(data_dir(task.language) / task.project, task.file, language=task.language,
+                                     server=server, suffix=task.suffix)
             server_state = monitors[0].file.server
             seen = server_state.answered
         started = time.perf_counter()
@@ -212,7 +330,7 @@ def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None
         s = out.stats
         outputs.append({
             "project": task.project, "kind": task.kind, "answer": task.answer, "text": out.text, "name": name,
-            "match": name == task.answer if task.kind != "call" else call_accepted(out.text, task.signature),
+            "match": name == task.answer if task.kind != "call" else call_accepted(out.text, task),
             "named": bool(name) and keyword_form,
             "exists": name in task.valid, "seconds": seconds, "tokens": s.generated_tokens,
             "monitor_steps": s.monitor_steps, "monitor_queries": s.monitor_queries,
@@ -231,7 +349,7 @@ def _last_latencies_ms(server: Any, seen: int) -> list[float]:
 def summarise(outputs: list[dict[str, Any]]) -> dict[str, Any]:
     """The configuration's figures; *match* is over the name tasks (a call task's ``match`` is
     whether its call was accepted, reported as ``match_by_kind["call"]``)."""
-    named = [o for o in outputs if o["named"] and o["kind"] in ("member", "import")]
+    named = [o for o in outputs if o["named"] and o["kind"] in ("member", "import", "new")]
     names = [o for o in outputs if o["kind"] != "call"]
     steps = sum(o["monitor_steps"] for o in outputs)
     server_ms = [x for o in outputs for x in o["server_ms"]]
@@ -265,7 +383,9 @@ def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: 
     configs: dict[str, Any] = {"none": run_config(model, tokenizer, tasks, None, max_new_tokens, call_tokens)}
     print(name, "none", json.dumps(configs["none"]["summary"]), flush=True)
     for server in servers:
-        for_workspace(DATA / tasks[0].project, tasks[0].file, server=server)  # started and warm before timing
+        first = tasks[0]  # the server started and warm (its project loaded) before timing
+        _wait_for_answers(for_workspace(data_dir(first.language) / first.project, first.file,
+                                        language=first.language, server=server)[0].file, first.prompt)
         configs[server] = run_config(model, tokenizer, tasks, server, max_new_tokens, call_tokens)
         print(name, server, json.dumps(configs[server]["summary"]), flush=True)
     kinds = {k: sum(t.kind == k for t in tasks) for k in KINDS}
@@ -279,25 +399,27 @@ def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: 
 def markdown(report: dict[str, Any]) -> str:
     sizes = "; ".join(f"{e['model']}: {e['tasks']} tasks ({e['task_kinds']['member']} member accesses, "
                       f"{e['task_kinds']['import']} imported names, {e['task_kinds']['keyword']} keyword arguments, "
-                      f"{e['task_kinds'].get('call', 0)} calls)"
+                      f"{e['task_kinds'].get('call', 0)} calls, {e['task_kinds'].get('new', 0)} after `new`)"
                       for e in report["models"])
+    typescript = report.get("language") == "typescript"
+    data, oracle = ("monitors_ts", "typescript-language-server") if typescript else ("monitors", "jedi")
     lines = [
         "### Monitors (`benchmarks/monitors_eval.py`)",
         "",
         f"{report['machine']}, {report['date']}; tasks from {report['projects']} projects in "
-        f"`benchmarks/data/monitors/` ({sizes}), greedy, the first identifier of "
+        f"`benchmarks/data/{data}/` ({sizes}), greedy, the first identifier of "
         f"{report['models'][0]['max_new_tokens']} new tokens; "
         + "; ".join(f"`{e.get('command', report.get('command'))}`" for e in report["models"])
         + ". *match*: it is the name in "
-        "the file; *exists* / *bad names*: member and import names generated that jedi finds / does not find "
+        f"the file; *exists* / *bad names*: member and import names generated that {oracle} finds / does not find "
         "at the prompt; *monitor ms/step*: the monitors' time per monitored step (mostly beside the forward "
         "pass); *wait ms/step*: how long decoding waited for them; *server ms*: request round-trip p50; "
         "*call arity ok*: generated calls whose arguments the callee accepts (— : no call tasks in that run). Outputs: "
         f"`benchmarks/results/{report.get('name', 'monitors_eval')}.json`.",
         "",
-        "| model | monitors | match | member | import | keyword | call arity ok | exists | bad names | "
+        "| model | monitors | match | member | import | keyword | new | call arity ok | exists | bad names | "
         "monitored steps | queries | timeouts | monitor ms/step | wait ms/step | server ms p50 | ms/token |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for entry in report["models"]:
         for config, data in entry["configs"].items():
@@ -305,7 +427,7 @@ def markdown(report: dict[str, Any]) -> str:
             by = r["match_by_kind"]
             lines.append(
                 f"| {entry['model']} | {config} | {r['match']:.0%} | {_pct(by['member'])} | {_pct(by['import'])} | "
-                f"{_pct(by['keyword'])} | {_pct(by.get('call'))} | {_pct(r['exists'])} | "
+                f"{_pct(by['keyword'])} | {_pct(by.get('new'))} | {_pct(by.get('call'))} | {_pct(r['exists'])} | "
                 f"{r['bad_names']}/{r['named']} | "
                 f"{r['monitor_steps']} | {r['monitor_queries']} | {r['monitor_timeouts']} | "
                 f"{r['monitor_ms_per_step']:.1f} | {r['wait_ms_per_step']:.1f} | {r['server_ms_p50']:.1f} | "
@@ -333,6 +455,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=10)
     parser.add_argument("--call-tokens", type=int, default=24, help="new tokens for a call task's arguments")
     parser.add_argument("--kinds", default=",".join(KINDS), help="task kinds to run")
+    parser.add_argument("--language", default="python", choices=["python", "typescript"],
+                        help="typescript: the projects in benchmarks/data/monitors_ts "
+                             "(--servers typescript-language-server)")
     parser.add_argument("--name", default="monitors_eval",
                         help="results name under benchmarks/results (a run of some kinds only keeps its own)")
     parser.add_argument("--every", type=int, default=1, help="use every k-th task (a subset for slow models)")
@@ -350,7 +475,8 @@ def main() -> None:
 
     started = time.time()
     kinds = set(args.kinds.split(","))
-    tasks = [t for t in build_tasks() if t.kind in kinds][:: args.every]
+    built = build_ts_tasks() if args.language == "typescript" else build_tasks()
+    tasks = [t for t in built if t.kind in kinds][:: args.every]
     print(f"{len(tasks)} tasks", flush=True)
     servers = [s for s in args.servers.split(",") if s]
     command = ".venv/bin/python " + " ".join(["benchmarks/monitors_eval.py", *sys.argv[1:]])
@@ -367,6 +493,7 @@ def main() -> None:
         "models": [e for e in previous if e["model"] not in names] + fresh,
         "wall_s": time.time() - started,
         "name": args.name,
+        "language": args.language,
     }
     shutdown_all()
     render(report, args.update_readme, write_json=True, name=args.name)

@@ -101,6 +101,8 @@ def test_import_names_need_the_module_after_the_cursor(ts_project: Path,
     assert merged == {" Color": True, " Inv": True, " Person": False, " }": True}
     again = allowed(imports, "import { Color,", vocab, " Color", " Inv", " Shape")
     assert again == {" Color": False, " Inv": True, " Shape": True}  # the server leaves out what is imported
+    later = allowed(imports, "import { Color, ", vocab, "Color", "Inv")
+    assert later == {"Color": False, "Inv": True}  # and so does the monitor, asking where the list starts
     alone = for_workspace(ts_project, "third.ts", language="typescript")  # no `from "m"` after the cursor
     silent = next(m for m in alone if type(m).__name__ == "ImportNameMonitor")
     assert silent.masks("import { ", vocab[1]) == []

@@ -247,7 +247,8 @@ class _NameMonitor(Monitor):
             ask_at = len(text) - len(tail) + at.start("ask") if "ask" in self._at.groupindex else len(text) - len(typed)
             answer = self.ask("textDocument/completion", text[:ask_at], text[ask_at:], self._parser(tail))
             if answer is not None and answer.names:
-                mask = masks.allowed(answer.names, typed.encode("utf-8"), free=self._free)
+                names = _not_listed(answer.names, at.group("ask") if "ask" in self._at.groupindex else "")
+                mask = masks.allowed(names, typed.encode("utf-8"), free=self._free)
                 typed_is_name = not typed or typed in answer.names  # `{ a,` + ` b`: probe after a comma
                 if mask is not None:
                     out.append(mask)
@@ -269,6 +270,13 @@ class _NameMonitor(Monitor):
         if match is None or (not self.probe_after_keyword and match.group() in self.language.keywords):
             return False
         return self._no_probe is None or self._no_probe.search(tail) is None
+
+
+def _not_listed(names: tuple[str, ...], listed: str) -> list[str]:
+    """``names`` without those already in the list typed since the server was asked (``from m import
+    a, ▯``: not ``a`` again; TypeScript refuses a duplicate import)."""
+    taken = set(_NAME.findall(listed))
+    return [n for n in names if n not in taken]
 
 
 class MemberAccessMonitor(_NameMonitor):
