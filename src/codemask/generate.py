@@ -286,7 +286,8 @@ class _DecodingLoop:
             chosen = self.pipeline.process(logits[active], layout).tolist()
             feeds = [[self.pad_id] for _ in self.rows]
             for i, token in zip(active, chosen, strict=True):
-                feeds[i] = self.advance(i, int(token), max_new_tokens, stops, jump_forward, on_token)
+                feeds[i] = self.adopt_continuation(i, self.advance(i, int(token), max_new_tokens, stops,
+                                                                   jump_forward, on_token))
                 if self.rows[i].finish_reason is not None:
                     self.rows[i].stats.wall_time_s = time.perf_counter() - started
         self.record_times(started)
@@ -331,6 +332,17 @@ class _DecodingLoop:
         elif len(row.token_ids) >= max_new_tokens:
             row.finish_reason = "length"
         return tokens
+
+    def adopt_continuation(self, index: int, committed: list[int]) -> list[int]:
+        """What to feed after committing ``committed``: all of it, or only its last token when the
+        selector hands over a KV cache that holds the rest already (AdaDec's rollout computed it)."""
+        if len(self.rows) != 1 or len(committed) < 2 or self.rows[index].finish_reason is not None:
+            return committed
+        handed = self.pipeline.selector.continuation_cache(index, committed)
+        if handed is None:
+            return committed
+        self.cache, self.attention = handed
+        return committed[-1:]
 
     def _continued(self, row: _Row, token: int, known: list[int], stops: list[bytes], jump_forward: bool) -> list[int]:
         """``token`` and the selector's ``known`` next picks, up to where plain decoding would part

@@ -14,6 +14,7 @@ from codemask import Grammar, GrammarMatcher, constrained_generate
 from codemask.adadec import AdaDec, KVBranch
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
 from codemask.decoding.pipeline import StepLayout
+from codemask.generate import _DecodingLoop
 from tests.conftest import chat
 
 pytestmark = pytest.mark.slow
@@ -164,3 +165,26 @@ def test_reused_lookahead_gives_the_same_output_in_fewer_forward_passes(smollm2:
     assert reused.stats.pauses == plain.stats.pauses
     assert reused.stats.steps == plain.stats.steps
     assert reused.stats.forward_passes < plain.stats.forward_passes
+
+
+def test_a_single_sequence_continues_from_the_rollout_cache(smollm2: tuple[Any, Any],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one sequence the loop takes over the chosen rollout's KV cache: after the prompt it
+    never feeds more than one token, though it commits several at once — and decodes the same."""
+    model, tokenizer = smollm2
+    prompt = chat(tokenizer, CODE_REQUEST)
+    plain = constrained_generate(model, tokenizer, prompt, max_new_tokens=48,
+                                 uncertainty=AdaDec(threshold=0.8, reuse_lookahead=False))
+    widths: list[int] = []
+    forward = _DecodingLoop.forward
+
+    def recording(self: _DecodingLoop, feeds: list[list[int]], keep: int = 1) -> torch.Tensor:
+        widths.append(max(len(f) for f in feeds))
+        return forward(self, feeds, keep)
+
+    monkeypatch.setattr(_DecodingLoop, "forward", recording)
+    reused = constrained_generate(model, tokenizer, prompt, max_new_tokens=48,
+                                  uncertainty=AdaDec(threshold=0.8))
+    assert reused.token_ids == plain.token_ids
+    assert reused.stats.steps > reused.stats.forward_passes  # continuations were committed
+    assert widths[1:] and max(widths[1:]) == 1

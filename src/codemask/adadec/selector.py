@@ -38,37 +38,79 @@ from codemask.decoding.pipeline import Selector, Stage, StepLayout
 from codemask.decoding.sampling import SamplingSelector
 
 
+# On a CPU, MKL's sgemm runs a product with 2 or 3 rows as that many matrix-vector products and blocks
+# from 4 rows on: one Qwen2.5-0.5B decoding step costs 1.0 / 2.0 / 2.7 / 1.8 single-row steps for
+# 1 / 2 / 3 / 4 rows (fp32, one thread, AVX-512, MKL 2024.2, torch 2.13). A branch of 2 or 3 rows is
+# therefore padded with copies of its first row to this many.
+CPU_MIN_BLOCKED_ROWS = 4
+
+
 class KVBranch:
     """A fork of the decoding loop's KV cache for some of its rows, extended one token per row at a time.
 
     ``rows[i]`` is the batch row of the loop's cache that branch row ``i`` continues. The loop's cache
-    tensors are only read: selecting rows makes new tensors and every ``step`` concatenates.
+    tensors are only read: selecting rows makes new tensors and every ``step`` concatenates. On a CPU a
+    branch of 2–3 rows carries padding rows (copies of its first row, see ``CPU_MIN_BLOCKED_ROWS``):
+    a 4-row step is a third cheaper there than a 3-row one.
     """
 
     def __init__(self, model: Any, cache: Any, attention: torch.Tensor, rows: Sequence[int]) -> None:
         self.model = model
-        index = torch.tensor(list(rows), dtype=torch.long, device=attention.device)
         self.cache = copy.copy(cache)
         self.cache.layers = [copy.copy(layer) for layer in cache.layers]
+        self.rows = len(rows)
+        index = self._padded(rows, attention.device)
         self.cache.batch_select_indices(index)
         self.attention = attention.index_select(0, index)
 
+    def _padded(self, indices: Sequence[int], device: torch.device) -> torch.Tensor:
+        """``indices`` and, on a CPU when they are 2 or 3, copies of the first up to the blocked width."""
+        padded = list(indices)
+        if device.type == "cpu" and 1 < len(padded) < CPU_MIN_BLOCKED_ROWS:
+            padded += [padded[0]] * (CPU_MIN_BLOCKED_ROWS - len(padded))
+        return torch.tensor(padded, dtype=torch.long, device=device)
+
     def keep(self, indices: Sequence[int]) -> None:
         """Drop every branch row but ``indices`` (in that order)."""
-        index = torch.tensor(list(indices), dtype=torch.long, device=self.attention.device)
+        self.rows = len(indices)
+        index = self._padded(indices, self.attention.device)
         self.cache.batch_select_indices(index)
         self.attention = self.attention.index_select(0, index)
 
+    def prefix(self, row: int, length: int) -> tuple[Any, torch.Tensor]:
+        """Branch row ``row`` alone, cut to its first ``length`` positions: a cache and attention mask
+        the decoding loop can continue from (this branch is spent afterwards)."""
+        self.keep([row])
+        extra = self.cache.get_seq_length() - length
+        if extra > 0:
+            self.cache.crop(-extra)
+        return self.cache, self.attention[:, :length]
+
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per branch row (a long tensor); the next-token logits ``[rows, vocab]`` (float32)."""
-        ones = torch.ones((self.attention.shape[0], 1), dtype=self.attention.dtype, device=self.attention.device)
+        width = self.attention.shape[0]
+        tokens = tokens.view(-1).to(self.attention.device)
+        if width > self.rows:
+            tokens = torch.cat([tokens, tokens[:1].expand(width - self.rows)])
+        ones = torch.ones((width, 1), dtype=self.attention.dtype, device=self.attention.device)
         self.attention = torch.cat([self.attention, ones], dim=1)
         positions = (self.attention.cumsum(-1) - 1)[:, -1:]
         with torch.inference_mode():
-            out = self.model(input_ids=tokens.view(-1, 1).to(self.attention.device), attention_mask=self.attention,
+            out = self.model(input_ids=tokens.view(-1, 1), attention_mask=self.attention,
                              position_ids=positions, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         self.cache = out.past_key_values
-        return out.logits[:, -1, :].float()
+        return out.logits[: self.rows, -1, :].float()
+
+
+@dataclass
+class _Handoff:
+    """Where the chosen rollout of a sequence sits in the rollouts' KV branch: its row, the length
+    of the loop's cache the branch forked from, and the tokens the branch has fed for it."""
+
+    branch: KVBranch
+    row: int
+    base_length: int
+    fed: list[int]
 
 
 @dataclass
@@ -110,6 +152,7 @@ class AdaDecSelector(Selector):
         self._loop: Any = None
         self.reuse = config.reuse_lookahead and isinstance(base, SamplingSelector) and base.params.greedy
         self._continuations: dict[int, list[int]] = {}
+        self._handoffs: dict[int, _Handoff] = {}
 
     @classmethod
     def for_generation(cls, config: AdaDec, model: Any, base: Selector, stages: Sequence[Stage], vocab: Any,
@@ -131,6 +174,7 @@ class AdaDecSelector(Selector):
     # -- the step ----------------------------------------------------------------------------
 
     def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
+        self._handoffs.clear()
         chosen = self.base.select(logits, layout)
         paused = [r for r in self.paused_rows(logits).tolist() if layout.offsets[r] == 0]  # the host sync
         if not paused:
@@ -169,8 +213,9 @@ class AdaDecSelector(Selector):
             for token, value in options:
                 rollouts.append(_Rollout(r, layout.sequences[r], [token], value,
                                          alive=self._continues(token, candidate=True)))
+        branch: tuple[KVBranch, list[_Rollout], int] | None = None
         if rollouts and self.config.lookahead_tokens > 0 and any(o.alive for o in rollouts):
-            self._roll_out(rollouts)
+            branch = self._roll_out(rollouts)
         by_row: dict[int, _Rollout] = {}
         for o in rollouts:  # the first (highest-ranked) candidate wins ties
             if o.logits_row not in by_row or o.mean > by_row[o.logits_row].mean:
@@ -179,10 +224,21 @@ class AdaDecSelector(Selector):
             best[r] = o.tokens[0]
             if self.reuse:
                 self._continuations[o.sequence] = self._greedy_prefix(o)
+                if branch is not None and o.alive and o in branch[1]:
+                    self._handoffs[o.sequence] = _Handoff(branch[0], branch[1].index(o), branch[2], o.tokens[:-1])
         return best
 
     def known_continuation(self, sequence: int) -> list[int]:
         return self._continuations.pop(sequence, [])
+
+    def continuation_cache(self, sequence: int, committed: Sequence[int]) -> tuple[Any, torch.Tensor] | None:
+        """The rollout branch's cache for the chosen candidate, cut after ``committed[:-1]``: the
+        rollout fed those very tokens already, so the loop need not feed them again."""
+        handoff = self._handoffs.pop(sequence, None)
+        if handoff is None or len(committed) - 1 > len(handoff.fed) or \
+                list(committed[:-1]) != handoff.fed[:len(committed) - 1]:
+            return None
+        return handoff.branch.prefix(handoff.row, handoff.base_length + len(committed) - 1)
 
     def _greedy_prefix(self, rollout: _Rollout) -> list[int]:
         """The rollout tokens after the candidate that plain AdaDec picks next itself: greedy picks
@@ -202,12 +258,14 @@ class AdaDecSelector(Selector):
             return False
         return candidate or self.config.lookahead != "line" or b"\n" not in self.token_bytes[token]
 
-    def _roll_out(self, rollouts: list[_Rollout]) -> None:
-        """Extend every live rollout greedily, one batched forward pass per lookahead step."""
+    def _roll_out(self, rollouts: list[_Rollout]) -> tuple[KVBranch, list[_Rollout], int]:
+        """Extend every live rollout greedily, one batched forward pass per lookahead step. Returns
+        the branch, the rollouts still in it (in its row order) and the cache length it forked at."""
         if self._loop is None or self._loop.cache is None or self._loop.attention is None:
             raise RuntimeError("AdaDecSelector needs attach(loop) before it can look ahead")
         live = [o for o in rollouts if o.alive]
         branch = KVBranch(self._loop.model, self._loop.cache, self._loop.attention, [o.sequence for o in live])
+        base_length = int(self._loop.attention.shape[1])
         device = self._loop.attention.device
         for _ in range(self.config.lookahead_tokens):
             feed = torch.tensor([o.tokens[-1] for o in live], dtype=torch.long, device=device)
@@ -241,3 +299,4 @@ class AdaDecSelector(Selector):
             if len(keep) < len(live):
                 branch.keep(keep)
                 live = [live[j] for j in keep]
+        return branch, live, base_length

@@ -26,6 +26,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -104,6 +105,13 @@ class Selector(ABC):
         """Tokens the selector already knows it would pick after its last choice for ``sequence``
         (the loop may commit them with that choice); asking forgets them. Default: none."""
         return []
+
+    def continuation_cache(self, sequence: int, committed: Sequence[int]) -> tuple[Any, torch.Tensor] | None:
+        """A KV cache and attention mask that already hold all of ``committed`` (the choice and its
+        known continuation, as the loop committed them) but the last token, for a loop that decodes
+        ``sequence`` alone — so that it feeds one token instead of all of them. ``None`` when the
+        selector has no such cache (the default); asking forgets it."""
+        return None
 
 
 class Pipeline:
