@@ -17,8 +17,10 @@ the end of the line.
 
 With greedy decoding the chosen candidate's rollout is what plain AdaDec decodes next, as long as
 the entropy stays below τ (no pause) and no stop token comes: those tokens are offered to the loop
-(`known_continuation`), which commits them with the candidate and feeds them in one forward pass
-instead of one pass each — most of what a pause costs comes back.
+(`known_continuation`), which commits them with the candidate. A loop that decodes one sequence
+also takes over the rollout's KV cache for them (`continuation_cache`), so it feeds only the last
+committed token; a batch feeds them in one forward pass. Either way most of what a pause costs comes
+back.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from codemask.adadec.config import AdaDec
 from codemask.adadec.entropy import entropy
 from codemask.decoding.pipeline import Selector, Stage, StepLayout
 from codemask.decoding.sampling import SamplingSelector
-
 
 # On a CPU, MKL's sgemm runs a product with 2 or 3 rows as that many matrix-vector products and blocks
 # from 4 rows on: one Qwen2.5-0.5B decoding step costs 1.0 / 2.0 / 2.7 / 1.8 single-row steps for
