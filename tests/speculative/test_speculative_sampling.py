@@ -45,57 +45,26 @@ def test_a_draft_outside_the_support_is_always_resampled() -> None:
 
 def test_draft_length_follows_acceptance_and_cost() -> None:
     length = DraftLength(maximum=16)
-    assert 1 <= length.choose(0.1) <= 4  # no evidence yet: short drafts
+    assert length.choose(0.1) <= 4  # no evidence yet: short drafts
     for _ in range(6):
         length.update(8, 8)
     assert length.choose(0.1) == 16  # long confirmed runs: the maximum
     assert length.choose(0.0) == 16 and length.choose(1.0) < 16  # a costly width drafts less
-    assert length.choose(0.0, step_ratio=0.7) == 16  # a fixed surcharge is worth paying for long runs
-    for _ in range(12):
+    for _ in range(6):
         length.update(4, 0)
-    # drafts keep failing: no length pays for the width, so none is drafted, but every 8th step probes
-    choices = [length.choose(0.1) for _ in range(16)]
-    assert choices == ([0] * 7 + [1]) * 2
-    length.update(0, 0)  # a pass without a draft tells nothing
-    assert length.choose(0.1) == 0
-
-
-def test_a_step_in_the_cost_of_width_stops_drafts_that_confirm_little() -> None:
-    """On a CPU any pass wider than one token costs ~1.7 one-token passes (MKL's GEMM against its
-    matrix-vector product): a draft whose tokens are confirmed 40% of the time is then not worth
-    making, though with no step it would be."""
-    length = DraftLength(maximum=8)
-    for _ in range(8):
-        length.update(2, 0)
-        length.update(2, 1)
-    assert 0.3 < length.acceptance < 0.45
-    assert length.choose(0.02) >= 1
-    assert length.choose(0.02, step_ratio=0.7) == 0
+    assert length.choose(0.1) == 1  # drafts keep failing: the minimum
+    length.update(0, 0)
+    assert length.choose(0.1) == 1
 
 
 def test_pass_cost_compares_median_narrow_and_wide_passes() -> None:
     cost = PassCost(prior=0.25)
-    assert cost.extra_token_ratio() == 0.25 and cost.step_ratio() == 0.0
-    for tokens in (1, 2, 1, 8, 8, 8, 1, 3, 2):
+    assert cost.extra_token_ratio() == 0.25
+    for tokens in (1, 2, 1, 8, 8, 8):
         cost.record(tokens, 0.1 + 0.02 * (tokens - 1))
     cost.record(8, 9.0)  # a pass slowed down by another process: the median ignores it
     assert abs(cost.extra_token_ratio() - 0.2) < 1e-9
-    assert abs(cost.step_ratio()) < 1e-9  # linear in the width: no step
     spiky = PassCost()
     for tokens, seconds in ((1, 0.1), (1, 0.1), (1, 0.1), (8, 5.0), (8, 5.0), (8, 5.0)):
         spiky.record(tokens, seconds)
     assert spiky.extra_token_ratio() == spiky.cap
-
-
-def test_pass_cost_separates_the_step_from_the_slope() -> None:
-    """The shape measured on one CPU core with Qwen2.5-Coder-0.5B: 1 token 139 ms, 2 tokens 239 ms,
-    8 tokens 241 ms."""
-    cost = PassCost()
-    for tokens, seconds in [(1, 0.139), (2, 0.239), (8, 0.241)] * 3:
-        cost.record(tokens, seconds)
-    assert cost.extra_token_ratio() < 0.01
-    assert 0.7 < cost.step_ratio() < 0.73
-    only_single_and_wide = PassCost()
-    for tokens, seconds in [(1, 0.1), (7, 0.16)] * 3:
-        only_single_and_wide.record(tokens, seconds)
-    assert only_single_and_wide.step_ratio() == 0.0 and abs(only_single_and_wide.extra_token_ratio() - 0.1) < 1e-9

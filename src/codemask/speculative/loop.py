@@ -95,7 +95,7 @@ class SpeculativeRunner:
             active = [i for i, row in enumerate(loop.rows) if row.finish_reason is None]
             if not active:
                 break
-            drafts = {i: self._draft(i, max_new_tokens, jump_forward, wide=len(feeds[i]) > 1) for i in active}
+            drafts = {i: self._draft(i, max_new_tokens, jump_forward) for i in active}
             layout = StepLayout.verification({i: tuple(d) for i, d in drafts.items()})
             loop.pipeline.prepare(layout)
             width = max(len(d) for d in drafts.values()) + 1
@@ -121,14 +121,11 @@ class SpeculativeRunner:
 
     # -- drafting ----------------------------------------------------------------------------
 
-    def _draft(self, index: int, max_new_tokens: int, jump_forward: bool, wide: bool) -> list[int]:
+    def _draft(self, index: int, max_new_tokens: int, jump_forward: bool) -> list[int]:
         """This step's draft for row ``index``: at most its adaptive length, and never past the
-        token budget (the last token of a step is always the model's own). ``wide``: the pass feeds
-        several tokens anyway, so a draft does not pay the step from one token to several."""
+        token budget (the last token of a step is always the model's own)."""
         row = self.loop.rows[index]
-        step = 0.0 if wide else self.cost.step_ratio()
-        chosen = self.lengths[index].choose(self.cost.extra_token_ratio(), step)
-        limit = min(chosen, max_new_tokens - len(row.token_ids) - 1)
+        limit = min(self.lengths[index].choose(self.cost.extra_token_ratio()), max_new_tokens - len(row.token_ids) - 1)
         if limit < 1:
             return []
         proposal = self.states[index].propose([], row.matcher, limit)

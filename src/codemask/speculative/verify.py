@@ -43,68 +43,40 @@ def accept_or_resample(probs: torch.Tensor, draft: int | None, generator: torch.
 
 
 class PassCost:
-    """What a verification pass costs, relative to a one-token pass: ``1 + s + r·(n - 1)`` for ``n ≥ 2``
-    tokens per row — a surcharge ``s`` for being wider than one token at all, and ``r`` per extra token.
+    """What one more token in a verification pass costs, relative to a one-token pass (``r``).
 
-    On an accelerator both are near 0 (a forward pass is memory-bound). On a CPU they are not, and the
-    step is the larger part: MKL multiplies a one-row activation by a matrix-vector product and two or
-    more rows by a blocked GEMM, so with Qwen2.5-Coder-0.5B on one AVX-512 core a 2-token pass costs
-    1.7 one-token passes while an 8-token pass costs 1.73. They are measured per call from three kinds
-    of passes — one token, ``2..narrow`` tokens, at least ``wide`` — by their median wall times
-    (medians, because other processes make single passes slow at random). Until a kind has been seen
-    ``samples`` times, ``prior`` stands in for ``r`` and ``s`` is taken as 0; ``r`` is capped at
-    ``cap`` and ``s`` at ``step_cap`` so that a misleading start cannot stop drafting for good.
+    On an accelerator it is near 0 (a forward pass is memory-bound); on two CPU cores, or with a
+    150k-token LM head evaluated at every drafted position, it is not. It is measured, per call:
+    the median wall time of narrow passes (at most ``narrow`` tokens per row) against that of wide
+    ones (at least ``wide``); medians, because other processes make single passes slow at random.
+    Until both kinds have been seen ``samples`` times, ``prior`` is the answer; the estimate is capped
+    at ``cap`` so that a misleading start cannot pin the drafts at length 1 (which would never
+    produce the wide passes that correct it).
     """
 
-    def __init__(self, prior: float = 0.1, cap: float = 0.5, narrow: int = 3, wide: int = 6, samples: int = 3,
-                 window: int = 32, step_cap: float = 1.0) -> None:
+    def __init__(self, prior: float = 0.1, cap: float = 0.5, narrow: int = 2, wide: int = 6, samples: int = 3,
+                 window: int = 32) -> None:
         self.prior, self.cap, self.narrow, self.wide, self.min_samples = prior, cap, narrow, wide, samples
-        self.step_cap = step_cap
-        self.single_passes: deque[tuple[int, float]] = deque(maxlen=window)
         self.narrow_passes: deque[tuple[int, float]] = deque(maxlen=window)
         self.wide_passes: deque[tuple[int, float]] = deque(maxlen=window)
 
     def record(self, tokens: int, seconds: float) -> None:
         """A pass of ``tokens`` tokens per row took ``seconds``."""
-        if tokens == 1:
-            self.single_passes.append((tokens, seconds))
-        elif tokens <= self.narrow:
+        if tokens <= self.narrow:
             self.narrow_passes.append((tokens, seconds))
         elif tokens >= self.wide:
             self.wide_passes.append((tokens, seconds))
 
     def extra_token_ratio(self) -> float:
-        """``r``: what each token beyond the first adds, relative to a one-token pass."""
-        return self._fit()[1]
-
-    def step_ratio(self) -> float:
-        """``s``: what any pass wider than one token adds on top of ``r`` per token."""
-        return self._fit()[0]
-
-    def _fit(self) -> tuple[float, float]:
-        single, narrow, wide = (_medians(kind) if len(kind) >= self.min_samples else None
-                                for kind in (self.single_passes, self.narrow_passes, self.wide_passes))
-        if single is None:  # the linear model through the multi-token passes, extrapolated to one token
-            if narrow is None or wide is None:
-                return 0.0, self.prior
-            per_token = (wide[1] - narrow[1]) / (wide[0] - narrow[0])
-            base = narrow[1] - per_token * (narrow[0] - 1)
-            return 0.0, self.cap if base <= 0 else self._capped(per_token / base)
-        one = single[1]
-        if narrow is not None and wide is not None:
-            r = self._capped((wide[1] - narrow[1]) / (wide[0] - narrow[0]) / one)
-            return self._step(narrow, one, r), r
-        if narrow is not None:
-            return self._step(narrow, one, self.prior), self.prior
-        if wide is not None:  # no way to tell the step from the slope: all of it on the slope
-            return 0.0, self._capped((wide[1] / one - 1) / (wide[0] - 1))
-        return 0.0, self.prior
-
-    def _capped(self, r: float) -> float:
-        return min(self.cap, max(0.0, r))
-
-    def _step(self, multi: tuple[float, float], one: float, r: float) -> float:
-        return min(self.step_cap, max(0.0, multi[1] / one - 1 - r * (multi[0] - 1)))
+        if min(len(self.narrow_passes), len(self.wide_passes)) < self.min_samples:
+            return self.prior
+        narrow_tokens, narrow_time = _medians(self.narrow_passes)
+        wide_tokens, wide_time = _medians(self.wide_passes)
+        per_token = (wide_time - narrow_time) / (wide_tokens - narrow_tokens)
+        base = narrow_time - per_token * (narrow_tokens - 1)  # a one-token pass
+        if base <= 0:
+            return self.cap
+        return min(self.cap, max(0.0, per_token / base))
 
 
 def _medians(passes: deque[tuple[int, float]]) -> tuple[float, float]:
@@ -113,16 +85,14 @@ def _medians(passes: deque[tuple[int, float]]) -> tuple[float, float]:
 
 @dataclass
 class DraftLength:
-    """An adaptive draft length for one sequence: as long as the expected gain pays for the width,
-    and no draft at all when no length pays.
+    """An adaptive draft length for one sequence: as long as the expected gain pays for the width.
 
     Drafted tokens are modelled as confirmed independently with probability α (estimated from this
     sequence's recent drafts: a geometric run of confirmations ended by a rejection, with older
     steps decaying). A draft of K tokens then yields ``(1 - α^(K+1)) / (1 - α)`` tokens per pass and
-    costs ``1 + s + r·K`` passes' worth of time (``s``, ``r`` from :class:`PassCost`); the length
-    chosen maximises the ratio, between ``minimum`` and ``maximum``, and is 0 when even that ratio
-    is below the 1 of a plain one-token pass. Drafts that keep failing shrink and then stop; every
-    ``probe_every`` steps without a draft one is made anyway, so that α can recover.
+    costs ``1 + r·K`` passes' worth of time (``r`` from :class:`PassCost`); the length chosen
+    maximises the ratio, between ``minimum`` and ``maximum``. Drafts that keep failing shrink to
+    ``minimum``; long confirmed runs grow to ``maximum`` as fast as α rises.
     """
 
     maximum: int
@@ -130,8 +100,6 @@ class DraftLength:
     confirmed: float = 1.0
     rejected: float = 1.0
     decay: float = 0.5
-    probe_every: int = 8
-    idle: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.minimum <= self.maximum:
@@ -147,18 +115,10 @@ class DraftLength:
         self.confirmed = self.decay * self.confirmed + accepted
         self.rejected = self.decay * self.rejected + (1 if accepted < drafted else 0)
 
-    def choose(self, extra_token_ratio: float, step_ratio: float = 0.0) -> int:
-        """The draft length for the next pass (0: none); ``step_ratio`` is 0 when the pass is wider
-        than one token anyway (forced tokens to feed)."""
+    def choose(self, extra_token_ratio: float) -> int:
         alpha = min(self.acceptance, 0.999)
 
         def gain(k: int) -> float:
-            return (1 - alpha ** (k + 1)) / (1 - alpha) / (1 + step_ratio + extra_token_ratio * k)
+            return (1 - alpha ** (k + 1)) / (1 - alpha) / (1 + extra_token_ratio * k)
 
-        best = max(range(self.minimum, self.maximum + 1), key=gain)
-        if gain(best) < 1.0:
-            self.idle += 1
-            if self.idle < self.probe_every:
-                return 0
-        self.idle = 0
-        return best
+        return max(range(self.minimum, self.maximum + 1), key=gain)
