@@ -121,7 +121,8 @@ def generate(mode: str, model: Any, tokenizer: Any, prompt: str, stops: list[str
         ids = tokenizer(prompt, return_tensors="pt")
         with torch.inference_mode():
             out = model.generate(**ids, num_beams=3, do_sample=False, max_new_tokens=max_new_tokens,
-                                 pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+                                 pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                                 stop_strings=stops or None, tokenizer=tokenizer)
         text = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
         cut = min([text.find(s) for s in stops if s in text], default=len(text))
         steps = int(out.shape[1] - ids["input_ids"].shape[1])
