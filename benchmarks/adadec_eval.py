@@ -141,7 +141,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"τ = {report['threshold']:.3f} nats ({report['threshold_source']}); {report['subset']}; "
              f"max_new_tokens {report['max_new_tokens']}; command `{report['command']}`. "
              "Pause rate = pauses / decoding steps; latency = wall time per problem relative to greedy. "
-             "A small subset: differences of one or two problems are noise.\n",
+             "Differences of one or two problems are noise.\n",
              "| benchmark | mode | pass@1 | solved | pause rate | lookahead tokens / step | latency × greedy |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for bench, modes in report["results"].items():
