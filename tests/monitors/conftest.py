@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from codemask.monitors import for_workspace, shutdown_all
+from codemask.assets import load_tokenizer
+from codemask.monitors import for_workspace, language_spec, shutdown_all
+from codemask.monitors.masks import NameMasks
+from codemask.vocab import Vocabulary
+
+Vocab = tuple[dict[bytes, int], NameMasks]
 
 FILES = {
     "shop/__init__.py": "",
@@ -77,3 +82,18 @@ def main_prefix(project: Path) -> str:
 @pytest.fixture(scope="session")
 def monitors(project: Path) -> list:
     return for_workspace(project, "main.py")
+
+
+def require_server(language: str, server: str | None = None) -> None:
+    """Fail (not skip) when a server the tests use is missing: scripts/setup.sh installs every one,
+    so a missing server is a broken set-up that a skip would hide."""
+    spec = language_spec(language).server(server)
+    if not spec.available():
+        pytest.fail(f"{spec.name} is not installed ({spec.install})")
+
+
+def smollm2_names(language: str) -> Vocab:
+    """SmolLM2's tokens by their bytes (special tokens left out) and the name masks for ``language``."""
+    vocabulary = Vocabulary.from_tokenizer(load_tokenizer("smollm2"))
+    ids = {b: i for i, b in enumerate(vocabulary.token_bytes) if b and i not in vocabulary.special_ids}
+    return ids, NameMasks(vocabulary, language_spec(language).break_characters)

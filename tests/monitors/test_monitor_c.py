@@ -11,10 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codemask.assets import load_tokenizer
-from codemask.monitors import Monitor, ServerUnavailable, for_workspace, language_spec, shutdown_all
-from codemask.monitors.masks import NameMasks
-from codemask.vocab import Vocabulary
+from codemask.monitors import Monitor, ServerUnavailable, for_workspace, shutdown_all
+from tests.monitors.conftest import Vocab, require_server, smollm2_names
 
 HEADER = """#ifndef INVENTORY_H
 #define INVENTORY_H
@@ -42,9 +40,6 @@ double quote(double base, int quantity, double discount = 0.0);
 """
 CPP_HEAD = '#include "shop.hpp"\n\nvoid use(shop::Inventory *inv) {\n  '
 
-Vocab = tuple[dict[bytes, int], NameMasks]
-
-
 def write_c_project(root: Path) -> Path:
     (root / "inventory.h").write_text(HEADER, encoding="utf-8")
     return root
@@ -52,8 +47,7 @@ def write_c_project(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def c_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    if not language_spec("c").server().available():
-        pytest.skip("clangd is not installed (bash scripts/setup.sh)")
+    require_server("c")
     root = write_c_project(tmp_path_factory.mktemp("c"))
     (root / "shop.hpp").write_text(CPP_HEADER, encoding="utf-8")
     yield root
@@ -62,9 +56,7 @@ def c_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def vocab() -> Vocab:
-    vocabulary = Vocabulary.from_tokenizer(load_tokenizer("smollm2"))
-    ids = {b: i for i, b in enumerate(vocabulary.token_bytes) if b and i not in vocabulary.special_ids}
-    return ids, NameMasks(vocabulary, language_spec("c").break_characters)
+    return smollm2_names("c")
 
 
 @pytest.fixture(scope="module")

@@ -7,27 +7,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codemask.assets import load_tokenizer
 from codemask.monitors import Monitor, for_workspace, language_spec
 from codemask.monitors.calls import CallSyntax, call_shape
-from codemask.monitors.masks import NameMasks
-from codemask.vocab import Vocabulary
+from tests.monitors.conftest import Vocab, require_server, smollm2_names
 
 SYNTAX = CallSyntax.from_trigger(language_spec("python").triggers["call"])
 
 
 @pytest.fixture(scope="module")
-def vocab() -> tuple[dict[bytes, int], NameMasks]:
-    vocabulary = Vocabulary.from_tokenizer(load_tokenizer("smollm2"))
-    ids = {b: i for i, b in enumerate(vocabulary.token_bytes) if b and i not in vocabulary.special_ids}
-    return ids, NameMasks(vocabulary, language_spec("python").break_characters)
+def vocab() -> Vocab:
+    return smollm2_names("python")
 
 
 def by_kind(monitors: list[Monitor], kind: str) -> Monitor:
     return next(m for m in monitors if type(m).__name__ == kind)
 
 
-def allowed(monitor: Monitor, text: str, vocab: tuple[dict[bytes, int], NameMasks], *tokens: str) -> dict[str, bool]:
+def allowed(monitor: Monitor, text: str, vocab: Vocab, *tokens: str) -> dict[str, bool]:
     """Whether each token is allowed after ``text`` by the monitor's masks (all of them)."""
     ids, masks = vocab
     found = monitor.masks(text, masks)
@@ -36,8 +32,7 @@ def allowed(monitor: Monitor, text: str, vocab: tuple[dict[bytes, int], NameMask
 
 @pytest.mark.parametrize("server", ["pyrefly", "jedi", "ty"])
 def test_each_server_gives_the_call_shape(project: Path, main_prefix: str, server: str) -> None:
-    if not language_spec("python").server(server).available():
-        pytest.skip(f"{server} is not installed")
+    require_server("python", server)
     file = for_workspace(project, "main.py", server=server, timeout_s=10.0)[0].file
     shape = call_shape(file.request("textDocument/signatureHelp", main_prefix + "inv.restock_shelf("), SYNTAX)
     assert shape is not None and shape.parameters is not None
@@ -50,7 +45,7 @@ def test_each_server_gives_the_call_shape(project: Path, main_prefix: str, serve
 
 
 def test_arity_masks_commas_and_closing_parentheses(monitors: list[Monitor], main_prefix: str,
-                                                    vocab: tuple[dict[bytes, int], NameMasks]) -> None:
+                                                    vocab: Vocab) -> None:
     call = by_kind(monitors, "CallArgumentMonitor")
     q = main_prefix + "quote_price("
     assert allowed(call, q, vocab, ")", ",", "1") == {")": False, ",": True, "1": True}  # base, quantity missing
@@ -68,7 +63,7 @@ def test_arity_masks_commas_and_closing_parentheses(monitors: list[Monitor], mai
 
 
 def test_after_the_positional_parameters_only_keywords(monitors: list[Monitor], main_prefix: str,
-                                                       vocab: tuple[dict[bytes, int], NameMasks]) -> None:
+                                                       vocab: Vocab) -> None:
     call = by_kind(monitors, "CallArgumentMonitor")
     r = main_prefix + 'inv.restock_shelf("tea", 2'
     assert allowed(call, r, vocab, ",")[","]  # urgent= may still come
@@ -79,13 +74,13 @@ def test_after_the_positional_parameters_only_keywords(monitors: list[Monitor], 
 
 
 def test_overloads_and_star_args_leave_arity_alone(monitors: list[Monitor], main_prefix: str,
-                                                   vocab: tuple[dict[bytes, int], NameMasks]) -> None:
+                                                   vocab: Vocab) -> None:
     call = by_kind(monitors, "CallArgumentMonitor")
     assert allowed(call, main_prefix + "print(1, 2, 3", vocab, ",", ")") == {",": True, ")": True}
     assert allowed(call, main_prefix + "max(1, 2, 3", vocab, ",", ")") == {",": True, ")": True}
 
 
-def test_case_patterns_name_enum_members(project: Path, vocab: tuple[dict[bytes, int], NameMasks]) -> None:
+def test_case_patterns_name_enum_members(project: Path, vocab: Vocab) -> None:
     member = for_workspace(project, "main.py")[0]
     prefix = "from shop.colors import Shade\n\n\ndef f(s: Shade) -> int:\n    match s:\n        case Shade."
     assert allowed(member, prefix, vocab, "TE", "C", "name", "value", "x") == {

@@ -11,6 +11,7 @@ import pytest
 
 from codemask.monitors import MonitorUsage, ServerUnavailable, for_workspace, language_spec, server_for
 from codemask.monitors.monitor import completion_names, keyword_names
+from tests.monitors.conftest import require_server
 
 
 def names_at(monitors: list, text: str, method: str = "textDocument/completion") -> tuple[str, ...]:
@@ -46,8 +47,7 @@ def test_import_monitor_is_silent_for_an_unknown_module(monitors: list) -> None:
 
 @pytest.mark.parametrize("server", ["pyrefly", "jedi", "ty"])
 def test_each_python_server_answers_members(project: Path, main_prefix: str, server: str) -> None:
-    if not language_spec("python").server(server).available():
-        pytest.skip(f"{server} is not installed")
+    require_server("python", server)
     monitors = for_workspace(project, "main.py", server=server, timeout_s=10.0)
     assert {"restock_shelf", "total_quantity"} <= set(names_at(monitors, main_prefix + "inv."))
 
@@ -124,9 +124,7 @@ def test_servers_are_shared_and_shut_down(own_project: Path) -> None:
 
 
 def test_typescript_members_from_another_module(tmp_path: Path) -> None:
-    spec = language_spec("typescript").server()
-    if not spec.available():
-        pytest.skip("typescript-language-server is not installed (bash scripts/setup.sh)")
+    require_server("typescript")
     (tmp_path / "lib.ts").write_text("export class Inventory {\n  capacity = 1;\n"
                                      "  restockShelf(name: string): void {}\n}\n")
     prefix = 'import { Inventory } from "./lib";\nconst label = "😀";\nconst inv = new Inventory();\n'

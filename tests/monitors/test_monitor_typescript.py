@@ -9,10 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codemask.assets import load_tokenizer
-from codemask.monitors import Monitor, for_workspace, language_spec, shutdown_all
-from codemask.monitors.masks import NameMasks
-from codemask.vocab import Vocabulary
+from codemask.monitors import Monitor, for_workspace, shutdown_all
+from tests.monitors.conftest import Vocab, require_server, smollm2_names
 
 LIB = """export enum Color { Red, Green, Blue }
 export class Inventory {
@@ -29,8 +27,7 @@ HEAD = 'import { Color, Inventory, quotePrice } from "./lib";\nfunction helper()
 
 @pytest.fixture(scope="module")
 def ts_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    if not language_spec("typescript").server().available():
-        pytest.skip("typescript-language-server is not installed (bash scripts/setup.sh)")
+    require_server("typescript")
     root = tmp_path_factory.mktemp("ts")
     (root / "lib.ts").write_text(LIB, encoding="utf-8")
     yield root
@@ -38,10 +35,8 @@ def ts_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def vocab() -> tuple[dict[bytes, int], NameMasks]:
-    vocabulary = Vocabulary.from_tokenizer(load_tokenizer("smollm2"))
-    ids = {b: i for i, b in enumerate(vocabulary.token_bytes) if b and i not in vocabulary.special_ids}
-    return ids, NameMasks(vocabulary, language_spec("typescript").break_characters)
+def vocab() -> Vocab:
+    return smollm2_names("typescript")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +44,7 @@ def monitors(ts_project: Path) -> dict[str, Monitor]:
     return {type(m).__name__: m for m in for_workspace(ts_project, "main.ts", language="typescript")}
 
 
-def allowed(monitor: Monitor, text: str, vocab: tuple[dict[bytes, int], NameMasks], *tokens: str,
+def allowed(monitor: Monitor, text: str, vocab: Vocab, *tokens: str,
             wait: bool = True) -> dict[str, bool]:
     """Whether each token is allowed after ``text``; waits while tsserver still loads the project
     (it answers nothing for a few seconds after a file is opened)."""
@@ -62,7 +57,7 @@ def allowed(monitor: Monitor, text: str, vocab: tuple[dict[bytes, int], NameMask
     return {t: bool(np.all([m[ids[t.encode()]] for m in found])) if found else True for t in tokens}
 
 
-def test_enum_members_and_case_labels(monitors: dict[str, Monitor], vocab: tuple[dict[bytes, int], NameMasks]) -> None:
+def test_enum_members_and_case_labels(monitors: dict[str, Monitor], vocab: Vocab) -> None:
     member = monitors["MemberAccessMonitor"]
     expected = {"Red": True, "Green": True, "Re": True, "name": False, "value": False}
     assert allowed(member, HEAD + "const c = Color.", vocab, *expected) == expected
@@ -70,7 +65,7 @@ def test_enum_members_and_case_labels(monitors: dict[str, Monitor], vocab: tuple
     assert allowed(member, switch, vocab, *expected) == expected
 
 
-def test_call_arity(monitors: dict[str, Monitor], vocab: tuple[dict[bytes, int], NameMasks]) -> None:
+def test_call_arity(monitors: dict[str, Monitor], vocab: Vocab) -> None:
     call = monitors["CallArgumentMonitor"]
     assert allowed(call, HEAD + "quotePrice(", vocab, ")", ",") == {")": False, ",": True}
     assert allowed(call, HEAD + "quotePrice(1, 2", vocab, ")", ",", wait=False) == {")": True, ",": True}
@@ -83,7 +78,7 @@ def test_call_arity(monitors: dict[str, Monitor], vocab: tuple[dict[bytes, int],
 
 
 def test_new_allows_what_may_be_constructed(monitors: dict[str, Monitor],
-                                            vocab: tuple[dict[bytes, int], NameMasks]) -> None:
+                                            vocab: Vocab) -> None:
     new = monitors["ConstructorMonitor"]
     after = allowed(new, HEAD + "const i = new ", vocab, "Inv", "Map", "Person", "(", "helper")
     assert after == {"Inv": True, "Map": True, "Person": False, "(": True, "helper": False}
@@ -92,7 +87,7 @@ def test_new_allows_what_may_be_constructed(monitors: dict[str, Monitor],
 
 
 def test_import_names_need_the_module_after_the_cursor(ts_project: Path,
-                                                       vocab: tuple[dict[bytes, int], NameMasks]) -> None:
+                                                       vocab: Vocab) -> None:
     with_module = for_workspace(ts_project, "other.ts", language="typescript", suffix=' } from "./lib";\n')
     imports = next(m for m in with_module if type(m).__name__ == "ImportNameMonitor")
     first = allowed(imports, "import { ", vocab, "Color", "Inv", "Person", "}", "\n")
