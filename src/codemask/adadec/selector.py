@@ -41,8 +41,8 @@ from codemask.decoding.sampling import SamplingSelector
 
 # On a CPU, MKL's sgemm runs a product with 2 or 3 rows as that many matrix-vector products and blocks
 # from 4 rows on: one Qwen2.5-0.5B decoding step costs 1.0 / 2.0 / 2.7 / 1.8 single-row steps for
-# 1 / 2 / 3 / 4 rows (fp32, one thread, AVX-512, MKL 2024.2, torch 2.13). A branch of 2 or 3 rows is
-# therefore padded with copies of its first row to this many.
+# 1 / 2 / 3 / 4 rows (fp32, one thread, AVX-512, MKL 2024.2, torch 2.13; `benchmarks/cpu_batch_cost.py`).
+# A branch of 2 or 3 rows is therefore padded with copies of its first row to this many.
 CPU_MIN_BLOCKED_ROWS = 4
 
 
