@@ -109,6 +109,23 @@ def test_a_killed_server_is_restarted(own_project: Path) -> None:
     assert {"restock_shelf"} <= set(names_at(monitors, prefix + "inv."))  # the document was re-opened
 
 
+def test_waiting_right_after_a_death_waits_for_the_restart(own_project: Path) -> None:
+    """``wait_ready`` just after the process died is about the restarted server, whether or not
+    its reader has seen end-of-file yet (a race: CI once got the dead server's pid back)."""
+    monitors = for_workspace(own_project, "main.py", timeout_s=5.0)
+    server = monitors[0].file.server
+    assert server.wait_ready(30)
+    for restart in range(1, 4):
+        old_pid = server.pid
+        assert old_pid is not None
+        process = server._connection.process  # type: ignore[union-attr]
+        os.kill(old_pid, signal.SIGKILL)
+        while process.poll() is None:
+            time.sleep(0.001)
+        assert server.wait_ready(30)
+        assert server.pid != old_pid and server.restarts == restart
+
+
 def test_servers_are_shared_and_shut_down(own_project: Path) -> None:
     spec = language_spec("python").server()
     server = server_for(spec, own_project)

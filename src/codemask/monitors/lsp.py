@@ -43,7 +43,8 @@ class JsonRpcConnection:
     """Framed JSON-RPC over a subprocess's pipes; one reader thread, one future per request."""
 
     def __init__(self, process: subprocess.Popen[bytes], on_request: Callable[[str, Any], Any],
-                 on_notification: Callable[[str, Any], None], on_close: Callable[[], None]) -> None:
+                 on_notification: Callable[[str, Any], None],
+                 on_close: Callable[[JsonRpcConnection], None]) -> None:
         self.process = process
         self._on_request = on_request
         self._on_notification = on_notification
@@ -52,6 +53,7 @@ class JsonRpcConnection:
         self._pending: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
         self.closed = threading.Event()
+        self.input_broken = False  # a write failed: the server closed its input (it is exiting)
         self._reader = threading.Thread(target=self._read_loop, name="codemask-lsp-reader", daemon=True)
         self._reader.start()
         threading.Thread(target=self._drain_stderr, name="codemask-lsp-stderr", daemon=True).start()
@@ -91,6 +93,7 @@ class JsonRpcConnection:
                 stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
                 stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
+            self.input_broken = True
             return False
         return True
 
@@ -110,8 +113,10 @@ class JsonRpcConnection:
                     break
                 self._dispatch(message)
         finally:
+            # Before marking the connection closed and failing its requests: whoever sees either
+            # sees the restart begun.
+            self._on_close(self)
             self.closed.set()
-            self._on_close()  # before failing the requests: whoever sees a failure sees the restart begun
             with self._lock:
                 pending, self._pending = self._pending, {}
             for future in pending.values():
@@ -216,8 +221,18 @@ class LanguageServer:
             self._starting.start()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until the server can answer (False when its start failed or took longer than ``timeout``)."""
-        self._settled.wait(self.spec.startup_timeout_s if timeout is None else timeout)
+        """Block until the server can answer (False when its start failed or took longer than ``timeout``).
+
+        A server that died a moment ago may not have been noticed yet (its reader begins the
+        restart at end-of-file, which can come after a failed write or ``poll()`` tells of the
+        death): then wait for that first, so the answer is about the restarted server.
+        """
+        limit = self.spec.startup_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        connection = self._connection
+        if connection is not None and (connection.input_broken or connection.process.poll() is not None):
+            connection.closed.wait(limit)
+        self._settled.wait(max(0.0, deadline - time.monotonic()))
         return self.ready.is_set()
 
     @property
@@ -338,10 +353,9 @@ class LanguageServer:
         elif kind == "end":
             self._progress.discard(params.get("token"))
 
-    def _on_exit(self) -> None:
+    def _on_exit(self, connection: JsonRpcConnection) -> None:
         """A server's output ended. If it was the live one (it crashed or was killed), restart it."""
-        connection = self._connection
-        if connection is None or not connection.closed.is_set():
+        if connection is not self._connection:
             return  # a server that failed to start, or one already replaced
         self.ready.clear()
         if not self._closed:
