@@ -136,6 +136,33 @@ def test_positions_shared_between_grammars_equal_a_fresh_walk() -> None:
     assert shared.hits > hits_before  # the second schema did reuse positions
 
 
+def test_free_string_positions_are_shared_whatever_follows_the_string() -> None:
+    """A free string is one shared rule (`Rule.shared`) whose positions are keyed without the bytes
+    that follow it: a string at the root (nothing follows), as an array item (``,``/``]``) and as
+    an object value reuse one walk, each filtered to its own followers, and equal a fresh walk."""
+    trie = token_trie(vocabulary("llama3"))
+    shared = SharedPositions.of(trie)
+    shared.clear()
+    schemas = [{"type": "string"}, {"type": "array", "items": {"type": "string"}},
+               {"type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]}]
+    string_rule_hits = 0
+    for schema in schemas:
+        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema))
+        rtn = compiled.artifacts.rtn
+        assert rtn.shared is not None and rtn.shared.sum() == 1  # the free string, never inlined
+        in_string = np.flatnonzero(rtn.scanning & rtn.shared[rtn.state_rule])
+        hits_before = shared.hits
+        reused = PositionClassifier(compiled.core, trie, compiled.vocab_size).classify(in_string)
+        string_rule_hits += shared.hits - hits_before
+        fresh = PositionClassifier(compiled.core, trie, compiled.vocab_size, share=False).classify(in_string)
+        assert (reused[0] == fresh[0]).all()
+        for a, b in zip(reused[1], fresh[1], strict=True):
+            assert (a is None) == (b is None)
+            if a is not None and b is not None:
+                assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
+    assert string_rule_hits > 0  # the later grammars took the string's positions from the first
+
+
 def uncertain_pairs(trie: TokenTrie, unc: Uncertain) -> set[tuple[int, bytes]]:
     return {(t, residual_bytes(trie, unc, r)) for t, r in zip(unc.token_ids.tolist(), unc.residual_of.tolist(),
                                                                strict=True)}

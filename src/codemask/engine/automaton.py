@@ -466,6 +466,10 @@ class RTN:
     rule_start: np.ndarray  # [R] int32: each rule's start state
     state_rule: np.ndarray  # [S] int32: the rule each state belongs to
     start_rule: int
+    shared: np.ndarray | None = None  # [R] bool: rules whose masks are shared between grammars (`Rule.shared`)
+
+    def is_shared(self, rule: int) -> bool:
+        return self.shared is not None and bool(self.shared[rule])
 
     @property
     def num_states(self) -> int:
@@ -542,8 +546,8 @@ class RTN:
 
 
 def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
-              terminal_index: dict[str, int] | None = None) -> RTN:
-    """Compile every rule body and number all states globally."""
+              terminal_index: dict[str, int] | None = None, shared: frozenset[str] = frozenset()) -> RTN:
+    """Compile every rule body and number all states globally (``shared``: `Rule.shared` rules)."""
     names = list(rules)
     rule_index = {name: i for i, name in enumerate(names)}
     dfas = [compile_expr(rules[name], rule_index, alphabet, terminal_index) for name in names]
@@ -563,4 +567,5 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
         rule_start=np.array([off + d.start for d, off in zip(dfas, offsets[:-1], strict=True)], dtype=np.int32),
         state_rule=np.concatenate(owners),
         start_rule=rule_index[start],
+        shared=np.array([name in shared for name in names], dtype=bool),
     )

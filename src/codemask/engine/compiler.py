@@ -29,7 +29,7 @@ from codemask.grammar.ir import GrammarIR
 from codemask.grammar.optimize import optimize
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
-ENGINE_VERSION = "2"
+ENGINE_VERSION = "3"
 
 
 def default_cache_dir() -> Path:
@@ -151,7 +151,8 @@ class GrammarCompiler:
         ir = optimize(grammar.ir)
         if ir.lexer_mode:
             return _build_lexer_mode(ir)
-        rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start)
+        rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start,
+                        shared=frozenset(name for name, rule in ir.rules.items() if rule.shared))
         if not self.precompute:
             return CompiledArtifacts(rtn=rtn)
         label = f"compiling {grammar.kind} grammar" if self.progress else None

@@ -81,6 +81,19 @@ class Uncertain:
     residual_starts: np.ndarray  # int32 [R]: the byte where it starts in that token
     residual_len: np.ndarray  # int32 [R]
 
+    def restricted(self, keep_residual: np.ndarray) -> Uncertain | None:
+        """The tokens whose residual ``keep_residual`` (bool [R]) marks, residuals renumbered."""
+        if keep_residual.all():
+            return self
+        if not keep_residual.any():
+            return None
+        renumber = np.cumsum(keep_residual, dtype=np.int32) - 1
+        tokens = keep_residual[self.residual_of]
+        return Uncertain(token_ids=self.token_ids[tokens], residual_of=renumber[self.residual_of[tokens]],
+                         residual_rows=self.residual_rows[keep_residual],
+                         residual_starts=self.residual_starts[keep_residual],
+                         residual_len=self.residual_len[keep_residual])
+
 
 @dataclass
 class PositionMasks:
@@ -169,17 +182,33 @@ class PositionClassifier:
                 key = keys[i]
                 if key is not None:
                     shared.put(key, accepted[i].copy(), unc)
-        return accepted, uncertain
+        return accepted, [self._followed(int(p), unc) for p, unc in zip(positions, uncertain, strict=True)]
 
     def _shared_key(self, position: int) -> tuple[object, ...] | None:
-        """What a position's classification depends on, if its rule calls no recursion."""
+        """What a position's classification depends on, if its rule calls no recursion.
+
+        That is the rule's automaton with its callees' (the signature), the position in it, and
+        whether the rule has callers; for a rule that is not `RTN.is_shared`, also the bytes
+        that may follow it, which filter its uncertain tokens during the walk. A shared rule (a
+        free string: a value here, an array item or a key there) is walked without that filter,
+        so that every grammar can use its classification, and filtered afterwards (`_followed`).
+        """
         rtn = self.core.rtn
         rule = int(rtn.state_rule[position])
         signature = self._signatures[rule]
         if signature is None:
             return None
         local = position - int(np.searchsorted(rtn.state_rule, rule))
+        if rtn.is_shared(rule):
+            return signature, local, rule in self._with_callers
         return signature, local, rule in self._with_callers, self._follow[rule].tobytes()
+
+    def _followed(self, position: int, unc: Uncertain | None) -> Uncertain | None:
+        """A shared rule's ``unc`` without the tokens whose residual begins with a byte no caller takes."""
+        rule = int(self.core.rtn.state_rule[position])
+        if unc is None or not self.core.rtn.is_shared(rule):
+            return unc
+        return unc.restricted(self._follow[rule][self.trie.matrix[unc.residual_rows, unc.residual_starts]])
 
     def _walk(self, positions: np.ndarray, progress: str | None) -> tuple[np.ndarray, list[Uncertain | None]]:
         core, trie = self.core, self.trie
@@ -208,8 +237,10 @@ class PositionClassifier:
         if rule not in self._with_callers:
             return None  # leaving this frame ends the input, so the residual is refused
         unc_sorted, unc_k = walk.uncertain_of(start)
-        can_follow = self._follow[rule][self.trie.matrix[unc_sorted, unc_k]]
-        return uncertain_entry(self.trie, unc_sorted[can_follow], unc_k[can_follow])
+        if not self.core.rtn.is_shared(rule):  # a shared rule is filtered after sharing (`_followed`)
+            can_follow = self._follow[rule][self.trie.matrix[unc_sorted, unc_k]]
+            unc_sorted, unc_k = unc_sorted[can_follow], unc_k[can_follow]
+        return uncertain_entry(self.trie, unc_sorted, unc_k)
 
 
 class SharedPositions:

@@ -16,7 +16,7 @@ alternatives cover disjoint lengths, so the language is exactly ``x{m,n}``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from codemask.grammar.ir import Choice, Expr, Repeat, Rule, RuleRef, Sequence, choice, seq
 
@@ -29,7 +29,7 @@ COUNTED_FROM = 2 * BLOCK
 def count_large_repeats(rules: dict[str, Rule]) -> dict[str, Rule]:
     """The rules with every repetition bounded above ``COUNTED_FROM`` made of counting rules."""
     counter = _Counters(set(rules))
-    out = {name: Rule(name, counter.rewrite(rule.body), rule.lookahead) for name, rule in rules.items()}
+    out = {name: replace(rule, body=counter.rewrite(rule.body)) for name, rule in rules.items()}
     out.update(counter.new_rules)
     return out
 

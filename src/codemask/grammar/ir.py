@@ -98,11 +98,18 @@ NOTHING: Expr = Choice(())
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A named rule. ``lookahead`` (XGrammar's ``(= ...)``) must match what follows the rule."""
+    """A named rule. ``lookahead`` (XGrammar's ``(= ...)``) must match what follows the rule.
+
+    ``shared`` marks free text that many grammars hold alike (a JSON string of any characters):
+    such a rule is never inlined, so the token masks inside it depend on its own body only and
+    are classified once per process and vocabulary for every grammar that has it (the widest
+    positions a JSON Schema grammar has: most of the vocabulary may continue a free string).
+    """
 
     name: str
     body: Expr
     lookahead: Expr | None = None
+    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +256,8 @@ def grammar_text(ir: GrammarIR) -> str:
     for name in sorted(ir.rules):
         rule = ir.rules[name]
         look = f" (= {to_text(rule.lookahead)})" if rule.lookahead is not None else ""
-        lines.append(f"{name} ::= {to_text(rule.body)}{look}")
+        shared = " %shared" if rule.shared else ""
+        lines.append(f"{name} ::= {to_text(rule.body)}{look}{shared}")
     for name in sorted(ir.terminals):
         term = ir.terminals[name]
         lines.append(f"%{name}.{term.priority} ::= {to_text(term.body)} lit={term.literal!r} "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 from codemask.errors import GrammarError
 from codemask.grammar.counting import count_large_repeats
@@ -117,7 +118,7 @@ def drop_unproductive(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     if len(productive) == len(rules):
         return rules
     return {
-        name: Rule(name, _substitute(rule.body, lambda ref: None if ref in productive else NOTHING), rule.lookahead)
+        name: replace(rule, body=_substitute(rule.body, lambda ref: None if ref in productive else NOTHING))
         for name, rule in rules.items()
         if name in productive
     }
@@ -227,7 +228,7 @@ def eliminate_left_recursion(rules: dict[str, Rule], start: str) -> dict[str, Ru
             alts = _alternatives(out[name].body, name)
             for earlier in members[:i]:
                 alts = _substitute_leading(alts, earlier, _alternatives(out[earlier].body, earlier))
-            out[name] = Rule(name, _remove_direct(name, alts, nullable), out[name].lookahead)
+            out[name] = replace(out[name], body=_remove_direct(name, alts, nullable))
     nullable = nullable_rules(out)
     for name in out:
         if name in left_calls(out[name].body, nullable) or _left_reaches(out, name, nullable):
@@ -388,25 +389,26 @@ def expr_weight(expr: Expr) -> int:
 def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     """Inline non-recursive rules (bottom-up) unless they grow beyond `INLINE_WEIGHT_LIMIT`.
 
-    Rules with a lookahead assertion keep their identity (their lookahead belongs to them).
+    Rules with a lookahead assertion keep their identity (their lookahead belongs to them), and
+    so do shared rules (`Rule.shared`: their masks are shared between grammars).
     """
-    keep = recursive_rules(rules) | {start} | {n for n, r in rules.items() if r.lookahead is not None}
+    keep = recursive_rules(rules) | {start} | {n for n, r in rules.items() if r.lookahead is not None or r.shared}
     uses = Counter(ref for rule in rules.values() for ref in _references_with_repeats(rule.body))
     bodies: dict[str, Expr] = {}
     order = _topological(rules)
 
-    def replace(name: str) -> Expr | None:
+    def inlined(name: str) -> Expr | None:
         return None if name in keep else bodies[name]
 
     for name in order:
-        body = _substitute(rules[name].body, replace)
+        body = _substitute(rules[name].body, inlined)
         bodies[name] = body
         limit = INLINE_WEIGHT_LIMIT
         if uses[name] > 1:
             limit = min(SHARED_INLINE_WEIGHT_LIMIT, SHARED_INLINE_TOTAL_LIMIT // uses[name])
         if name not in keep and expr_weight(body) > limit:
             keep.add(name)
-    return {name: Rule(name, bodies[name], rules[name].lookahead) for name in rules if name in keep}
+    return {name: replace(rules[name], body=bodies[name]) for name in rules if name in keep}
 
 
 def _references_with_repeats(expr: Expr) -> list[str]:

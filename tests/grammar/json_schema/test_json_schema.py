@@ -13,6 +13,8 @@ import pytest
 from codemask.engine.recognizer import Recognizer
 from codemask.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError
 from codemask.grammar.grammar import Grammar
+from codemask.grammar.ir import grammar_text
+from codemask.grammar.optimize import optimize
 from codemask.grammar.resolve import as_grammar
 
 PERSON = {
@@ -168,3 +170,20 @@ def test_pydantic_models_and_grammar_specs() -> None:
     assert as_grammar({"type": "integer"}).cache_key == Grammar.from_json_schema({"type": "integer"}).cache_key
     with pytest.raises(TypeError, match="pydantic"):
         Grammar.from_pydantic(int)
+
+
+def test_free_strings_are_shared_rules_that_optimisation_keeps() -> None:
+    """Every free string (any characters, a value or an unknown key) is one `Rule.shared` rule
+    with its quotes, which inlining leaves alone: the token masks inside it are then classified
+    once per process for every grammar that has it."""
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "array", "items": {}}}}
+    ir = Grammar.from_json_schema(schema).ir
+    shared = {name for name, rule in ir.rules.items() if rule.shared}
+    assert len(shared) == 1
+    (name,) = shared
+    optimized = optimize(ir)
+    assert name in optimized.rules and optimized.rules[name].shared
+    assert f"{name} ::= " in grammar_text(optimized) and "%shared" in grammar_text(optimized)
+    recognizer = Recognizer(Grammar.from_json_schema(schema))
+    for doc in ({"a": "x\"y", "zz": "free key", "b": ["s", {"k": "v"}]}, {"a": 1}):
+        assert recognizer.accepts(json.dumps(doc).encode()) == jsonschema.Draft202012Validator(schema).is_valid(doc)

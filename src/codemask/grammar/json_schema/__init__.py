@@ -34,7 +34,7 @@ def json_schema_ir(schema: Any, *, strict: bool = True, whitespace: str | int = 
     value = builder.value([document.root_node()], 0)
     for message in document.warnings:
         warnings.warn(f"{message}; accepting a superset", stacklevel=3)
-    rules = {name: Rule(name, body) for name, body in builder.rules.items()}
+    rules = {name: Rule(name, body, shared=name in builder.shared) for name, body in builder.rules.items()}
     rules["root"] = Rule("root", seq(layout.around(), value, layout.around()))
     try:
         drop_unproductive(rules, "root")

@@ -61,6 +61,7 @@ class SchemaBuilder:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.rules: dict[str, Expr] = {}
+        self.shared: set[str] = set()  # the rules that are free text (`Rule.shared`)
         self._memo: dict[tuple[Any, ...], str] = {}
         self._keep_alive: list[Conjunction] = []  # memo keys hold ids: keep their nodes alive
 
@@ -214,7 +215,7 @@ class SchemaBuilder:
         if not known:
             if excluded:
                 return self._string_excluding([v for v in excluded if isinstance(v, str)], c)
-            return self._named("str", strings.string_of_length(c.min_length, c.max_length))
+            return self._free_string(c.min_length, c.max_length)
         content, origin = known[0]
         if excluded:
             origin.document.unsupported("not", origin.pointer, "excluding particular strings with a pattern")
@@ -258,10 +259,21 @@ class SchemaBuilder:
             self.rules[name] = expr
         return RuleRef(name)
 
+    def _free_string(self, min_length: int, max_length: int | None) -> RuleRef:
+        """Any string of the length bounds, quotes included, as a shared rule (`Rule.shared`).
+
+        The opening quote belongs to the rule: the caller's position before it then allows only
+        tokens that begin with a quote, and every position where most of the vocabulary may
+        follow lies inside this rule, whose masks every grammar with the same bounds shares.
+        """
+        ref = self._named("str", strings.string_of_length(min_length, max_length))
+        self.shared.add(ref.name)
+        return ref
+
     def _string_excluding(self, words: list[str], c: Constraints) -> Expr:
         """Strings other than ``words`` (``not: {enum: [...]}``), with the length bounds."""
         if c.min_length or c.max_length is not None:
-            return self._named("str", strings.string_of_length(c.min_length, c.max_length))
+            return self._free_string(c.min_length, c.max_length)
         return self._spelled_other_than(sorted(set(words)))
 
     # -- arrays ------------------------------------------------------------------------------
@@ -460,6 +472,8 @@ class SchemaBuilder:
 
     def _spelled_other_than(self, words: list[str]) -> Expr:
         """JSON strings that spell none of ``words`` as `strings.string_literal` does."""
+        if not words:
+            return self._free_string(0, None)
         rest = self._named("chars", Repeat(strings.any_char(), 0, None))
         beyond_ascii = self._named("xchars", seq(strings.escaped_or_beyond_ascii(), rest))
         return seq(strings.QUOTE, _trie_complement(words, "", rest, beyond_ascii), strings.QUOTE)
