@@ -1,13 +1,14 @@
 """AdaDec vs greedy (and beam search) on HumanEval+ and MBPP: pass@1, pause rate, latency.
 
 For each problem and mode the model writes one program with ``constrained_generate`` (greedy, or
-``uncertainty=AdaDec()``) or with ``model.generate(num_beams=3)`` (beam search); the program runs in
-a subprocess with a time limit, no network (``unshare -n`` where available) and a fresh temporary
-directory. HumanEval+: the function is completed from its prompt (code completion, stopped at the
-next top-level statement); it passes when the task's base tests pass and it returns what the
-canonical solution returns on every ``plus_input`` (``atol`` for floats). MBPP (test split 11–510):
-the task statement and its tests in the chat template; the first fenced code block of the answer
-runs with the tests.
+``uncertainty=AdaDec()``; either with ``speculative="auto"`` as mode ``greedy+spec`` / ``adadec+spec``,
+whose programs are those of the mode without it) or with ``model.generate(num_beams=3)`` (beam
+search); the program runs in a subprocess with a time limit, no network (``unshare -n`` where
+available) and a fresh temporary directory. HumanEval+: the function is completed from its prompt
+(code completion, stopped at the next top-level statement); it passes when the task's base tests
+pass and it returns what the canonical solution returns on every ``plus_input`` (``atol`` for
+floats). MBPP (test split 11–510): the task statement and its tests in the chat template; the
+first fenced code block of the answer runs with the tests.
 
 τ is the model's calibrated threshold (``codemask calibrate-adadec``); ``--calibrate-tasks N``
 learns it here from the first N MBPP *train* tasks (601–974) first, and ``--threshold`` overrides it.
@@ -101,6 +102,9 @@ def program_of(benchmark: str, problem: dict[str, Any], completion: str) -> str:
         "\n".join(problem["test_list"]) + "\n"
 
 
+COUNTED = ("steps", "pauses", "lookahead_tokens", "forward_passes", "time_s")  # summed per mode
+
+
 def passes(program: str, timeout: float) -> bool:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "program.py"
@@ -127,12 +131,14 @@ def generate(mode: str, model: Any, tokenizer: Any, prompt: str, stops: list[str
         cut = min([text.find(s) for s in stops if s in text], default=len(text))
         steps = int(out.shape[1] - ids["input_ids"].shape[1])
         return text[:cut], {"steps": steps, "pauses": 0, "lookahead_tokens": 0, "time_s": time.perf_counter() - started}
-    uncertainty = AdaDec(threshold=threshold) if mode == "adadec" else None
+    decoding, _, speculation = mode.partition("+")  # "adadec+spec": AdaDec with speculative verification
+    uncertainty = AdaDec(threshold=threshold) if decoding == "adadec" else None
     result = constrained_generate(model, tokenizer, prompt, max_new_tokens=max_new_tokens, stop=stops or None,
-                                  uncertainty=uncertainty)
+                                  uncertainty=uncertainty, speculative="auto" if speculation == "spec" else None)
     return result.text, {"steps": result.stats.steps, "pauses": result.stats.pauses,
                          "lookahead_tokens": result.stats.lookahead_tokens,
-                         "lookahead_time_s": result.stats.lookahead_time_s, "time_s": time.perf_counter() - started}
+                         "lookahead_time_s": result.stats.lookahead_time_s,
+                         "forward_passes": result.stats.forward_passes, "time_s": time.perf_counter() - started}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -140,16 +146,19 @@ def markdown(report: dict[str, Any]) -> str:
              f"{report['machine']}, {report['date']}; model {report['model']} (`{report['identity']}`), "
              f"τ = {report['threshold']:.3f} nats ({report['threshold_source']}); {report['subset']}; "
              f"max_new_tokens {report['max_new_tokens']}; command `{report['command']}`. "
-             "Pause rate = pauses / decoding steps; latency = wall time per problem relative to greedy. "
+             "Pause rate = pauses / decoding steps; latency = wall time per problem relative to greedy; "
+             "passes / step = the generation's forward passes (rollouts not counted) per decoding step. "
              "Differences of one or two problems are noise.\n",
-             "| benchmark | mode | pass@1 | solved | pause rate | lookahead tokens / step | latency × greedy |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| benchmark | mode | pass@1 | solved | pause rate | lookahead tokens / step | passes / step "
+             "| latency × greedy |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for bench, modes in report["results"].items():
         base = modes.get("greedy", {}).get("time_s")
         for mode, r in modes.items():
             ratio = f"{r['time_s'] / base:.2f}×" if base else "n/a"
+            passes = f"{r['forward_passes'] / max(1, r['steps']):.2f}" if r.get("forward_passes") else "—"
             lines.append(f"| {bench} | {mode} | {r['pass@1']:.1%} | {r['solved']}/{r['problems']} | "
-                         f"{r['pause_rate']:.1%} | {r['lookahead_per_step']:.2f} | {ratio} |")
+                         f"{r['pause_rate']:.1%} | {r['lookahead_per_step']:.2f} | {passes} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -191,7 +200,10 @@ def main() -> None:
     parser.add_argument("--benchmark", default="humaneval", help="humaneval, mbpp or both (comma-separated)")
     parser.add_argument("--limit", type=int, default=20, help="first N problems of each benchmark (0: all)")
     parser.add_argument("--max-new-tokens", type=int, default=160)
-    parser.add_argument("--modes", default="greedy,adadec", help="greedy, adadec, beam (comma-separated)")
+    parser.add_argument("--modes", default="greedy,adadec",
+                        help="greedy, adadec, beam, greedy+spec, adadec+spec (+spec: speculative='auto')")
+    parser.add_argument("--name", default="adadec_eval",
+                        help="results file name under benchmarks/results (and README section when updating)")
     parser.add_argument("--threshold", type=float, help="τ in nats (default: the model's calibrated τ)")
     parser.add_argument("--calibrate-tasks", type=int, default=0, help="learn τ first on N MBPP train tasks")
     parser.add_argument("--timeout", type=float, default=20.0)
@@ -222,7 +234,8 @@ def main() -> None:
     per_problem: list[dict[str, Any]] = []
     for bench in args.benchmark.split(","):
         problems = humaneval_problems(args.limit) if bench == "humaneval" else mbpp_problems(args.limit)
-        totals = {m: {"solved": 0, "steps": 0, "pauses": 0, "lookahead_tokens": 0, "time_s": 0.0} for m in modes}
+        totals = {m: {"solved": 0, "steps": 0, "pauses": 0, "lookahead_tokens": 0, "forward_passes": 0, "time_s": 0.0}
+                  for m in modes}
         for problem in problems:
             prompt, stops = prompt_of(bench, problem, tokenizer)
             for mode in modes:
@@ -236,11 +249,11 @@ def main() -> None:
                                                      "mode": mode, "passed": ok, "completion": text, **stats}) + "\n")
                 else:
                     text, ok = record["completion"], record["passed"]
-                    stats = {key: record[key] for key in ("steps", "pauses", "lookahead_tokens", "time_s")}
+                    stats = {key: record.get(key, 0) for key in COUNTED}
                 t = totals[mode]
                 t["solved"] += ok
-                for key in ("steps", "pauses", "lookahead_tokens", "time_s"):
-                    t[key] += stats[key]
+                for key in COUNTED:
+                    t[key] += stats.get(key, 0)
                 per_problem.append({"benchmark": bench, "task_id": problem["task_id"], "mode": mode, "passed": ok,
                                     **stats, "completion": text})
                 print(f"{bench} {problem['task_id']} {mode}: {'pass' if ok else 'fail'} "
@@ -259,7 +272,7 @@ def main() -> None:
         "command": ".venv/bin/python benchmarks/adadec_eval.py " + " ".join(sys.argv[1:]),
         "results": results, "problems": per_problem,
     }
-    publish("adadec_eval", report, markdown(report), plot, alt="AdaDec", update_readme=args.update_readme)
+    publish(args.name, report, markdown(report), plot, alt="AdaDec", update_readme=args.update_readme)
 
 
 if __name__ == "__main__":

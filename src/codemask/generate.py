@@ -164,11 +164,12 @@ def constrained_generate(
     reranks the top candidates by a short lookahead that the grammar and RPG constrain too.
     ``speculative="auto"`` (or a :class:`~codemask.speculative.Drafter`) drafts tokens from the grammar
     and the context and verifies them in one forward pass: greedy output is token for token the
-    same, sampling draws from the same distribution, with fewer forward passes (off, with a warning,
-    together with ``uncertainty=``). ``monitors=codemask.monitors.for_workspace(workspace, file)`` masks
-    names a language server says do not exist (members, keyword arguments, imports), ANDed with the
-    grammar; the prompt is taken as the file's text before the cursor unless the monitors were given
-    a ``prefix``. Returns one result, or a list for a list of prompts.
+    same, sampling draws from the same distribution, with fewer forward passes (with ``uncertainty=``
+    too: AdaDec pauses at the first verified position whose entropy reaches τ).
+    ``monitors=codemask.monitors.for_workspace(workspace, file)`` masks names a language server says
+    do not exist (members, keyword arguments, imports), ANDed with the grammar; the prompt is taken
+    as the file's text before the cursor unless the monitors were given a ``prefix``. Returns one
+    result, or a list for a list of prompts.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -203,12 +204,12 @@ def constrained_generate(
     loop = _DecodingLoop(model, tokenizer, vocab, rows, pipeline, stage, device)
     if adadec is not None:
         adadec.attach(loop)  # the rollouts fork the loop's KV cache
-    drafter = resolve_drafter(speculative, uncertainty=adadec is not None)
+    drafter = resolve_drafter(speculative)
     try:
         if drafter is None:
             loop.run(max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
         else:
-            SpeculativeRunner(loop, drafter, SamplingParams(temperature, top_k, top_p), generator).run(
+            SpeculativeRunner(loop, drafter, SamplingParams(temperature, top_k, top_p), generator, adadec).run(
                 max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
     finally:
         pipeline.close()

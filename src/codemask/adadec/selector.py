@@ -180,17 +180,29 @@ class AdaDecSelector(Selector):
         paused = [r for r in self.paused_rows(logits).tolist() if layout.offsets[r] == 0]  # the host sync
         if not paused:
             return chosen
+        best = self._paused_rerank(logits, layout, paused)
+        chosen = chosen.clone()
+        chosen[torch.tensor(list(best), device=chosen.device)] = torch.tensor(list(best.values()),
+                                                                              dtype=chosen.dtype, device=chosen.device)
+        return chosen
+
+    def pause(self, logits: torch.Tensor, sequence: int) -> int:
+        """Rerank at one paused position: ``logits`` (``[1, vocab]``, processed) is ``sequence``'s next-token
+        distribution at the state the loop's KV cache holds for it (speculative verification calls this at
+        the first drafted position whose entropy reaches τ, with the drafts after it masked out)."""
+        self._handoffs.clear()
+        return self._paused_rerank(logits, StepLayout.one_row_per_sequence([sequence]), [0])[0]
+
+    def _paused_rerank(self, logits: torch.Tensor, layout: StepLayout, paused: list[int]) -> dict[int, int]:
+        """`_rerank` with the pause counters and the time it took (split evenly among the paused rows)."""
         started = time.perf_counter()
         for r in paused:
             self.pauses[layout.sequences[r]] += 1
         best = self._rerank(logits, layout, paused)
-        chosen = chosen.clone()
-        chosen[torch.tensor(list(best), device=chosen.device)] = torch.tensor(list(best.values()),
-                                                                              dtype=chosen.dtype, device=chosen.device)
         spent = (time.perf_counter() - started) / len(paused)
         for r in paused:
             self.lookahead_time_s[layout.sequences[r]] += spent
-        return chosen
+        return best
 
     def paused_rows(self, logits: torch.Tensor) -> torch.Tensor:
         """Indices of the rows whose entropy (nats) is at least τ (on the logits' device)."""

@@ -29,9 +29,9 @@ logic) with a different step:
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,42 +41,40 @@ from codemask.engine.matcher import GrammarMatcher
 from codemask.speculative.drafters import DraftEnv, Drafter, DraftState, auto_drafter
 from codemask.speculative.verify import DraftLength, PassCost, accept_or_resample
 
+if TYPE_CHECKING:
+    from codemask.adadec import AdaDecSelector
+
 _JUMP_BUDGET = 1 << 30  # while drafting, forced continuations are not cut by the token budget
 
 
-def resolve_drafter(speculative: str | Drafter | None, *, uncertainty: bool) -> Drafter | None:
-    """The drafter for ``constrained_generate(speculative=...)``; None when speculation is off.
-
-    AdaDec reranks from the loop's KV cache at the committed position; inside a verification pass
-    the cache already holds the drafts, so its lookahead would start from the wrong state. With
-    ``uncertainty=`` speculation is therefore switched off for the call, with a warning.
-    """
+def resolve_drafter(speculative: str | Drafter | None) -> Drafter | None:
+    """The drafter for ``constrained_generate(speculative=...)``; None when speculation is off."""
     if speculative is None:
         return None
     if speculative == "auto":
-        drafter: Drafter = auto_drafter()
-    elif isinstance(speculative, Drafter):
-        drafter = speculative
-    else:
-        raise ValueError(f"speculative must be 'auto', a Drafter or None, got {speculative!r}")
-    if uncertainty:
-        warnings.warn("speculative decoding is disabled for this call: AdaDec's lookahead (uncertainty=) "
-                      "reranks from the committed KV cache and cannot run inside a verification pass",
-                      stacklevel=3)
-        return None
-    return drafter
+        return auto_drafter()
+    if isinstance(speculative, Drafter):
+        return speculative
+    raise ValueError(f"speculative must be 'auto', a Drafter or None, got {speculative!r}")
 
 
 class SpeculativeRunner:
     """Runs one generation of ``loop`` (a ``codemask.generate._DecodingLoop``) speculatively, through the
     loop's public steps: ``forward`` (the model over new tokens), ``advance`` (commit a picked token),
-    ``jump_forward`` and ``bytes_of``."""
+    ``jump_forward`` and ``bytes_of``.
+
+    With ``uncertainty`` (the call's `AdaDecSelector`), the walk over a verified draft stops at the
+    first position whose entropy reaches τ: the drafts from there on are masked out of the KV cache,
+    so the cache holds exactly the committed sequence, and AdaDec pauses there as plain decoding would
+    (its rollouts fork that cache) — AdaDec's output, with the forward passes of speculation.
+    """
 
     def __init__(self, loop: Any, drafter: Drafter, params: SamplingParams,
-                 generator: torch.Generator | None) -> None:
+                 generator: torch.Generator | None, uncertainty: AdaDecSelector | None = None) -> None:
         self.loop = loop
         self.params = params
         self.generator = generator
+        self.uncertainty = uncertainty
         vocab = loop.vocab
         self.stop_ids = frozenset(int(t) for t in vocab.stop_token_ids)
         env = DraftEnv(loop.tokenizer, vocab.token_bytes, self.stop_ids)
@@ -108,10 +106,11 @@ class SpeculativeRunner:
             for stage in loop.pipeline.stages:
                 stage.apply(rows, layout)
             decide = self._decider(rows)
+            paused = set() if self.uncertainty is None else set(self.uncertainty.paused_rows(rows).tolist())
             first = 0
             for i in active:
                 loop.rows[i].stats.forward_passes += 1
-                feeds[i] = self._confirm(i, drafts[i], first, decide,
+                feeds[i] = self._confirm(i, drafts[i], first, decide, _Pauses(rows, paused),
                                          (max_new_tokens, stops, jump_forward, on_token))
                 first += len(drafts[i]) + 1
                 if loop.rows[i].finish_reason is not None:
@@ -179,19 +178,24 @@ class SpeculativeRunner:
         probs = sampling_probabilities(rows, self.params)
         return lambda r, drafted: accept_or_resample(probs[r], drafted, self.generator)[0]
 
-    def _confirm(self, index: int, draft: list[int], first: int, decide: Any,
+    def _confirm(self, index: int, draft: list[int], first: int, decide: Any, pauses: _Pauses,
                  advance_args: tuple[Any, ...]) -> list[int]:
         """Commit what the verification pass confirms for row ``index``; returns its next feed.
 
         ``first`` is the row's first logits row (its state before the draft). At each position the
-        picked token goes through the loop's ``_advance`` (which may append a forced continuation);
-        the walk continues while the committed tokens are the draft's next tokens.
+        picked token goes through the loop's ``advance`` (which may append a forced continuation);
+        the walk continues while the committed tokens are the draft's next tokens, and ends after
+        an AdaDec pause (`_pause`).
         """
         loop = self.loop
         row = loop.rows[index]
         before = len(row.token_ids)
         j = 0
         while True:
+            if first + j in pauses.rows:
+                tokens = loop.advance(index, self._pause(index, len(draft) - j, pauses.logits[first + j:first + j + 1]),
+                                      *advance_args)
+                break
             token = decide(first + j, draft[j] if j < len(draft) else None)
             tokens = loop.advance(index, token, *advance_args)
             if row.finish_reason is not None or draft[j: j + len(tokens)] != tokens:
@@ -199,14 +203,27 @@ class SpeculativeRunner:
             j += len(tokens)
         appended = row.token_ids[before:]
         self.states[index].commit(appended)
+        # At least the last committed token is fed again (its logits are the next step's): after a
+        # pause, the candidate and its continuation may all be drafted tokens already in the cache.
         accepted = _common_prefix(appended, draft)
+        if row.finish_reason is None:
+            accepted = min(accepted, len(appended) - 1)
         row.stats.drafted_tokens += len(draft)
         row.stats.accepted_tokens += accepted
         self.lengths[index].update(len(draft), accepted)
-        rejected = len(draft) - accepted
-        if rejected:
-            loop.attention[index, -rejected:] = 0  # the cache positions of the rejected drafts become holes
+        if draft:  # the cache positions of the rejected drafts become holes; the confirmed ones stay
+            columns = loop.attention[index, loop.attention.shape[1] - len(draft):]
+            columns[:accepted] = 1
+            columns[accepted:] = 0
         return appended[accepted:] if row.finish_reason is None else [loop.pad_id]
+
+    def _pause(self, index: int, unverified: int, logits: torch.Tensor) -> int:
+        """AdaDec's pick at row ``index``'s current position: its last ``unverified`` drafts are masked
+        out of the KV cache first, so that the rollouts fork exactly the committed sequence."""
+        assert self.uncertainty is not None
+        if unverified:
+            self.loop.attention[index, self.loop.attention.shape[1] - unverified:] = 0
+        return self.uncertainty.pause(logits, index)
 
     def _crop_rejected(self) -> None:
         """Drop trailing cache columns that no row attends to (rejected drafts of every row)."""
@@ -217,6 +234,14 @@ class SpeculativeRunner:
         if extra > 0:
             self.loop.cache.crop(-extra)
             self.loop.attention = attention[:, :keep]
+
+
+@dataclass(frozen=True)
+class _Pauses:
+    """The verification pass's processed logits rows and those whose entropy reached AdaDec's τ."""
+
+    logits: torch.Tensor
+    rows: set[int]
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
