@@ -140,3 +140,17 @@ def test_case_pattern_is_an_enum_member(smollm2: tuple[Any, Any], project: Path)
                                   monitors=for_workspace(project, "main.py"))
     assert member_name(plain.text) not in {"CRIMSON", "TEAL"}, plain.text
     assert member_name(guided.text) in {"CRIMSON", "TEAL"}, guided.text
+
+
+def test_monitors_with_speculation_give_the_same_tokens(smollm2: tuple[Any, Any], project: Path,
+                                                        main_prefix: str) -> None:
+    """Verification rows ask the monitors about each drafted position's text: greedy output with
+    ``speculative="auto"`` is that of monitored plain decoding."""
+    model, tokenizer = smollm2
+    prompt = main_prefix + "inv."
+    monitors = for_workspace(project, "main.py")
+    plain = constrained_generate(model, tokenizer, prompt, max_new_tokens=24, monitors=monitors)
+    fast = constrained_generate(model, tokenizer, prompt, max_new_tokens=24, monitors=monitors, speculative="auto")
+    assert plain.stats.monitor_timeouts == fast.stats.monitor_timeouts == 0
+    assert fast.token_ids == plain.token_ids
+    assert fast.stats.drafted_tokens > 0 and fast.stats.monitor_steps >= 1
