@@ -5,7 +5,8 @@ Same model, same prompts, one process. Configurations:
 - ``greedy``: ``constrained_generate`` with no grammar, temperature 0;
 - ``hf-rep1.2``: ``model.generate(do_sample=False, repetition_penalty=1.2)`` (CTRL's penalty);
 - ``t0.8``: ``constrained_generate(temperature=0.8, seed=0)``;
-- ``rpg``: ``constrained_generate(repetition=codemask.RPG())`` (λ = 0.9), greedy.
+- ``rpg``: ``constrained_generate(repetition=codemask.RPG())`` (λ = 0.9), greedy;
+- ``rpg@λ`` (e.g. ``rpg@0.5``): the same with ``RPG(penalty=λ)``, for a sweep of the decay.
 
 On CodeRepetEval's code-generation prompts (``../shared/data/coderepeteval``: prompts on which greedy
 decoding repeats itself; every ``--stride``-th distinct prompt, ``--prompts`` of them) it reports the
@@ -20,6 +21,7 @@ below greedy, time per sample down, stage overhead <= 1 ms per step.
 
 Usage: benchmarks/.venv/bin/python benchmarks/repetition_eval.py [--models smollm2,qwen-coder]
        [--prompts 24] [--max-new-tokens 128] [--humaneval 10] [--threads N] [--merge] [--update-readme]
+       [--configs greedy,hf-rep1.2,t0.8,rpg,rpg@0.5] [--name repetition_eval]
 (``--merge`` keeps the other models' entries of the last results file: one model per process.)
 Time it on an otherwise idle machine (DESIGN §6).
 """
@@ -82,6 +84,8 @@ def generate(model: Any, tokenizer: Any, config: str, prompt: str, max_new_token
     kwargs: dict[str, Any] = {"temperature": 0.8, "seed": 0} if config == "t0.8" else {}
     if config == "rpg":
         kwargs["repetition"] = RPG()
+    elif config.startswith("rpg@"):
+        kwargs["repetition"] = RPG(penalty=float(config.removeprefix("rpg@")))
     result = constrained_generate(model, tokenizer, prompt, max_new_tokens=max_new_tokens, **kwargs)
     return Sample(prompt, result.text, len(result.token_ids), result.finish_reason == "stop",
                   time.perf_counter() - started, result.stats.repetition_time_s)
@@ -137,7 +141,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     tasks = humaneval_tasks(args.humaneval)
     report: dict[str, Any] = {"model": name, "prompts": len(prompts), "stride": args.stride,
                               "humaneval": len(tasks), "max_new_tokens": args.max_new_tokens, "configs": {}}
-    for config in CONFIGS:
+    for config in args.configs:
         samples = [generate(model, tokenizer, config, p, args.max_new_tokens) for p in prompts]
         row = summarise(samples)
         row["outputs"] = [{"text": s.text, "ended": s.ended, "tokens": s.tokens} for s in samples]
@@ -166,7 +170,7 @@ def markdown(report: dict[str, Any]) -> str:
     for entry in report["models"]:
         for config, r in entry["configs"].items():
             pass_at_1 = f"{r['pass@1']:.0%}" if "pass@1" in r else "—"
-            step = f"{r['rpg_us_per_step']:.0f}" if config == "rpg" else "—"
+            step = f"{r['rpg_us_per_step']:.0f}" if config.startswith("rpg") else "—"
             lines.append(f"| {entry['model']} | {config} | {r['egp']:.0%} | {r['tr4_tokens']:.1%} | "
                          f"{r['tr4_units']:.1%} | {r['tr_s']:.1%} | {r['ccp']:.0%} | {pass_at_1} | "
                          f"{r['length']:.0f} | {r['seconds']:.1f} | {step} |")
@@ -175,7 +179,9 @@ def markdown(report: dict[str, Any]) -> str:
 
 def plot(report: dict[str, Any], path: Path) -> None:
     panels = [("egp", "EGP"), ("tr_s", "TR-S"), ("ccp", "CCP"), ("seconds", "seconds per sample")]
-    plot_model_panels(path, report["models"], list(CONFIGS), panels, lambda entry, c, key: entry["configs"][c][key],
+    configs = list(dict.fromkeys(c for entry in report["models"] for c in entry["configs"]))
+    plot_model_panels(path, report["models"], configs, panels,
+                      lambda entry, c, key: entry["configs"][c][key] if c in entry["configs"] else 0.0,
                       "CodeRepetEval subset (see the README table for sizes)", rotation=20)
 
 
@@ -189,12 +195,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
     parser.add_argument("--update-readme", action="store_true")
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help="decodings to compare: greedy, hf-rep1.2, t0.8, rpg, rpg@λ (RPG with penalty λ)")
+    parser.add_argument("--name", default="repetition_eval", help="results file name under benchmarks/results")
     args = parser.parse_args()
+    args.configs = args.configs.split(",")
+    for config in args.configs:
+        if config not in CONFIGS and not config.startswith("rpg@"):
+            parser.error(f"unknown configuration {config!r}")
     if args.threads:
         torch.set_num_threads(args.threads)
 
     started = time.time()
-    path = RESULTS / "repetition_eval.json"
+    path = RESULTS / f"{args.name}.json"
     fresh = [run_model(name, args) for name in args.models.split(",")]
     previous = json.loads(path.read_text())["models"] if args.merge and path.exists() else []
     names = {entry["model"] for entry in fresh}
@@ -205,7 +218,7 @@ def main() -> None:
         "models": [e for e in previous if e["model"] not in names] + fresh,
         "wall_s": time.time() - started,
     }
-    publish("repetition_eval", report, markdown(report), plot, alt="repetition", update_readme=args.update_readme)
+    publish(args.name, report, markdown(report), plot, alt="repetition", update_readme=args.update_readme)
 
 
 if __name__ == "__main__":
