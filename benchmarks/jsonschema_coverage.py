@@ -631,6 +631,40 @@ def totals_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def head_to_head(records: list[dict[str, Any]], engine: str, peer: str) -> dict[str, int]:
+    """Correctness of ``engine`` and ``peer`` on the schemas both compiled (their tests not cut short),
+    from `slim` records: the like-for-like comparison behind "rejects at least as many invalid
+    instances as the peer"."""
+    out = dict.fromkeys(("schemas", "valid", "invalid", "engine_valid_accepted", "engine_invalid_rejected",
+                         "peer_valid_accepted", "peer_invalid_rejected"), 0)
+    for record in records:
+        pair = [record["engines"].get(engine), record["engines"].get(peer)]
+        if any(o is None or o["status"] != COMPILED or o.get("tests_failed") for o in pair):
+            continue
+        out["schemas"] += 1
+        out["valid"] += record["valid"]
+        out["invalid"] += record["invalid"]
+        for who, outcome in zip(("engine", "peer"), pair, strict=True):
+            out[f"{who}_valid_accepted"] += outcome["valid_accepted"]
+            out[f"{who}_invalid_rejected"] += outcome["invalid_rejected"]
+    return out
+
+
+def head_to_head_table(records: list[dict[str, Any]], engines: list[str], peer: str = "llguidance") -> str:
+    """One row per other engine: valid accepted and invalid rejected by it and by ``peer`` on the
+    schemas both compiled."""
+    lines = [f"| engine | schemas both compiled | valid accepted: engine · {peer} "
+             f"| invalid rejected: engine · {peer} |", "|---|---:|---:|---:|"]
+    for name in engines:
+        if name == peer:
+            continue
+        h = head_to_head(records, name, peer)
+        lines.append(f"| {name} | {h['schemas']} | {h['engine_valid_accepted']} · {h['peer_valid_accepted']} "
+                     f"of {h['valid']} | {h['engine_invalid_rejected']} · {h['peer_invalid_rejected']} "
+                     f"of {h['invalid']} |")
+    return "\n".join(lines)
+
+
 def subset_coverage_table(summary: dict[str, Any], engines: list[str]) -> str:
     """One row per subset, one cell per engine: compiled · valid accepted · invalid rejected."""
     lines = ["| subset | schemas | " + " | ".join(engines) + " |", "|---|---:|" + "---:|" * len(engines)]
@@ -673,7 +707,9 @@ def readme_section(report: dict[str, Any]) -> str:
         "accepted). Per-subset timings, per-schema results and failure messages: "
         "`benchmarks/results/jsonschema_coverage.{md,json}`.\n\n"
         f"{totals_table(report['summary'])}\n\n"
-        "Per subset, compiled · valid accepted · invalid rejected:\n\n"
+        + (f"Head to head with llguidance, on the schemas both compiled:\n\n"
+           f"{head_to_head_table(report['per_schema'], engines)}\n\n" if "llguidance" in engines else "")
+        + "Per subset, compiled · valid accepted · invalid rejected:\n\n"
         f"{subset_coverage_table(report['summary'], engines)}\n\n"
         "![JSON Schema coverage](benchmarks/results/jsonschema_coverage.png)\n"
     )
