@@ -68,3 +68,14 @@ def test_examples_and_errors() -> None:
         long_period.pop(11)
     with pytest.raises(ValueError):
         TandemRepeats(0)
+
+
+@settings(max_examples=120, deadline=None)
+@given(sequences, st.integers(1, 6), st.integers(0, 10))
+def test_occurrences_count_every_window_equal_to_the_last_span(seq: list[int], period: int, since: int) -> None:
+    detector = TandemRepeats(8)
+    detector.extend(seq)
+    n = len(seq)
+    expected = 0 if not 0 < period <= n - since else sum(
+        seq[i: i + period] == seq[n - period:] for i in range(since, n - period + 1))
+    assert detector.occurrences(period, since) == expected

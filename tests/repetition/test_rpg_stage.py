@@ -83,6 +83,19 @@ def test_content_repetition_of_tokens(smollm2) -> None:
     assert not short.penalties().decay
 
 
+def test_a_content_loop_that_strays_for_a_token_keeps_its_count(smollm2) -> None:
+    """Back-to-back copies restart at one after a stray token; the decay counts every generated copy."""
+    tokenizer, vocab = smollm2
+    prompt = tokenizer.encode("x = 1\n", add_special_tokens=False)
+    copy = tokenizer.encode("print(f(1))\n", add_special_tokens=False)
+    stray = tokenizer.encode("#", add_special_tokens=False)
+    state = RepetitionState(RPG(), vocab.token_bytes, prompt)
+    state.append(copy * 4 + stray + copy * 2)
+    assert state.penalties().decay == {copy[0]: 5}  # six copies generated; two of them back to back
+    fresh = RepetitionState(RPG(), vocab.token_bytes, prompt + copy * 4 + stray + copy * 2)
+    assert fresh.penalties().decay == {copy[0]: 1}  # copies in the prompt are not counted
+
+
 def test_rollback_and_fork_give_the_same_penalties(smollm2) -> None:
     tokenizer, vocab = smollm2
     tokens, seen = _walk(tokenizer, vocab, RPG())

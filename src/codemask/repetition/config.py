@@ -17,7 +17,10 @@ class RPG:
     point begins a new statement and the code so far is complete, end-of-sequence is multiplied by
     ``eos_boost ** count``. With ``content=True`` the same decay applies to back-to-back repeats of
     the generated token ids themselves (content repetition: the same text again), for spans of at
-    most ``max_period`` tokens covering at least ``min_content_tokens`` tokens.
+    most ``max_period`` tokens covering at least ``min_content_tokens`` tokens; there ``count`` is
+    every earlier occurrence of the span in the generated tokens, adjacent or not, so a loop that
+    strays for a token and resumes keeps the count it had (back-to-back copies alone restart at
+    one after any stray token, and the loop goes on).
 
     Attributes:
         penalty: λ, the decay per repetition (0 < λ <= 1; the paper's 0.9).

@@ -98,6 +98,25 @@ class TandemRepeats:
         best = int(np.argmax(copies))  # first maximum: the shortest period
         return Repeat(period=int(periods[best]), copies=int(copies[best]))
 
+    def occurrences(self, period: int, since: int = 0) -> int:
+        """How many times the last ``period`` symbols occur in the sequence from position ``since`` on,
+        anywhere (overlaps included), the last copy too.
+
+        Candidates are the positions holding the span's first symbol, narrowed one symbol at a time:
+        a handful of array operations on a shrinking index, not a window per position.
+        """
+        n = self._length
+        if not 0 < period <= n - since:
+            return 0
+        symbols = self._symbols[:n]
+        span = symbols[n - period:]
+        at = np.flatnonzero(symbols[since: n - period + 1] == span[0]) + since
+        for k in range(1, period):
+            if not len(at):
+                break
+            at = at[symbols[at + k] == span[k]]
+        return len(at)
+
     def next_symbol(self, repeat: Repeat) -> int:
         """The symbol that would continue the loop: the first of the last copy."""
         return int(self._symbols[self._length - repeat.period])

@@ -51,6 +51,7 @@ class RepetitionState:
         self.unit_repeats = TandemRepeats(rpg.max_period)
         self._synced: list[Unit] = []  # the units unit_repeats holds
         self.append(prompt_ids)
+        self.prompt_tokens = len(self.token_ids)
 
     def append(self, token_ids: Sequence[int]) -> None:
         data = bytearray()
@@ -86,6 +87,7 @@ class RepetitionState:
         other.tokens = self.tokens.fork()
         other.unit_repeats = self.unit_repeats.fork()
         other._synced = list(self._synced)
+        other.prompt_tokens = self.prompt_tokens
         return other
 
     # -- the step ----------------------------------------------------------------------------
@@ -101,7 +103,8 @@ class RepetitionState:
     def _content_repeat(self, result: Penalties) -> None:
         repeat = self.tokens.repeat()
         if repeat is not None and repeat.copies * repeat.period >= self.rpg.min_content_tokens:
-            result.decay[self.tokens.next_symbol(repeat)] = repeat.count
+            generated = self.tokens.occurrences(repeat.period, since=self.prompt_tokens)
+            result.decay[self.tokens.next_symbol(repeat)] = max(repeat.count, generated - 1)
 
     def _structural_repeat(self, result: Penalties) -> None:
         text = self.units.text
