@@ -1,8 +1,10 @@
-"""The C trie walk (`codemask.engine._native`) against the numpy walk it replaces.
+"""The C extension (`codemask.engine._native`) against the numpy walk and Python parser it replaces.
 
-Both classify every position of real grammars on real vocabularies from a fresh parser core (so
-the C walk meets unknown transitions and goes round the fill-and-resume loop); the results must be
-identical. Bad arguments must raise, not read out of bounds.
+Both walks classify every position of real grammars on real vocabularies from a fresh parser core
+(so the C walk meets unknown transitions and goes round the fill-and-resume loop); the results
+must be identical. Two parser cores of real grammars, one with the C closures and one in Python,
+driven through the same operations, must intern the same stack nodes and parser states with the
+same ids and fill the same transition tables. Bad arguments must raise, not read out of bounds.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import numpy as np
 import pytest
 
 from codemask import Grammar
-from codemask.engine import native
+from codemask.engine import native, parser
+from codemask.engine.automaton import RTN
 from codemask.engine.mask_cache import PositionClassifier, Uncertain
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import TokenTrie, token_trie
+from codemask.errors import GrammarError
 from tests.engine.conftest import compiler, vocabulary
 
 BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
@@ -27,6 +31,15 @@ PYTHON_FUNCTION = Path(__file__).resolve().parents[2] / "grammars" / "python_fun
 def test_the_extension_is_built_and_used_by_default() -> None:
     assert native.available(), "codemask.engine._native was not built: `pip install -e .` needs a C compiler"
     assert native.enabled()
+
+
+def grammar_of(source: str) -> Grammar:
+    """A builtin grammar, ``python_function`` (EBNF) or a jsonschemabench schema by file name."""
+    if source == "python_function":
+        return Grammar.from_ebnf(PYTHON_FUNCTION.read_text())
+    if source.endswith(".json"):
+        return Grammar.from_json_schema(json.loads((BENCH / source).read_text())["schema"])
+    return Grammar.builtin(source)
 
 
 def classify_all(grammar: Grammar, tokenizer: str, use_native: bool) -> tuple[np.ndarray, list[Uncertain | None]]:
@@ -55,12 +68,7 @@ def uncertain_pairs(trie: TokenTrie, unc: Uncertain | None) -> set[tuple[int, by
     ("python_function", "llama3"),
 ])
 def test_c_walk_classifies_every_position_as_the_numpy_walk(source: str, tokenizer: str) -> None:
-    if source == "json":
-        grammar = Grammar.builtin("json")
-    elif source == "python_function":
-        grammar = Grammar.from_ebnf(PYTHON_FUNCTION.read_text())
-    else:
-        grammar = Grammar.from_json_schema(json.loads((BENCH / source).read_text())["schema"])
+    grammar = grammar_of(source)
     c_accepted, c_uncertain = classify_all(grammar, tokenizer, use_native=True)
     np_accepted, np_uncertain = classify_all(grammar, tokenizer, use_native=False)
     assert (c_accepted == np_accepted).all()
@@ -101,3 +109,97 @@ def test_bad_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     with pytest.raises(ValueError, match="flags"):
         _native.walk(core.table, core.alphabet, core.flags[:-1], core.has_stacks, flat.byte, flat.lo, flat.hi,
                      flat.token, flat.child_lo, flat.child_hi, flat.depth, one, one, one)
+
+
+def drive(rtn: RTN, use_native: bool | None, limit: int) -> ParserCore:
+    """A fresh core put through a fixed sequence of operations: every reachable state's row filled
+    breadth first (up to ``limit`` states), frame and exit states, vectorised and single steps, and
+    closures of random nodes. ``use_native`` None alternates between C and Python from operation
+    to operation (the Python structures are the only record, so mixing must change nothing)."""
+    turns = iter(range(10**9))
+
+    def native_now() -> bool:
+        return bool(next(turns) % 2) if use_native is None else use_native
+
+    with native.using(native_now()):
+        core = ParserCore(rtn)
+    frontier, i = [core.initial], 0
+    while i < len(frontier) and len(frontier) < limit:
+        with native.using(native_now()):
+            core.fill_rows(np.array([frontier[i]]))
+        known = set(frontier)
+        frontier += [s for s in dict.fromkeys(core.table[frontier[i]].tolist()) if s >= 0 and s not in known]
+        i += 1
+    rng = np.random.default_rng(7)
+    for position in np.flatnonzero(rtn.scanning)[:300].tolist():
+        with native.using(native_now()):
+            core.frame_state(position)
+    for stack in rng.integers(0, len(core.node_state), 300).tolist():
+        with native.using(native_now()):
+            core.exit_state(stack)
+    live = np.flatnonzero(core.has_stacks[: core.num_states])
+    for _ in range(30):
+        with native.using(native_now()):
+            core.advance(rng.choice(live, 64), rng.integers(0, core.alphabet, 64))
+            core.step(int(rng.choice(live)), int(rng.integers(0, core.alphabet)))
+            core.closure(rng.integers(0, len(core.node_state), int(rng.integers(1, 4))).tolist())
+    return core
+
+
+def assert_same_core(a: ParserCore, b: ParserCore) -> None:
+    n = b.num_states
+    assert a.num_states == n
+    assert a.node_state == b.node_state
+    assert a.node_parents == b.node_parents
+    # the frozensets' iteration order orders the pops of later closures, so it must agree too
+    assert [list(p) for p in a.node_parents] == [list(p) for p in b.node_parents]
+    assert a.state_stacks == b.state_stacks and a.state_flag == b.state_flag
+    assert (a.table[:n] == b.table[:n]).all()
+    assert (a.flags[:n] == b.flags[:n]).all() and (a.has_stacks[:n] == b.has_stacks[:n]).all()
+
+
+@pytest.mark.parametrize(("source", "limit"), [
+    ("json", 3000),
+    ("python_function", 3000),
+    ("Github_medium---o10297.json", 3000),
+    ("Kubernetes---kb_474_Normalized.json", 3000),
+    ("sql", 1500),  # lexer mode: the parser's symbols are terminals
+])
+def test_c_closures_intern_the_same_nodes_and_states_as_python(source: str, limit: int) -> None:
+    rtn = compiler("llama3").compile(grammar_of(source)).artifacts.rtn
+    python = drive(rtn, False, limit)
+    assert python.num_states >= 1000
+    assert_same_core(drive(rtn, True, limit), python)
+    assert_same_core(drive(rtn, None, limit), python)
+
+
+def test_a_too_ambiguous_closure_raises_in_c_as_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    rtn = compiler("llama3").compile(Grammar.builtin("json")).artifacts.rtn
+    monkeypatch.setattr(parser, "MAX_STACKS", 3)
+    for use_native in (True, False):
+        with native.using(use_native), pytest.raises(GrammarError, match="exceeds 3 stack nodes"):
+            ParserCore(rtn)
+
+
+def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
+    core = ParserCore(compiler("llama3").compile(Grammar.builtin("json")).artifacts.rtn)
+    assert core._native is not None
+    with pytest.raises(IndexError, match="stack node out of range"):
+        core._native.closure(core, [len(core.node_state)])
+    with pytest.raises(IndexError, match="id out of range"):
+        core._native.closure(core, [-1])
+    with pytest.raises(IndexError, match="parser state out of range"):
+        core._native.fill_rows(core, [core.num_states])
+    from codemask.engine import _native  # type: ignore[attr-defined]
+
+    rtn = core.rtn
+    with pytest.raises(ValueError, match="accepting"):
+        _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting[:-1], np.zeros(1, np.int32),
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, [], [], {},
+                         10)
+    calls = np.zeros(len(rtn.accepting) + 1, np.int32)
+    calls[1:] = 1
+    with pytest.raises(ValueError, match="out of range"):
+        _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, calls,
+                         np.array([len(rtn.accepting)], np.int32), np.zeros(1, np.int32), np.zeros(1, np.uint8),
+                         [], [], {}, [], [], {}, 10)

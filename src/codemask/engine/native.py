@@ -1,27 +1,35 @@
-"""The C trie walk (`codemask.engine._native`, built by setup.py where a C compiler exists).
+"""The C trie walk and parser closures (`codemask.engine._native`, built by setup.py where a C
+compiler exists).
 
 The first visit of a wide position walks most of the vocabulary's trie; in numpy that is a few
 dozen array steps per trie level and 5–50 ms, in C one depth-first loop and well under a
-millisecond. The extension is optional: without it (no compiler when installed, or a build
-older than this source) the numpy walk in `mask_cache` runs instead, with the same results (the
-tests compare the two). ``CODEMASK_NATIVE=0`` turns it off.
+millisecond. The transitions the walk meets first are computed by `ParserCore._fill_row`, one
+closure per distinct column of a state's transition rows, which is most of what is left of a
+grammar's compilation and of the slow decoding steps; in C it interns into the core's own
+Python lists and dicts (`Interner`). The extension is optional: without it (no compiler when
+installed, or a build older than this source) the numpy walk in `mask_cache` and the Python
+parser run instead, with the same results (the tests compare the two). ``CODEMASK_NATIVE=0``
+turns it off.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import FlatTrie
 
+if TYPE_CHECKING:  # parser imports this module
+    from codemask.engine.parser import ParserCore
+
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 1
+EXPECTED_VERSION = 2
 
 
 def _load() -> ModuleType | None:
@@ -31,7 +39,7 @@ def _load() -> ModuleType | None:
         return None
     if getattr(_native, "VERSION", None) != EXPECTED_VERSION:
         warnings.warn("codemask.engine._native is out of date (reinstall codemask to rebuild it); "
-                      "masks are computed with numpy", RuntimeWarning, stacklevel=2)
+                      "masks are computed with numpy and Python", RuntimeWarning, stacklevel=2)
         return None
     return _native
 
@@ -41,18 +49,19 @@ _enabled = _MODULE is not None and os.environ.get("CODEMASK_NATIVE", "1") != "0"
 
 
 def enabled() -> bool:
-    """Whether mask computations use the C walk."""
+    """Whether mask computations use the C walk and parsers the C closures."""
     return _enabled
 
 
 def available() -> bool:
-    """Whether the C walk was built and loaded (enabled or not)."""
+    """Whether the extension was built and loaded (enabled or not)."""
     return _MODULE is not None
 
 
 @contextmanager
 def using(native: bool) -> Iterator[None]:
-    """Use the C walk (if available) or the numpy one inside the block (tests compare them)."""
+    """Use the C walk and closures (if available) or the numpy and Python ones inside the block (tests
+    compare them)."""
     global _enabled
     before = _enabled
     _enabled = native and _MODULE is not None
@@ -60,6 +69,32 @@ def using(native: bool) -> Iterator[None]:
         yield
     finally:
         _enabled = before
+
+
+class Interner(Protocol):
+    """`_native.Interner`: `ParserCore.closure` and `ParserCore._fill_row` of one core in C."""
+
+    def closure(self, core: ParserCore, stacks: Sequence[int]) -> int: ...
+
+    def fill_rows(self, core: ParserCore, states: Sequence[int]) -> None: ...
+
+
+def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, call_lo: np.ndarray,
+             callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, node_state: list[int],
+             node_parents: list[frozenset[int]], node_index: dict[tuple[int, frozenset[int]], int],
+             state_stacks: list[tuple[int, ...]], state_flag: list[bool],
+             state_index: dict[tuple[tuple[int, ...], bool], int], max_stacks: int) -> Interner | None:
+    """The C closures over a core's RTN (``trans``, per-state ``scanning`` and ``accepting``, and
+    its calls as ``callee[k]``, ``ret[k]``, ``tail[k]`` for ``k`` in ``call_lo[q]:call_lo[q+1]``)
+    that intern into its lists and dicts, which it keeps (None without the extension)."""
+    if _MODULE is None:
+        return None
+    ints = [np.ascontiguousarray(a, dtype=np.int32) for a in (trans, call_lo, callee, ret)]
+    flags = [np.ascontiguousarray(a, dtype=np.uint8) for a in (scanning, accepting, tail)]
+    found: Interner = _MODULE.Interner(ints[0], trans.shape[1], flags[0], flags[1], ints[1], ints[2], ints[3],
+                                       flags[2], node_state, node_parents, node_index, state_stacks, state_flag,
+                                       state_index, max_stacks)
+    return found
 
 
 def walk(core: ParserCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray,

@@ -10,8 +10,9 @@ the bottom. Parser states are interned to integer ids too, and ``table[state, by
 transitions, so that:
 
 - a matcher's history is a list of ints: ``rollback`` and ``fork`` cost nothing;
-- the mask computation walks many tokens at once with numpy gathers over ``table``, computing in
-  Python only the (state, byte) pairs it has never seen.
+- the mask computation walks many tokens at once with numpy gathers over ``table`` (or in C),
+  computing only the (state, byte) pairs it has never seen, a whole row at a time (`_fill_row`,
+  in C where the extension `codemask.engine.native` was built).
 
 Two bottoms exist. ``ROOT`` is the bottom of a real parse: reaching it means the input may end.
 ``FRAME`` is the bottom used when the mask cache analyses one rule frame in isolation: reaching
@@ -21,9 +22,11 @@ it means the frame's rule has ended and the rest belongs to whatever called it (
 from __future__ import annotations
 
 import threading
+from itertools import chain
 
 import numpy as np
 
+from codemask.engine import native
 from codemask.engine.automaton import RTN, distinct_rows
 from codemask.errors import GrammarError
 
@@ -75,6 +78,7 @@ class ParserCore:
         self.flags = np.zeros(64, dtype=bool)
         self.has_stacks = np.zeros(64, dtype=bool)
         self.lock = threading.RLock()
+        self._native = self._native_interner()
         self.initial = self.closure([self.node(int(rtn.rule_start[rtn.start_rule]), _ROOT_SET)])
 
     # -- interning ---------------------------------------------------------------------------
@@ -114,6 +118,18 @@ class ParserCore:
     def num_states(self) -> int:
         return len(self.state_stacks)
 
+    def _native_interner(self) -> native.Interner | None:
+        """`closure` and `_fill_row` in C, interning into this core's own lists and dicts (None
+        without the extension). The lists and dicts are never rebound, so it keeps them."""
+        sizes = np.fromiter(map(len, self._calls), dtype=np.int64, count=len(self._calls))
+        calls = np.fromiter(chain.from_iterable(chain.from_iterable(self._calls)), dtype=np.int64).reshape(-1, 3)
+        return native.interner(
+            trans=self._trans, scanning=self._scanning, accepting=self.rtn.accepting,
+            call_lo=np.concatenate([[0], np.cumsum(sizes)]), callee=calls[:, 0], ret=calls[:, 1], tail=calls[:, 2],
+            node_state=self.node_state, node_parents=self.node_parents, node_index=self._node_index,
+            state_stacks=self.state_stacks, state_flag=self.state_flag, state_index=self._state_index,
+            max_stacks=MAX_STACKS)
+
     # -- closure and steps -------------------------------------------------------------------
 
     def closure(self, stacks: list[int]) -> int:
@@ -121,6 +137,14 @@ class ParserCore:
 
         Returns `DEAD` when nothing is left (no stack waits on input and no bottom was reached).
         """
+        if self._native is not None and native.enabled():
+            return self._native.closure(self, stacks)
+        return self._closure(stacks)
+
+    def _closure(self, stacks: list[int]) -> int:
+        """`closure` in Python (without the C extension, and the tests' oracle). The order of
+        every step (the pops, the iteration over parents, the order of the sets' updates) fixes
+        the ids of new nodes and states, and the C version follows it exactly."""
         seen: set[int] = set()
         todo = list(stacks)
         scanning: dict[int, set[int]] = {}  # RTN state -> parents of the nodes waiting there
@@ -176,23 +200,29 @@ class ParserCore:
         unknown = nxt == UNKNOWN
         if unknown.any():
             with self.lock:
-                for st in np.unique(states[unknown]).tolist():
-                    self._fill_row(st)
+                self._fill_rows(np.unique(states[unknown]).tolist())
                 nxt = self.table[states, symbols]
         return nxt
 
     def fill_rows(self, states: np.ndarray) -> None:
         """Compute every transition of ``states`` (for walks that read ``table`` directly)."""
         with self.lock:
-            for st in states.tolist():
+            self._fill_rows(states.tolist())
+
+    def _fill_rows(self, states: list[int]) -> None:
+        if self._native is not None and native.enabled():
+            self._native.fill_rows(self, states)
+        else:
+            for st in states:
                 self._fill_row(st)
 
     def _fill_row(self, state: int) -> None:
-        """Compute every symbol's transition from ``state`` at once.
+        """Compute every symbol's transition from ``state`` at once (in Python; see `_fill_rows`).
 
         Symbols that move the state's stacks to the same RTN states lead to the same parser
         state, so one closure per distinct column of the tops' transition rows suffices (a
-        string's content is one column for most of the 256 bytes).
+        string's content is one column for most of the 256 bytes). The columns are visited in
+        the order of their first symbol, as the C version does, so both intern the same ids.
         """
         stacks = self.state_stacks[state]
         if not stacks:
@@ -200,11 +230,12 @@ class ParserCore:
             return
         targets = self._trans[[self.node_state[s] for s in stacks]]
         first, inverse = _distinct_columns(targets)
-        outcomes = []
-        for column in targets[:, first].T.tolist():
+        order = np.argsort(first)
+        outcomes = np.empty(len(first), dtype=np.int32)
+        for k, column in zip(order.tolist(), targets[:, first[order]].T.tolist(), strict=True):
             moved = [self.node(t, self.node_parents[s]) for t, s in zip(column, stacks, strict=True) if t >= 0]
-            outcomes.append(self.closure(moved) if moved else DEAD)
-        self.table[state] = np.array(outcomes, dtype=np.int32)[inverse.reshape(-1)]
+            outcomes[k] = self._closure(moved) if moved else DEAD
+        self.table[state] = outcomes[inverse]
 
     def walk(self, state: int, data: bytes) -> int:
         """The state after a byte string (`DEAD` as soon as a byte is refused)."""
