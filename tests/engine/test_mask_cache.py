@@ -27,6 +27,8 @@ from codemask.engine.mask_cache import (
     PositionMasks,
     SharedPositions,
     Uncertain,
+    uncertain_entries,
+    uncertain_entry,
 )
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.token_trie import TokenTrie, token_trie
@@ -166,3 +168,28 @@ def test_free_string_positions_are_shared_whatever_follows_the_string() -> None:
 def uncertain_pairs(trie: TokenTrie, unc: Uncertain) -> set[tuple[int, bytes]]:
     return {(t, residual_bytes(trie, unc, r)) for t, r in zip(unc.token_ids.tolist(), unc.residual_of.tolist(),
                                                                strict=True)}
+
+
+def test_uncertain_entries_of_many_owners_equal_one_owner_at_a_time() -> None:
+    """The batched residual grouping gives each owner exactly the record `uncertain_entry` gives
+    it alone: same tokens in the same order, same residual numbering and representatives."""
+    trie = token_trie(vocabulary("llama3"))
+    rng = np.random.default_rng(3)
+    count = 40
+    sizes = rng.integers(0, 3000, count)
+    sizes[::7] = 0  # owners without exits
+    owner = np.repeat(np.arange(count), sizes)
+    rows = rng.integers(0, trie.num_tokens, len(owner))
+    # many residuals shared (short tails of common tokens), some long
+    offsets = np.maximum(trie.lengths[rows].astype(np.int64) - rng.integers(1, 4, len(owner)), 0)
+    offsets[::5] = 0
+    batched = uncertain_entries(trie, owner, rows, offsets, count)
+    for i in range(count):
+        alone = uncertain_entry(trie, rows[owner == i], offsets[owner == i])
+        if alone is None:
+            assert batched[i] is None
+            continue
+        got = batched[i]
+        assert got is not None
+        for name in ("token_ids", "residual_of", "residual_rows", "residual_starts", "residual_len"):
+            assert np.array_equal(getattr(got, name), getattr(alone, name)), name

@@ -219,28 +219,47 @@ class PositionClassifier:
         self._memo.walk_new(first.idx, first.states)
         widths = first.found_count(len(starts)) + self._memo.found_count(first, len(starts))
         order = np.argsort(widths, kind="stable")
-        first = first_bytes(core, trie, [starts[i] for i in order])  # transitions are memoised by now
+        first = first.reordered(order)
         bar = tqdm(total=len(positions), desc=progress or "compiling grammar", unit="pos", delay=1.0,
                    leave=False, disable=progress is None)
         for lo, hi, dense in _chunks(widths[order], trie.num_tokens):
             walk = classify_chunk(trie, first, self._memo, lo, hi - lo, dense)
             rows = order[lo:hi]
             accepted[rows] = walk.packed(trie, self.vocab_size)
-            for i, row in enumerate(rows.tolist()):
-                uncertain[row] = self._uncertain(int(positions[row]), walk, i)
+            for row, unc in zip(rows.tolist(), self._uncertain(positions[rows], walk), strict=True):
+                uncertain[row] = unc
             bar.update(hi - lo)
         bar.close()
         return accepted, uncertain
 
-    def _uncertain(self, position: int, walk: FrameWalk, start: int) -> Uncertain | None:
-        rule = int(self.core.rtn.state_rule[position])
-        if rule not in self._with_callers:
-            return None  # leaving this frame ends the input, so the residual is refused
-        unc_sorted, unc_k = walk.uncertain_of(start)
-        if not self.core.rtn.is_shared(rule):  # a shared rule is filtered after sharing (`_followed`)
-            can_follow = self._follow[rule][self.trie.matrix[unc_sorted, unc_k]]
-            unc_sorted, unc_k = unc_sorted[can_follow], unc_k[can_follow]
-        return uncertain_entry(self.trie, unc_sorted, unc_k)
+    @functools.cached_property
+    def _rule_exits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per rule: whether leaving its frame can continue in a caller, and whether its exits are
+        filtered by the follow bytes during the walk (not for shared rules: see `_followed`)."""
+        rtn = self.core.rtn
+        count = len(rtn.rule_names)
+        has_callers = np.zeros(count, dtype=bool)
+        has_callers[list(self._with_callers)] = True
+        shared = rtn.shared if rtn.shared is not None else np.zeros(count, dtype=bool)
+        return has_callers, ~shared
+
+    def _uncertain(self, positions: np.ndarray, walk: FrameWalk) -> list[Uncertain | None]:
+        """The uncertain tokens of each start of ``walk`` (at ``positions``), all at once."""
+        has_callers, filtered = self._rule_exits
+        rules = self.core.rtn.state_rule[positions]
+        # leaving a frame without callers ends the input, so the residual is refused
+        sources = [_exits_where(found, has_callers[rules[found.exit_owner]]) for found in walk.sources]
+        owner = np.concatenate([found.exit_owner for found in sources])
+        rows = np.concatenate([found.exit_token for found in sources])
+        offsets = np.concatenate([found.exit_offset for found in sources])
+        if len(sources) > 1:  # per owner: its first-byte exits, then the memo's
+            by_owner = np.argsort(owner, kind="stable")
+            owner, rows, offsets = owner[by_owner], rows[by_owner], offsets[by_owner]
+        rule = rules[owner]
+        check = filtered[rule]
+        keep = np.ones(len(owner), dtype=bool)
+        keep[check] = self._follow[rule[check], self.trie.matrix[rows[check], offsets[check]]]
+        return uncertain_entries(self.trie, owner[keep], rows[keep], offsets[keep], len(positions))
 
 
 class SharedPositions:
@@ -419,15 +438,6 @@ class FrameWalk:
     count: int
     dense: np.ndarray | None
 
-    def uncertain_of(self, start: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted token indices and exit offsets of one start's uncertain tokens."""
-        tokens, offsets = [], []
-        for found in self.sources:
-            lo, hi = np.searchsorted(found.exit_owner, [start, start + 1])
-            tokens.append(found.exit_token[lo:hi])
-            offsets.append(found.exit_offset[lo:hi])
-        return np.concatenate(tokens), np.concatenate(offsets)
-
     def drop_ok_exits(self, num_tokens: int) -> None:
         """Remove exits of tokens that are ok from the same start (they are not uncertain)."""
         if self.dense is not None:
@@ -516,6 +526,22 @@ class LevelResults:
         return LevelResults(self.ok_owner[a:b] - lo, self.ok_token[a:b], self.exit_owner[c:d] - lo,
                             self.exit_token[c:d], self.exit_offset[c:d], self.idx[e:f], self.states[e:f],
                             self.owner[e:f] - lo)
+
+    def reordered(self, order: np.ndarray) -> LevelResults:
+        """The same findings with owner ``order[k]`` renumbered ``k``, grouped by the new owners
+        (each owner's findings in the order they had)."""
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+
+        def regroup(owner: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+            renamed = rank[owner]
+            by = np.argsort(renamed, kind="stable")
+            return [renamed[by], *(a[by] for a in arrays)]
+
+        ok_owner, ok_token = regroup(self.ok_owner, self.ok_token)
+        exit_owner, exit_token, exit_offset = regroup(self.exit_owner, self.exit_token, self.exit_offset)
+        owner, idx, states = regroup(self.owner, self.idx, self.states)
+        return LevelResults(ok_owner, ok_token, exit_owner, exit_token, exit_offset, idx, states, owner)
 
     def found_count(self, owners: int) -> np.ndarray:
         """How many ok and exit findings each owner has here."""
@@ -736,26 +762,72 @@ def uncertain_entry(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray
     if not len(sorted_idx):
         return None
     lengths = trie.lengths[sorted_idx].astype(np.int64) - offsets
+    hashed = _residual_hashes(trie, sorted_idx, offsets, lengths)
+    _keys, first, residual_of = np.unique(hashed, return_index=True, return_inverse=True)
+    residual_of = residual_of.reshape(-1)
+    if not _same_residuals(trie, sorted_idx, offsets, lengths, first[residual_of]).all():
+        first, residual_of = _group_by_bytes(trie, sorted_idx, offsets, lengths)
+    token_ids, residual_of = trie.expand_pairs(sorted_idx, residual_of)
+    return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of.astype(np.int32),
+                     residual_rows=sorted_idx[first].astype(np.int32), residual_starts=offsets[first].astype(np.int32),
+                     residual_len=lengths[first].astype(np.int32))
+
+
+def uncertain_entries(trie: TokenTrie, owner: np.ndarray, sorted_idx: np.ndarray, offsets: np.ndarray,
+                      count: int) -> list[Uncertain | None]:
+    """`uncertain_entry` of each of ``count`` owners (``owner`` ascending, each owner's exits in
+    the order `uncertain_entry` would get them), with the residual hashing and checking done
+    once for all: per position, a dozen array operations would cost more than the work."""
+    out: list[Uncertain | None] = [None] * count
+    if not len(sorted_idx):
+        return out
+    lengths = trie.lengths[sorted_idx].astype(np.int64) - offsets
+    hashed = _residual_hashes(trie, sorted_idx, offsets, lengths)
+    order = np.lexsort((hashed, owner))  # stable: a group's first member is its first occurrence
+    new_group = np.ones(len(order), dtype=bool)
+    new_group[1:] = (owner[order][1:] != owner[order][:-1]) | (hashed[order][1:] != hashed[order][:-1])
+    group_of = np.empty(len(order), dtype=np.int64)
+    group_of[order] = np.cumsum(new_group) - 1
+    rep = order[new_group]  # per group, its first member
+    same = _same_residuals(trie, sorted_idx, offsets, lengths, rep[group_of])
+    bounds = np.searchsorted(owner, np.arange(count + 1))
+    group_bounds = np.searchsorted(owner[rep], np.arange(count + 1))
+    for i in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        if not same[a:b].all():  # a hash collision: this owner by the bytes themselves
+            out[i] = uncertain_entry(trie, sorted_idx[a:b], offsets[a:b])
+            continue
+        g = int(group_bounds[i])
+        first = rep[g:int(group_bounds[i + 1])]
+        token_ids, residual_of = trie.expand_pairs(sorted_idx[a:b], group_of[a:b] - g)
+        out[i] = Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of.astype(np.int32),
+                           residual_rows=sorted_idx[first].astype(np.int32),
+                           residual_starts=offsets[first].astype(np.int32),
+                           residual_len=lengths[first].astype(np.int32))
+    return out
+
+
+def _residual_hashes(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """A 64-bit polynomial hash of each residual ``token[offset:]``, column by column over the rows
+    still that long (work proportional to the residual bytes, not to rows x longest token)."""
     hashed = lengths.astype(np.uint64)
     with np.errstate(over="ignore"):
         for col in range(int(lengths.max())):
             rows = np.flatnonzero(lengths > col)
             byte = trie.matrix[sorted_idx[rows], offsets[rows] + col].astype(np.uint64)
             hashed[rows] = hashed[rows] * np.uint64(1099511628211) + byte + np.uint64(1)
-    _keys, first, residual_of = np.unique(hashed, return_index=True, return_inverse=True)
-    residual_of = residual_of.reshape(-1)
-    rep = first[residual_of]
+    return hashed
+
+
+def _same_residuals(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
+                    rep: np.ndarray) -> np.ndarray:
+    """Whether each residual has the bytes of residual ``rep`` (the check after hashing)."""
     same = lengths[rep] == lengths
     for col in range(int(lengths.max())):
         rows = np.flatnonzero(lengths > col)
         same[rows] &= (trie.matrix[sorted_idx[rows], offsets[rows] + col]
                        == trie.matrix[sorted_idx[rep[rows]], offsets[rep[rows]] + col])
-    if not same.all():
-        first, residual_of = _group_by_bytes(trie, sorted_idx, offsets, lengths)
-    token_ids, residual_of = trie.expand_pairs(sorted_idx, residual_of)
-    return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of.astype(np.int32),
-                     residual_rows=sorted_idx[first].astype(np.int32), residual_starts=offsets[first].astype(np.int32),
-                     residual_len=lengths[first].astype(np.int32))
+    return same
 
 
 def _group_by_bytes(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray,
