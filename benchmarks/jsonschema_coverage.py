@@ -17,9 +17,10 @@ schemas and the same token ids (the Llama-3 tokenizer; instances serialised comp
 Per engine and schema:
 
 - **compile**: the schema to the engine's compiled form for the vocabulary, cold (codemask:
-  ``Grammar.from_json_schema`` + a fresh ``GrammarCompiler`` without disk cache, whose token masks
-  are then classified lazily, position by position, as matchers need them; codemask_precompute: the
-  same with ``precompute=True``, every position classified at compile time; XGrammar: a fresh
+  ``Grammar.from_json_schema`` + a fresh ``GrammarCompiler`` without disk cache, with its default
+  ``precompute="auto"``: every position classified at compile time when the grammar has at most
+  2,500, else lazily; codemask_lazy: ``precompute=False``, token masks classified position by
+  position as matchers need them; codemask_precompute: ``precompute=True``; XGrammar: a fresh
   ``GrammarCompiler`` without cache, ``compile_json_schema``; llguidance: ``grammar_from_json_schema``
   + the first ``LLMatcher``, whose masks are then computed lazily; outlines-core:
   ``build_regex_from_schema`` + ``Index``). A schema counts as compiled when this finishes without an
@@ -183,7 +184,7 @@ class SchemaEngine(EngineAdapter):
 class CodemaskSchema(SchemaEngine, CodemaskAdapter):
     """codemask, strict (the default): a construct it cannot compile exactly is refused, not widened."""
 
-    precompute = False
+    precompute: bool | str = "auto"
 
     def _compile_schema(self, schema: Any) -> Any:
         grammar = self._api.Grammar.from_json_schema(schema)
@@ -196,6 +197,12 @@ class CodemaskSchema(SchemaEngine, CodemaskAdapter):
         if isinstance(exc, UnsupportedSchemaError):
             return "unsupported"
         return "error" if isinstance(exc, CodemaskError) else "crash"
+
+
+class CodemaskLazySchema(CodemaskSchema):
+    """codemask classifying each position the first time a matcher reaches it."""
+
+    precompute = False
 
 
 class CodemaskPrecomputeSchema(CodemaskSchema):
@@ -237,8 +244,8 @@ class OutlinesCoreSchema(SchemaEngine, OutlinesCoreAdapter):
 
 
 SCHEMA_ENGINES: dict[str, type[SchemaEngine]] = {
-    "codemask": CodemaskSchema, "codemask_precompute": CodemaskPrecomputeSchema, "llguidance": LLGuidanceSchema,
-    "xgrammar": XGrammarSchema,
+    "codemask": CodemaskSchema, "codemask_lazy": CodemaskLazySchema, "codemask_precompute": CodemaskPrecomputeSchema,
+    "llguidance": LLGuidanceSchema, "xgrammar": XGrammarSchema,
     "outlines_core": OutlinesCoreSchema,
 }
 

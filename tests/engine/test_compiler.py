@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
-from codemask.engine.compiler import CompiledGrammar
+from codemask.engine.compiler import AUTO_PRECOMPUTE_POSITIONS, CompiledGrammar
 from codemask.engine.mask_cache import LazyPositionMasks, PositionMasks, SharedPositions
 from codemask.engine.token_trie import token_trie
 from tests.engine.conftest import encode, vocabulary
@@ -52,7 +52,7 @@ def test_lazy_masks_equal_the_precomputed_ones_along_real_instances(schema_file:
     vocab = vocabulary("llama3")
     shared = SharedPositions.of(token_trie(vocab))
     shared.clear()  # each side walks its own positions: neither may copy the other's from the cache
-    lazy = GrammarCompiler(vocab, cache_dir=False, progress=False).compile(grammar)
+    lazy = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=False).compile(grammar)
     eager = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=True).compile(grammar)
     assert isinstance(lazy.masks.masks, LazyPositionMasks) and isinstance(eager.masks.masks, PositionMasks)
     instances = [t["data"] for t in doc["tests"] if t["valid"]]
@@ -69,9 +69,27 @@ def test_lazy_masks_equal_the_precomputed_ones_along_real_instances(schema_file:
 def test_a_precomputing_compiler_completes_a_lazily_cached_grammar(tmp_path: Path) -> None:
     grammar = Grammar.from_regex(r"[a-z]+(, [a-z]+)*")
     vocab = vocabulary("gpt2")
-    GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    lazy = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=False).compile(grammar)
+    assert lazy.artifacts.masks is None
     precomputed = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=True).compile(grammar)
     assert precomputed.artifacts.masks is not None
-    again = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    again = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=False).compile(grammar)
     assert again.artifacts.masks is not None  # the fuller artifacts replaced the lazy ones on disk
     assert (masks_along(again, b"abc, de") == masks_along(precomputed, b"abc, de")).all()
+
+
+def test_the_default_precomputes_small_grammars_and_is_lazy_for_large_ones(tmp_path: Path) -> None:
+    vocab = vocabulary("llama3")
+    small = Grammar.from_json_schema(json.loads((BENCH / "Kubernetes---kb_986_Normalized.json").read_text())["schema"])
+    large = Grammar.from_json_schema(json.loads((BENCH / "JsonSchemaStore---webextension.json").read_text())["schema"])
+    default = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False)
+    compiled_small, compiled_large = default.compile(small), default.compile(large)
+    assert int(compiled_small.artifacts.rtn.scanning.sum()) <= AUTO_PRECOMPUTE_POSITIONS
+    assert isinstance(compiled_small.masks.masks, PositionMasks)
+    assert int(compiled_large.artifacts.rtn.scanning.sum()) > AUTO_PRECOMPUTE_POSITIONS
+    assert isinstance(compiled_large.masks.masks, LazyPositionMasks)
+    # a lazy entry of the disk cache is completed for the small grammar, kept lazy for the large
+    lazy_small = GrammarCompiler(vocab, cache_dir=tmp_path / "lazy", progress=False, precompute=False).compile(small)
+    assert lazy_small.artifacts.masks is None
+    reloaded = GrammarCompiler(vocab, cache_dir=tmp_path / "lazy", progress=False).compile(small)
+    assert reloaded.artifacts.masks is not None

@@ -1,8 +1,9 @@
 """`GrammarCompiler`: grammar + vocabulary -> `CompiledGrammar`, cached in memory and on disk.
 
 Compiling means: optimise the IR and build the per-rule automata. The vocabulary is classified
-at each automaton position (the adaptive mask cache) when a parser state first needs it, or for
-every position at compile time with ``precompute=True``. The result depends only on the grammar's
+at each automaton position (the adaptive mask cache) for every position at compile time when the
+grammar is small (``precompute="auto"``, the default) or always (``precompute=True``), otherwise
+when a parser state first needs it. The result depends only on the grammar's
 canonical text and the vocabulary's fingerprint, so it is kept in memory for the process and
 pickled to a cache folder, from which a later process loads it in milliseconds.
 """
@@ -17,6 +18,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from codemask.engine.automaton import RTN, build_rtn
 from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, build_terminal_automata
@@ -27,6 +29,11 @@ from codemask.engine.token_trie import ByteVocabulary, token_trie
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.ir import GrammarIR
 from codemask.grammar.optimize import optimize
+
+# ``precompute="auto"`` classifies every position at compile time for byte-level grammars with at
+# most this many positions: jsonschemabench's median schema has ~400 and precomputes in ~90 ms on
+# one core, while one with 2,000 takes about a second and the largest (12,000) several.
+AUTO_PRECOMPUTE_POSITIONS = 2500
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
 ENGINE_VERSION = "3"
@@ -95,15 +102,20 @@ class GrammarCompiler:
     ``cache_dir=None`` uses the default folder; ``cache_dir=False`` disables the disk cache.
     ``precompute=True`` classifies the vocabulary at every grammar position at compile time (and
     stores that in the disk cache): seconds for a large grammar, then no mask ever pays for a
-    first visit. The default classifies each position when a parser state first needs it, so
-    compiling costs only the automata (what a server compiling a schema per request wants).
+    first visit. ``precompute=False`` classifies each position when a parser state first needs
+    it, so compiling costs only the automata, and a first visit costs milliseconds. The default,
+    ``"auto"``, precomputes grammars with at most `AUTO_PRECOMPUTE_POSITIONS` positions (most
+    JSON Schemas: tens of milliseconds more per compile, and no slow mask afterwards) and is lazy
+    for larger ones, whose compile time would grow with their size. Grammars in lexer mode
+    (Lark with terminals) are always lazy.
     ``progress`` shows a progress bar when a precomputation takes more than a second. The
     ``memory_size`` most recently used grammars stay compiled in memory (a server compiling a
     schema per request must not grow without bound); older ones come back from disk.
     """
 
     def __init__(self, vocab: ByteVocabulary, *, cache_dir: str | Path | bool | None = None,
-                 progress: bool = True, memory_size: int = 128, precompute: bool = False) -> None:
+                 progress: bool = True, memory_size: int = 128,
+                 precompute: bool | Literal["auto"] = "auto") -> None:
         self.vocab = vocab
         self.cache_dir: Path | None
         if cache_dir is False:
@@ -140,8 +152,14 @@ class GrammarCompiler:
             return compiled
 
     def _lacks_masks(self, artifacts: CompiledArtifacts) -> bool:
-        """A lazily compiled grammar from the disk cache when this compiler precomputes."""
-        return self.precompute and artifacts.masks is None and artifacts.terminals is None
+        """A lazily compiled grammar from the disk cache that this compiler would precompute."""
+        return artifacts.masks is None and artifacts.terminals is None and self._precomputes(artifacts.rtn)
+
+    def _precomputes(self, rtn: RTN) -> bool:
+        """Whether this compiler classifies every position of a byte-level ``rtn`` at compile time."""
+        if self.precompute == "auto":
+            return int(rtn.scanning.sum()) <= AUTO_PRECOMPUTE_POSITIONS
+        return bool(self.precompute)
 
     def _key(self, grammar: Grammar) -> str:
         text = f"{ENGINE_VERSION}\n{grammar.cache_key}\n{self.vocab.fingerprint}"
@@ -153,7 +171,7 @@ class GrammarCompiler:
             return _build_lexer_mode(ir)
         rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start,
                         shared=frozenset(name for name, rule in ir.rules.items() if rule.shared))
-        if not self.precompute:
+        if not self._precomputes(rtn):
             return CompiledArtifacts(rtn=rtn)
         label = f"compiling {grammar.kind} grammar" if self.progress else None
         masks = build_position_masks(ParserCore(rtn), token_trie(self.vocab), self.vocab.vocab_size, label)
