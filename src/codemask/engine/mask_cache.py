@@ -223,8 +223,8 @@ class PositionClassifier:
         bar = tqdm(total=len(positions), desc=progress or "compiling grammar", unit="pos", delay=1.0,
                    leave=False, disable=progress is None)
         for lo, hi, dense in _chunks(widths[order], trie.num_tokens):
-            walk = classify_chunk(trie, first, self._memo, lo, hi - lo, dense)
             rows = order[lo:hi]
+            walk = classify_chunk(trie, first, self._memo, lo, hi - lo, dense, self._exits_kept(positions[rows]))
             accepted[rows] = walk.packed(trie, self.vocab_size)
             for row, unc in zip(rows.tolist(), self._uncertain(positions[rows], walk), strict=True):
                 uncertain[row] = unc
@@ -234,32 +234,31 @@ class PositionClassifier:
 
     @functools.cached_property
     def _rule_exits(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per rule: whether leaving its frame can continue in a caller, and whether its exits are
-        filtered by the follow bytes during the walk (not for shared rules: see `_followed`)."""
+        """Per rule: whether leaving its frame can continue in a caller (else the residual would
+        follow the end of the input and is refused), and the bytes a residual may begin with: the
+        follow bytes, or any byte for a shared rule (filtered after sharing: see `_followed`)."""
         rtn = self.core.rtn
         count = len(rtn.rule_names)
         has_callers = np.zeros(count, dtype=bool)
         has_callers[list(self._with_callers)] = True
         shared = rtn.shared if rtn.shared is not None else np.zeros(count, dtype=bool)
-        return has_callers, ~shared
+        return has_callers, self._follow | shared[:, None]
+
+    def _exits_kept(self, positions: np.ndarray) -> ExitFilter:
+        """Which exits of starts at ``positions`` can be uncertain tokens."""
+        has_callers, first_byte = self._rule_exits
+        rules = self.core.rtn.state_rule[positions]
+        return ExitFilter(has_callers[rules], first_byte[rules], self.trie.matrix)
 
     def _uncertain(self, positions: np.ndarray, walk: FrameWalk) -> list[Uncertain | None]:
         """The uncertain tokens of each start of ``walk`` (at ``positions``), all at once."""
-        has_callers, filtered = self._rule_exits
-        rules = self.core.rtn.state_rule[positions]
-        # leaving a frame without callers ends the input, so the residual is refused
-        sources = [_exits_where(found, has_callers[rules[found.exit_owner]]) for found in walk.sources]
-        owner = np.concatenate([found.exit_owner for found in sources])
-        rows = np.concatenate([found.exit_token for found in sources])
-        offsets = np.concatenate([found.exit_offset for found in sources])
-        if len(sources) > 1:  # per owner: its first-byte exits, then the memo's
+        owner = np.concatenate([found.exit_owner for found in walk.sources])
+        rows = np.concatenate([found.exit_token for found in walk.sources])
+        offsets = np.concatenate([found.exit_offset for found in walk.sources])
+        if len(walk.sources) > 1:  # per owner: its first-byte exits, then the memo's
             by_owner = np.argsort(owner, kind="stable")
             owner, rows, offsets = owner[by_owner], rows[by_owner], offsets[by_owner]
-        rule = rules[owner]
-        check = filtered[rule]
-        keep = np.ones(len(owner), dtype=bool)
-        keep[check] = self._follow[rule[check], self.trie.matrix[rows[check], offsets[check]]]
-        return uncertain_entries(self.trie, owner[keep], rows[keep], offsets[keep], len(positions))
+        return uncertain_entries(self.trie, owner, rows, offsets, len(positions))
 
 
 class SharedPositions:
@@ -474,12 +473,28 @@ def first_bytes(core: ParserCore, trie: TokenTrie, starts: list[int]) -> LevelRe
                        np.repeat(np.array(starts, dtype=np.int64)[live], roots), np.repeat(live, roots))
 
 
+@dataclass
+class ExitFilter:
+    """Which exits of a chunk's starts are kept: none for a start whose frame has no caller, and
+    those whose residual begins with a byte its frame may be followed by."""
+
+    callers: np.ndarray  # bool [starts]
+    first_byte: np.ndarray  # bool [starts, 256]
+    matrix: np.ndarray  # the trie's byte matrix
+
+    def apply(self, found: LevelResults) -> LevelResults:
+        owner = found.exit_owner
+        keep = self.first_byte[owner, self.matrix[found.exit_token, found.exit_offset]]
+        return _exits_where(found, keep & self.callers[owner])
+
+
 def classify_chunk(trie: TokenTrie, first: LevelResults, memo: SubtreeMemo, lo: int, count: int,
-                   dense: bool) -> FrameWalk:
-    """The classification from starts ``lo .. lo+count-1``, from their first bytes and the memo."""
+                   dense: bool, exits: ExitFilter) -> FrameWalk:
+    """The classification from starts ``lo .. lo+count-1``, from their first bytes and the memo,
+    keeping the exits that ``exits`` keeps."""
     here = first.owners_between(lo, lo + count)
-    below = memo.gather(memo.ids(here.idx, here.states), here.owner)
-    walk = FrameWalk((here, below), count, None)
+    below = memo.gather(memo.ids(here.idx, here.states), here.owner, exits.callers[here.owner])
+    walk = FrameWalk((exits.apply(here), exits.apply(below)), count, None)
     if dense:
         n = trie.num_tokens
         ok = np.zeros((count, n), dtype=bool)
@@ -713,10 +728,12 @@ class SubtreeMemo:
         sizes = sum(b[ids + 1] - b[ids] for b in bounds)
         return np.bincount(first.owner, weights=sizes, minlength=owners).astype(np.int64)
 
-    def gather(self, ids: np.ndarray, owners: np.ndarray) -> LevelResults:
-        """The stored results of memo ``ids``, relabelled with ``owners``."""
+    def gather(self, ids: np.ndarray, owners: np.ndarray, with_exits: np.ndarray) -> LevelResults:
+        """The stored results of memo ``ids``, relabelled with ``owners`` (exits only where
+        ``with_exits``)."""
         ok_lo, ok_hi = self._ok_bounds[ids], self._ok_bounds[ids + 1]
         ex_lo, ex_hi = self._exit_bounds[ids], self._exit_bounds[ids + 1]
+        ex_hi = np.where(with_exits, ex_hi, ex_lo)
         ok_at, ex_at = expand_ranges(ok_lo, ok_hi), expand_ranges(ex_lo, ex_hi)
         return LevelResults(np.repeat(owners, ok_hi - ok_lo), self._ok_token.view()[ok_at],
                             np.repeat(owners, ex_hi - ex_lo), self._exit_token.view()[ex_at],
