@@ -493,13 +493,12 @@ def classify_chunk(trie: TokenTrie, first: LevelResults, memo: SubtreeMemo, lo: 
     """The classification from starts ``lo .. lo+count-1``, from their first bytes and the memo,
     keeping the exits that ``exits`` keeps."""
     here = first.owners_between(lo, lo + count)
-    below = memo.gather(memo.ids(here.idx, here.states), here.owner, exits.callers[here.owner])
+    ids = memo.ids(here.idx, here.states)
+    below = memo.gather(ids, here.owner, exits.callers[here.owner], with_ok=not dense)
     walk = FrameWalk((exits.apply(here), exits.apply(below)), count, None)
     if dense:
-        n = trie.num_tokens
-        ok = np.zeros((count, n), dtype=bool)
-        for found in walk.sources:
-            ok.reshape(-1)[found.ok_owner * n + found.ok_token] = True
+        ok = memo.dense_rows(ids, here, count)
+        ok.reshape(-1)[here.ok_owner * trie.num_tokens + here.ok_token] = True
         walk.dense = ok
     walk.drop_ok_exits(trie.num_tokens)
     return walk
@@ -547,11 +546,12 @@ class LevelResults:
         (each owner's findings in the order they had)."""
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
+        owners = np.arange(len(order) + 1)
 
         def regroup(owner: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
-            renamed = rank[owner]
-            by = np.argsort(renamed, kind="stable")
-            return [renamed[by], *(a[by] for a in arrays)]
+            bounds = np.searchsorted(owner, owners)  # the arrays are grouped by owner: move whole groups
+            at = expand_ranges(bounds[order], bounds[order + 1])
+            return [rank[owner[at]], *(a[at] for a in arrays)]
 
         ok_owner, ok_token = regroup(self.ok_owner, self.ok_token)
         exit_owner, exit_token, exit_offset = regroup(self.exit_owner, self.exit_token, self.exit_offset)
@@ -681,6 +681,44 @@ class SubtreeMemo:
         self._exit_offset = GrowingArray()
         self._ok_bounds = np.zeros(1, dtype=np.int64)
         self._exit_bounds = np.zeros(1, dtype=np.int64)
+        self._rows: dict[int, np.ndarray] = {}  # per entry used by a dense chunk: its ok tokens as a row
+
+    def dense_rows(self, ids: np.ndarray, found: LevelResults, count: int) -> np.ndarray:
+        """The ok tokens below the first bytes of ``found`` (memo ``ids`` of its frontier) as
+        boolean rows over the sorted vocabulary, one per owner.
+
+        The tokens below distinct first-level nodes are disjoint ranges of rows, in node order, so
+        an owner's row is the concatenation of its entries' rows (kept per entry, `_entry_row`)
+        with zeros between: a few hundred slices instead of a scatter of most of the vocabulary.
+        """
+        n = self.trie.num_tokens
+        rows = np.zeros((count, n), dtype=bool)
+        zeros = np.zeros(n, dtype=bool)
+        level = self.trie.levels[0]
+        starts, ends = level.lo[found.idx].tolist(), level.hi[found.idx].tolist()
+        bounds = np.searchsorted(found.owner, np.arange(count + 1)).tolist()
+        entries = ids.tolist()
+        for owner in range(count):
+            pieces, at = [], 0
+            for k in range(bounds[owner], bounds[owner + 1]):
+                if starts[k] > at:
+                    pieces.append(zeros[: starts[k] - at])
+                pieces.append(self._entry_row(entries[k], starts[k], ends[k]))
+                at = ends[k]
+            if pieces:
+                pieces.append(zeros[: n - at])
+                np.concatenate(pieces, out=rows[owner])
+        return rows
+
+    def _entry_row(self, entry: int, start: int, end: int) -> np.ndarray:
+        """Memo ``entry``'s ok tokens as a boolean row over the sorted vocabulary's rows ``start .. end``
+        (those below its first-level node)."""
+        found = self._rows.get(entry)
+        if found is None:
+            found = np.zeros(end - start, dtype=bool)
+            found[self._ok_token.view()[self._ok_bounds[entry]:self._ok_bounds[entry + 1]] - start] = True
+            self._rows[entry] = found
+        return found
 
     def walk_new(self, nodes: np.ndarray, states: np.ndarray) -> None:
         """Walk the subtrees of the (node, state) pairs not seen before, a bounded batch at a time."""
@@ -728,10 +766,12 @@ class SubtreeMemo:
         sizes = sum(b[ids + 1] - b[ids] for b in bounds)
         return np.bincount(first.owner, weights=sizes, minlength=owners).astype(np.int64)
 
-    def gather(self, ids: np.ndarray, owners: np.ndarray, with_exits: np.ndarray) -> LevelResults:
+    def gather(self, ids: np.ndarray, owners: np.ndarray, with_exits: np.ndarray, with_ok: bool = True) -> LevelResults:
         """The stored results of memo ``ids``, relabelled with ``owners`` (exits only where
-        ``with_exits``)."""
+        ``with_exits``, ok tokens only ``with_ok``)."""
         ok_lo, ok_hi = self._ok_bounds[ids], self._ok_bounds[ids + 1]
+        if not with_ok:
+            ok_hi = ok_lo
         ex_lo, ex_hi = self._exit_bounds[ids], self._exit_bounds[ids + 1]
         ex_hi = np.where(with_exits, ex_hi, ex_lo)
         ok_at, ex_at = expand_ranges(ok_lo, ok_hi), expand_ranges(ex_lo, ex_hi)
