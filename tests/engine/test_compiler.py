@@ -81,7 +81,7 @@ def test_a_precomputing_compiler_completes_a_lazily_cached_grammar(tmp_path: Pat
 def test_the_default_precomputes_small_grammars_and_is_lazy_for_large_ones(tmp_path: Path) -> None:
     vocab = vocabulary("llama3")
     small = Grammar.from_json_schema(json.loads((BENCH / "Kubernetes---kb_986_Normalized.json").read_text())["schema"])
-    large = Grammar.from_json_schema(json.loads((BENCH / "JsonSchemaStore---webextension.json").read_text())["schema"])
+    large = Grammar.from_json_schema(json.loads((BENCH / "Github_ultra---o84874.json").read_text())["schema"])
     default = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False)
     compiled_small, compiled_large = default.compile(small), default.compile(large)
     assert int(compiled_small.artifacts.rtn.scanning.sum()) <= AUTO_PRECOMPUTE_POSITIONS

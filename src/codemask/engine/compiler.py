@@ -31,9 +31,10 @@ from codemask.grammar.ir import GrammarIR
 from codemask.grammar.optimize import optimize
 
 # ``precompute="auto"`` classifies every position at compile time for byte-level grammars with at
-# most this many positions: jsonschemabench's median schema has ~400 and precomputes in ~90 ms on
-# one core, while one with 2,000 takes about a second and the largest (12,000) several.
-AUTO_PRECOMPUTE_POSITIONS = 2500
+# most this many positions: jsonschemabench's median schema has ~400 and precomputes in ~75 ms on
+# one core, one with 6,000 in about 2 s (once: the disk cache keeps it), after which no mask pays
+# for a first visit (5-15 ms each for a wide position); beyond, compile time would keep growing.
+AUTO_PRECOMPUTE_POSITIONS = 8000
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
 ENGINE_VERSION = "3"
