@@ -19,7 +19,7 @@ Per engine and schema:
 - **compile**: the schema to the engine's compiled form for the vocabulary, cold (codemask:
   ``Grammar.from_json_schema`` + a fresh ``GrammarCompiler`` without disk cache, with its default
   ``precompute="auto"``: every position classified at compile time when the grammar has at most
-  8,000, else lazily; codemask_lazy: ``precompute=False``, token masks classified position by
+  20,000, else lazily; codemask_lazy: ``precompute=False``, token masks classified position by
   position as matchers need them; codemask_precompute: ``precompute=True``; XGrammar: a fresh
   ``GrammarCompiler`` without cache, ``compile_json_schema``; llguidance: ``grammar_from_json_schema``
   + the first ``LLMatcher``, whose masks are then computed lazily; outlines-core:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
-from codemask.engine.compiler import AUTO_PRECOMPUTE_POSITIONS, CompiledGrammar
+from codemask.engine import compiler as compiler_module
+from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.mask_cache import LazyPositionMasks, PositionMasks, SharedPositions
 from codemask.engine.token_trie import token_trie
 from tests.engine.conftest import encode, vocabulary
@@ -78,17 +79,18 @@ def test_a_precomputing_compiler_completes_a_lazily_cached_grammar(tmp_path: Pat
     assert (masks_along(again, b"abc, de") == masks_along(precomputed, b"abc, de")).all()
 
 
-def test_the_default_precomputes_small_grammars_and_is_lazy_for_large_ones(tmp_path: Path) -> None:
+def test_the_default_precomputes_small_grammars_and_is_lazy_for_large_ones(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiler_module, "AUTO_PRECOMPUTE_POSITIONS", 300)  # between the two schemas' sizes
     vocab = vocabulary("llama3")
-    small = Grammar.from_json_schema(json.loads((BENCH / "Kubernetes---kb_986_Normalized.json").read_text())["schema"])
-    large = Grammar.from_json_schema(json.loads((BENCH / "Github_ultra---o84874.json").read_text())["schema"])
+    small, large = (Grammar.from_json_schema(json.loads((BENCH / name).read_text())["schema"])
+                    for name in ("Kubernetes---kb_986_Normalized.json", "JME_9.json"))
     default = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False)
     compiled_small, compiled_large = default.compile(small), default.compile(large)
-    assert int(compiled_small.artifacts.rtn.scanning.sum()) <= AUTO_PRECOMPUTE_POSITIONS
+    assert int(compiled_small.artifacts.rtn.scanning.sum()) <= 300 < int(compiled_large.artifacts.rtn.scanning.sum())
     assert isinstance(compiled_small.masks.masks, PositionMasks)
-    assert int(compiled_large.artifacts.rtn.scanning.sum()) > AUTO_PRECOMPUTE_POSITIONS
     assert isinstance(compiled_large.masks.masks, LazyPositionMasks)
-    # a lazy entry of the disk cache is completed for the small grammar, kept lazy for the large
+    # a lazy entry of the disk cache is completed for the small grammar
     lazy_small = GrammarCompiler(vocab, cache_dir=tmp_path / "lazy", progress=False, precompute=False).compile(small)
     assert lazy_small.artifacts.masks is None
     reloaded = GrammarCompiler(vocab, cache_dir=tmp_path / "lazy", progress=False).compile(small)

@@ -32,9 +32,10 @@ from codemask.grammar.optimize import optimize
 
 # ``precompute="auto"`` classifies every position at compile time for byte-level grammars with at
 # most this many positions: jsonschemabench's median schema has ~400 and precomputes in ~75 ms on
-# one core, one with 6,000 in about 2 s (once: the disk cache keeps it), after which no mask pays
-# for a first visit (5-15 ms each for a wide position); beyond, compile time would keep growing.
-AUTO_PRECOMPUTE_POSITIONS = 8000
+# one core, the largest of the coverage sample (12,000) in about 3 s (once: the disk cache keeps
+# it), after which no mask pays for a first visit (5-15 ms each for a wide position); a server
+# compiling large schemas per request may prefer ``precompute=False``.
+AUTO_PRECOMPUTE_POSITIONS = 20000
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
 ENGINE_VERSION = "3"
