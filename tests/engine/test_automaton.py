@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from codemask.engine.automaton import BYTE_ALPHABET, DFA, compile_expr, distinct_rows, minimize, trim
+from codemask import Grammar
+from codemask.engine import automaton
+from codemask.engine.automaton import BYTE_ALPHABET, DFA, _build_dfa, compile_expr, distinct_rows, minimize, trim
 from codemask.grammar.ebnf import parse_ebnf
+from codemask.grammar.optimize import optimize
+from codemask.grammar.regex import regex_to_expr
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT.parent / "shared" / "data" / "jsonschemabench"
+PYTHON_FUNCTION = ROOT / "grammars" / "python_function.ebnf"
 
 
 def body(text: str, rule: str = "root"):  # type: ignore[no-untyped-def]
@@ -67,3 +78,39 @@ def test_distinct_rows_numbers_rows_as_numpy_unique_does() -> None:
         assert len(first) == len(set(expected.tolist()))
         assert all((classes == classes[i]).tolist() == (expected == expected[i]).tolist() for i in range(0, 400, 7))
         assert (table[first[classes]] == table).all()
+
+
+def rule_automata(grammar: Grammar) -> list[DFA]:
+    """Every rule's minimised DFA, built afresh (not from the cross-compilation cache)."""
+    ir = optimize(grammar.ir)
+    rule_index = {name: i for i, name in enumerate(ir.rules)}
+    return [_build_dfa(rule.body, rule_index, BYTE_ALPHABET, None) for rule in ir.rules.values()]
+
+
+def test_acyclic_automata_minimised_level_by_level_equal_moores_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = json.loads((BENCH / "Kubernetes---kb_474_Normalized.json").read_text())["schema"]
+    grammars = [Grammar.from_json_schema(schema), Grammar.from_ebnf(PYTHON_FUNCTION.read_text()),
+                Grammar.from_regex("(alpha|beta|gamma)-[0-9]{2,5}(\\.(rc|dev)[0-9])?")]
+    moore = [rule_automata(g) for g in grammars]
+    monkeypatch.setattr(automaton, "MOORE_ROUNDS", 1)  # levels as soon as a second round is needed
+    classify = automaton._acyclic_classes
+    used = []
+
+    def counted(accepting: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, int] | None:
+        found = classify(accepting, targets)
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(automaton, "_acyclic_classes", counted)
+    levelled = [rule_automata(g) for g in grammars]
+    for before, after in zip(itertools.chain(*moore), itertools.chain(*levelled), strict=True):
+        assert np.array_equal(before.trans, after.trans) and np.array_equal(before.accepting, after.accepting)
+        assert before.calls == after.calls
+    assert sum(used) >= 3 and not all(used)  # both paths were taken
+
+
+def test_a_long_literal_compiles_to_a_chain() -> None:
+    literal = "".join(chr(97 + (i * 3) % 26) for i in range(20000))  # Moore: one round per state
+    dfa = compile_expr(regex_to_expr(literal), {}, BYTE_ALPHABET)
+    assert len(dfa.accepting) == len(literal) + 1
+    assert accepts(dfa, literal.encode()) and not accepts(dfa, literal[:-1].encode() + b"!")

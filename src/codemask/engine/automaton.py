@@ -15,6 +15,7 @@ sequences that encode them, so the engine itself only ever sees bytes.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -325,7 +326,7 @@ def minimize(dfa: DFA) -> DFA:
     targets = np.concatenate([trans.astype(np.int64), call_targets], axis=1)
     part = dfa.accepting.astype(np.int64)
     count = len(np.unique(part))
-    while True:
+    for round_number in itertools.count(1):
         ext = np.append(part, -1)  # -1 (no edge) maps to ext[-1] = -1
         _, new_part = distinct_rows(np.concatenate([part[:, None], ext[targets]], axis=1))
         new_count = int(new_part.max()) + 1
@@ -333,6 +334,11 @@ def minimize(dfa: DFA) -> DFA:
         if new_count == count:
             break
         count = new_count
+        if round_number == MOORE_ROUNDS:  # a long chain (a long literal) splits a state per round
+            levelled = _acyclic_classes(dfa.accepting, targets)
+            if levelled is not None:
+                part, count = levelled
+                break
     # renumber so that the start state's class is 0 and classes appear in first-seen order
     visit = part[np.concatenate([[dfa.start], np.arange(n)])]
     _, first_seen = np.unique(visit, return_index=True)
@@ -345,6 +351,45 @@ def minimize(dfa: DFA) -> DFA:
     accepting = dfa.accepting[reps]
     calls = [{r: int(remap[t]) for r, t in dfa.calls[s].items()} for s in reps.tolist()]
     return DFA(trans=out_trans, accepting=accepting, calls=calls, start=0)
+
+
+# Moore rounds after which `minimize` tries the level-by-level partition of an acyclic DFA: a round
+# costs a few array operations over all states, and a chain of n states takes n rounds.
+MOORE_ROUNDS = 64
+
+
+def _acyclic_classes(accepting: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """Moore's final partition of a DFA without cycles, and its class count (None with a cycle).
+
+    That partition is bisimilarity (same acceptance, targets in the same classes per column), and
+    bisimilar states of an acyclic graph have the same height: so the states are classed a level
+    at a time from the sinks (Kahn's order), each level's rows over the classes of lower levels,
+    which costs time linear in the edges where Moore's rounds are quadratic on a chain.
+    """
+    n = len(accepting)
+    sources, columns = np.nonzero(targets >= 0)
+    ends = targets[sources, columns]
+    remaining = np.bincount(sources, minlength=n)
+    by_end = np.argsort(ends, kind="stable")
+    predecessors = sources[by_end]
+    bounds = np.searchsorted(ends[by_end], np.arange(n + 1))
+    classes = np.full(n, -1, dtype=np.int64)
+    frontier = np.flatnonzero(remaining == 0)
+    count = done = 0
+    while len(frontier):
+        rows = targets[frontier]
+        rows = np.where(rows >= 0, classes[np.maximum(rows, 0)], -1)
+        _, local = distinct_rows(np.concatenate([accepting[frontier, None].astype(np.int64), rows], axis=1))
+        classes[frontier] = count + local
+        count += int(local.max()) + 1
+        done += len(frontier)
+        counts = bounds[frontier + 1] - bounds[frontier]
+        before = predecessors[np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+                              + np.repeat(bounds[frontier], counts)]
+        np.subtract.at(remaining, before, 1)
+        candidates = np.unique(before)
+        frontier = candidates[remaining[candidates] == 0]
+    return (classes, count) if done == n else None
 
 
 def distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
