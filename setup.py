@@ -1,10 +1,10 @@
 """Build hooks: ship the top-level ``grammars/`` folder inside the wheel as ``codemask/grammars``, and
-build the mask cache's trie walk in C (``codemask.engine._native``).
+build the mask cache's trie walk and the parser's closures in C (``codemask.engine._native``).
 
 Everything else about the build is in ``pyproject.toml``. Editable installs and source checkouts
 read ``grammars/`` where it is (see ``codemask.grammar.builtin``), so it exists once in the tree.
 The extension is optional: where no C compiler is found the build goes on without it and the
-engine walks the trie with numpy (``codemask.engine.native``).
+engine walks the trie with numpy and computes closures in Python (``codemask.engine.native``).
 """
 
 import shutil

@@ -95,3 +95,8 @@ def test_the_default_precomputes_small_grammars_and_is_lazy_for_large_ones(tmp_p
     assert lazy_small.artifacts.masks is None
     reloaded = GrammarCompiler(vocab, cache_dir=tmp_path / "lazy", progress=False).compile(small)
     assert reloaded.artifacts.masks is not None
+
+
+def test_an_unknown_precompute_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="precompute must be True, False or 'auto', got 'always'"):
+        GrammarCompiler(vocabulary("gpt2"), cache_dir=False, precompute="always")  # type: ignore[arg-type]

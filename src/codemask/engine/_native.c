@@ -31,17 +31,23 @@ typedef struct {
     Py_ssize_t cap;
 } IntBuf;
 
-static int buf_push(IntBuf *b, int32_t value) {
-    if (b->size == b->cap) {
-        Py_ssize_t cap = b->cap ? 2 * b->cap : 1024;
-        int32_t *data = (int32_t *)realloc(b->data, (size_t)cap * sizeof(int32_t));
-        if (!data) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = data;
-        b->cap = cap;
+/* Make room for one more item in the array `*data` of `size` items (capacity `*cap`, doubled from
+ * `first` when full); -1 with MemoryError set if that fails. */
+static int reserve(void **data, Py_ssize_t *cap, Py_ssize_t size, size_t itemsize, Py_ssize_t first) {
+    if (size < *cap) return 0;
+    Py_ssize_t grown_cap = *cap ? 2 * *cap : first;
+    void *grown = realloc(*data, (size_t)grown_cap * itemsize);
+    if (!grown) {
+        PyErr_NoMemory();
+        return -1;
     }
+    *data = grown;
+    *cap = grown_cap;
+    return 0;
+}
+
+static int buf_push(IntBuf *b, int32_t value) {
+    if (reserve((void **)&b->data, &b->cap, b->size, sizeof(int32_t), 1024)) return -1;
     b->data[b->size++] = value;
     return 0;
 }
@@ -467,16 +473,7 @@ static int merge_into(PyObject *set, PyObject *parents) {
 static int scan_add(Ctx *c, int32_t q, PyObject *parents) {
     int32_t at = map_get(&c->scan, q);
     if (at < 0) {
-        if (c->entry_count == c->entry_cap) {
-            Py_ssize_t cap = c->entry_cap ? 2 * c->entry_cap : 64;
-            Scan *grown = (Scan *)realloc(c->entries, (size_t)cap * sizeof(Scan));
-            if (!grown) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            c->entries = grown;
-            c->entry_cap = cap;
-        }
+        if (reserve((void **)&c->entries, &c->entry_cap, c->entry_count, sizeof(Scan), 64)) return -1;
         if (map_put(&c->scan, q, (int32_t)c->entry_count)) return -1;
         c->entries[c->entry_count++] = (Scan){q, parents, NULL};
         return 0;

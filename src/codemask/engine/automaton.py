@@ -23,6 +23,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from codemask.engine.token_trie import expand_ranges
 from codemask.errors import GrammarError
 from codemask.grammar.ir import (
     MAX_CODE_POINT,
@@ -383,9 +384,7 @@ def _acyclic_classes(accepting: np.ndarray, targets: np.ndarray) -> tuple[np.nda
         classes[frontier] = count + local
         count += int(local.max()) + 1
         done += len(frontier)
-        counts = bounds[frontier + 1] - bounds[frontier]
-        before = predecessors[np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-                              + np.repeat(bounds[frontier], counts)]
+        before = predecessors[expand_ranges(bounds[frontier], bounds[frontier + 1])]
         np.subtract.at(remaining, before, 1)
         candidates = np.unique(before)
         frontier = candidates[remaining[candidates] == 0]

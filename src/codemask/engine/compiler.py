@@ -126,6 +126,8 @@ class GrammarCompiler:
             self.cache_dir = default_cache_dir()
         else:
             self.cache_dir = Path(cache_dir)
+        if precompute not in (True, False, "auto"):
+            raise ValueError(f"precompute must be True, False or 'auto', got {precompute!r}")
         self.progress = progress
         self.precompute = precompute
         self._memory: OrderedDict[str, CompiledGrammar] = OrderedDict()
