@@ -32,7 +32,7 @@ from codemask.grammar.optimize import optimize
 
 # ``precompute="auto"`` classifies every position at compile time for byte-level grammars with at
 # most this many positions: jsonschemabench's median schema has ~400 and precomputes in ~75 ms on
-# one core, the largest of the coverage sample (12,000) in about 3 s (once: the disk cache keeps
+# one core, the slowest of the coverage sample in about 6 s (once: the disk cache keeps
 # it), after which no mask pays for a first visit (5-15 ms each for a wide position); a server
 # compiling large schemas per request may prefer ``precompute=False``.
 AUTO_PRECOMPUTE_POSITIONS = 20000
