@@ -1,31 +1,36 @@
 """The C extension (`codemask.engine._native`) against the numpy walk and Python parser it replaces.
 
-Both walks classify every position of real grammars on real vocabularies from a fresh parser core
-(so the C walk meets unknown transitions and goes round the fill-and-resume loop); the results
-must be identical. Two parser cores of real grammars, one with the C closures and one in Python,
-driven through the same operations, must intern the same stack nodes and parser states with the
-same ids and fill the same transition tables. Bad arguments must raise, not read out of bounds.
+Both walks — the parser's, and the lexer's of lexer-mode grammars — classify every position of
+real grammars on real vocabularies from fresh cores (so the C walk meets unknown transitions and
+goes round the fill-and-resume loop); the results must be identical. Two parser cores of real
+grammars, one with the C closures and one in Python, driven through the same operations, must
+intern the same stack nodes and parser states with the same ids and fill the same transition
+tables. Bad arguments must raise, not read out of bounds.
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from codemask import Grammar
+from codemask import Grammar, GrammarMatcher
 from codemask.engine import native, parser
 from codemask.engine.automaton import RTN
+from codemask.engine.lexer import LexerCore, LexParserCore
+from codemask.engine.lexer_masks import _walk_native, _walk_numpy
 from codemask.engine.mask_cache import PositionClassifier, Uncertain
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import TokenTrie, token_trie
 from codemask.errors import GrammarError
-from tests.engine.conftest import compiler, vocabulary
+from tests.engine.conftest import compiler, encode, vocabulary
 
 BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
 PYTHON_FUNCTION = Path(__file__).resolve().parents[2] / "grammars" / "python_function.ebnf"
+CODE = Path(__file__).resolve().parents[1] / "data" / "code"
 
 
 def test_the_extension_is_built_and_used_by_default() -> None:
@@ -203,3 +208,57 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, calls,
                          np.array([len(rtn.accepting)], np.int32), np.zeros(1, np.int32), np.zeros(1, np.uint8),
                          [], [], {}, [], [], {}, 10)
+
+
+@pytest.mark.parametrize("language", ["python", "sql", "go"])
+def test_c_lexer_walk_classifies_as_the_numpy_walk(language: str) -> None:
+    """From the candidate sets a real file meets (and a few bytes into a lexeme), two fresh lexer
+    cores — one walked in C, one in numpy — classify every token alike."""
+    compiled = compiler("smollm2").compile(Grammar.builtin(language))
+    core = compiled.core
+    assert isinstance(core, LexParserCore)
+    matcher = GrammarMatcher(compiled)
+    source = {"python": Path(textwrap.__file__), "sql": CODE / "sql" / "analytics.sql",
+              "go": CODE / "go" / "shapes.go"}[language]
+    for token in encode("smollm2", source.read_text(encoding="utf-8"))[:120]:
+        matcher.next_token_bitmask()
+        if not matcher.accept_token(token):
+            break
+    starts = sorted(set(core._by_allowed.values()), key=lambda cb: (sorted(cb[0]), sorted(cb[1])))
+    assert len(starts) >= 3
+    trie = token_trie(vocabulary("smollm2"))
+    lexers = [LexerCore(core.lexer.automata) for _ in range(2)]
+    compared = 0
+    for candidates, blockers in starts:
+        for prefix in (b"", b"s", b"se", b"1", b" ", b"'"):
+            states = [lexer.walk(lexer.start(candidates, blockers), prefix) for lexer in lexers]
+            assert states[0] == states[1]
+            if states[0] < 0 or lexers[0].poisoned[states[0]]:
+                continue
+            c_walk = _walk_native(lexers[0], trie, states[0])
+            np_walk = _walk_numpy(lexers[1], trie, states[1])
+            for a, b in zip(c_walk[:3], np_walk[:3], strict=True):
+                assert (a == b).all()
+            named = [[lexer.end_classes[c] if c >= 0 else None for c in walk[3].tolist()]
+                     for lexer, walk in zip(lexers, (c_walk, np_walk), strict=True)]
+            assert named[0] == named[1]
+            compared += 1
+    assert compared >= 3 * len(starts)
+
+
+def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> None:
+    compiled = compiler("smollm2").compile(Grammar.builtin("sql"))
+    lexer = LexerCore(compiled.core.lexer.automata)
+    flat = token_trie(compiled.vocab).flat
+    one = np.zeros(1, dtype=np.int32)
+    with pytest.raises(ValueError, match="lexer state out of range"):
+        native.lexer_walk(lexer, flat, one, np.array([10**6]), one, one)
+    with pytest.raises(ValueError, match="trie node out of range"):
+        native.lexer_walk(lexer, flat, np.array([len(flat.byte)]), one, one, one)
+    from codemask.engine import _native  # type: ignore[attr-defined]
+
+    count = len(lexer.keys)
+    with pytest.raises(ValueError, match="end_class_of"):
+        _native.lexer_walk(lexer.table[:count], lexer.end_class_of[: count - 1], lexer.poisoned[:count].view(np.uint8),
+                           flat.byte, flat.lo, flat.hi, flat.token, flat.child_lo, flat.child_hi, flat.depth,
+                           one, one, one, one)

@@ -1,4 +1,4 @@
-/* The engine's two hot loops in C: the mask cache's trie walk, and the parser's closures.
+/* The engine's hot loops in C: the mask caches' trie walks, and the parser's closures.
  *
  * `walk` consumes trie nodes' bytes from parser states through the memoised transition table
  * (`ParserCore.table`) depth first, exactly as `mask_cache._walk_scalar` does in Python, and
@@ -8,7 +8,11 @@
  * pending transitions (they intern new parser states) and calls again with the pending pairs;
  * the findings of all calls together are the walk's.
  *
- * `Interner` computes those transitions: `ParserCore.closure` and `ParserCore._fill_row` (see
+ * `lexer_walk` is the same walk through the lexer's states for `lexer_masks.classify_lexer_state`:
+ * per token, alive at its end (accepted), refused by a poisoned state (blocked), or the lexeme dead
+ * inside it, reported with the end of the last match on the way (exits).
+ *
+ * `Interner` computes the parser's transitions: `ParserCore.closure` and `ParserCore._fill_row` (see
  * below), interning into the ParserCore's own Python lists and dicts exactly as the Python code
  * does, about seven times faster (`benchmarks/parser_rows.py`).
  *
@@ -22,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 2
+#define NATIVE_VERSION 3
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -176,6 +180,111 @@ static PyObject *walk(PyObject *self, PyObject *args) {
 done:
     for (int i = 0; i < NUM_OUT; i++) free(out[i].data);
     for (int i = 0; i < 13; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The lexer's trie walk (`lexer_masks.classify_lexer_state`).
+ *
+ * A path carries the depth and end class of its last match (`end_class_of[state] >= 0`): where
+ * the lexeme dies, every token below that node exits there (longest match ends the lexeme at that
+ * depth, or depth -1 / 0 when it never matched / matched before the token). A poisoned state
+ * refuses its whole subtree; an unknown transition is reported as pending with the path's match.
+ * ------------------------------------------------------------------------------------------- */
+
+enum { LX_ACCEPTED, LX_EXIT_LO, LX_EXIT_HI, LX_EXIT_DEPTH, LX_EXIT_CLASS, LX_BLOCKED_LO, LX_BLOCKED_HI,
+       LX_PEND_NODE, LX_PEND_STATE, LX_PEND_DEPTH, LX_PEND_CLASS, LX_NUM_OUT };
+
+typedef struct {
+    const int32_t *table, *end_class_of;
+    const uint8_t *poisoned;
+    Py_ssize_t states;
+} LexTable;
+
+static int push4(IntBuf *out, int first, int32_t a, int32_t b, int32_t c, int32_t d) {
+    return buf_push(&out[first], a) || buf_push(&out[first + 1], b) || buf_push(&out[first + 2], c) ||
+           buf_push(&out[first + 3], d);
+}
+
+static int lexer_visit(const Trie *trie, const LexTable *lex, int32_t node, int32_t state, int32_t depth,
+                       int32_t cls, IntBuf *out, IntBuf *stack) {
+    if (node < 0 || node >= trie->count) return bad("trie node out of range");
+    if (state < 0 || state >= lex->states) return bad("lexer state out of range");
+    int32_t next = lex->table[(Py_ssize_t)state * 256 + trie->byte[node]];
+    if (next == UNKNOWN) return push4(out, LX_PEND_NODE, node, state, depth, cls);
+    if (next < 0) return push4(out, LX_EXIT_LO, trie->lo[node], trie->hi[node], depth, cls);
+    if (next >= lex->states) return bad("transition to a lexer state out of range");
+    if (lex->poisoned[next])
+        return buf_push(&out[LX_BLOCKED_LO], trie->lo[node]) || buf_push(&out[LX_BLOCKED_HI], trie->hi[node]);
+    if (trie->token[node] >= 0 && buf_push(&out[LX_ACCEPTED], trie->token[node])) return -1;
+    if (lex->end_class_of[next] >= 0) {
+        depth = trie->depth[node];
+        cls = lex->end_class_of[next];
+    }
+    int32_t lo = trie->child_lo[node], hi = trie->child_hi[node];
+    if (hi <= lo) return 0;
+    if (lo < 0 || hi > trie->count) return bad("trie children out of range");
+    for (int32_t child = hi - 1; child >= lo; child--) {
+        if (buf_push(stack, child) || buf_push(stack, next) || buf_push(stack, depth) || buf_push(stack, cls))
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *lexer_walk(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer v[14];
+    memset(v, 0, sizeof(v));
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                          &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13]))
+        return NULL;
+    PyObject *result = NULL;
+    IntBuf out[LX_NUM_OUT], stack = {0};
+    memset(out, 0, sizeof(out));
+    LexTable lex = {(const int32_t *)v[0].buf, (const int32_t *)v[1].buf, (const uint8_t *)v[2].buf, 0};
+    Py_ssize_t count = v[3].len;
+    Trie trie = {(const uint8_t *)v[3].buf, (const int32_t *)v[4].buf, (const int32_t *)v[5].buf,
+                 (const int32_t *)v[6].buf, (const int32_t *)v[7].buf, (const int32_t *)v[8].buf,
+                 (const int32_t *)v[9].buf, count};
+    Py_ssize_t items = v[10].len / (Py_ssize_t)sizeof(int32_t);
+    if (v[0].len % ((Py_ssize_t)sizeof(int32_t) * 256)) {
+        bad("table: not a whole number of rows of 256 bytes");
+        goto done;
+    }
+    lex.states = v[0].len / ((Py_ssize_t)sizeof(int32_t) * 256);
+    if (need(&v[1], sizeof(int32_t), lex.states, "end_class_of") || need(&v[2], 1, lex.states, "poisoned"))
+        goto done;
+    for (int i = 4; i <= 9; i++) {
+        if (need(&v[i], sizeof(int32_t), count, "trie array")) goto done;
+    }
+    for (int i = 10; i <= 13; i++) {
+        if (need(&v[i], sizeof(int32_t), items, "start array")) goto done;
+    }
+    int failed = 0;
+    for (Py_ssize_t i = items - 1; i >= 0 && !failed; i--) {
+        failed = buf_push(&stack, ((const int32_t *)v[10].buf)[i]) || buf_push(&stack, ((const int32_t *)v[11].buf)[i]) ||
+                 buf_push(&stack, ((const int32_t *)v[12].buf)[i]) || buf_push(&stack, ((const int32_t *)v[13].buf)[i]);
+    }
+    while (!failed && stack.size) {
+        stack.size -= 4;
+        const int32_t *top = stack.data + stack.size;
+        failed = lexer_visit(&trie, &lex, top[0], top[1], top[2], top[3], out, &stack);
+    }
+    if (failed) goto done;
+    result = PyTuple_New(LX_NUM_OUT);
+    if (!result) goto done;
+    for (int i = 0; i < LX_NUM_OUT; i++) {
+        PyObject *bytes = buf_bytes(&out[i]);
+        if (!bytes) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyTuple_SET_ITEM(result, i, bytes);
+    }
+done:
+    free(stack.data);
+    for (int i = 0; i < LX_NUM_OUT; i++) free(out[i].data);
+    for (int i = 0; i < 14; i++) PyBuffer_Release(&v[i]);
     return result;
 }
 
@@ -942,6 +1051,10 @@ static PyTypeObject InternerType = {
 };
 
 static PyMethodDef methods[] = {
+    {"lexer_walk", lexer_walk, METH_VARARGS,
+     "lexer_walk(table, end_class_of, poisoned, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
+     "match_depth, match_class) -> (accepted, exit_lo, exit_hi, exit_depth, exit_class, blocked_lo, blocked_hi, "
+     "pending_node, pending_state, pending_depth, pending_class), each the bytes of an int32 array"},
     {"walk", walk, METH_VARARGS,
      "walk(table, alphabet, flags, has_stacks, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
      "owners) -> (ok_owner, ok_token, exit_owner, exit_lo, exit_hi, exit_depth, pending_node, pending_state, "

@@ -298,6 +298,7 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         self._blockers_of = {s: frozenset(t for t in range(len(auto.names)) if s in self._reserved_of.get(t, ()))
                              for s in reserved}
         self._candidates: dict[int, frozenset[int]] = {}
+        self._by_allowed: dict[frozenset[int], tuple[frozenset[int], frozenset[int]]] = {}
         self._blockers: dict[int, frozenset[int]] = {}
         self._ends: dict[Config, Config | None] = {}
         self._can_end = np.full(64, -1, dtype=np.int8)  # -1: not computed yet (most states never ask)
@@ -319,15 +320,22 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         found = self._candidates.get(pid)
         if found is None:
             allowed = self.symbols.allowed(pid)
-            found = allowed | self.lexer.automata.ignore
-            blockers: frozenset[int] = frozenset()
-            if self._reserved_of:
-                found = found.union(*(self._reserved_of.get(t, frozenset()) for t in allowed))
-                blockers = frozenset().union(*(self._blockers_of.get(s, frozenset()) for s in allowed)) - allowed
-                found |= blockers
+            known = self._by_allowed.get(allowed)
+            if known is None:  # many parser states allow the same terminals
+                known = self._by_allowed[allowed] = self._candidates_of(allowed)
+            found, self._blockers[pid] = known
             self._candidates[pid] = found
-            self._blockers[pid] = blockers
         return found
+
+    def _candidates_of(self, allowed: frozenset[int]) -> tuple[frozenset[int], frozenset[int]]:
+        """(candidates, blockers) where the parser allows the terminals ``allowed``."""
+        found = allowed | self.lexer.automata.ignore
+        blockers: frozenset[int] = frozenset()
+        if self._reserved_of:
+            found = found.union(*(self._reserved_of.get(t, frozenset()) for t in allowed))
+            blockers = frozenset().union(*(self._blockers_of.get(s, frozenset()) for s in allowed)) - allowed
+            found |= blockers
+        return found, blockers
 
     def blockers(self, pid: int) -> frozenset[int]:
         """Candidates at ``pid`` that only stand for reserved words (see `LexerCore`)."""
@@ -429,8 +437,3 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         configs = tuple((symbols.scoped(pid, until, self.lexer.keys[lid][5] is not None), lid)
                         for pid, lid in self.configs(state))
         return self.intern(configs)
-
-    def resumed_state(self, pid: int, end_class: int) -> int:
-        """The state after the lexeme ended as ``end_class`` (see `LexerCore`) at parser state ``pid``."""
-        nxt = self.after(pid, end_class)
-        return DEAD if nxt == DEAD else self.intern((self.fresh(nxt),))

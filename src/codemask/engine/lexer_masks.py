@@ -7,25 +7,34 @@ three classes, whatever the parser below:
   and every candidate is acceptable to the parser by construction);
 - *uncertain*: the lexeme dies inside the token after last matching terminal ``T`` at offset
   ``k >= 1``; longest match then ends the lexeme there, and the residual ``token[k:]`` must be
-  checked from the parser state after ``T`` (a vectorised walk at run time). Tokens are grouped
-  by the lexer's *end class* at offset ``k``: the terminal, plus for a Python newline the
-  indentation it measured (which decides INDENT/DEDENT);
+  checked from the parser state after ``T``. Tokens are grouped by the lexer's *end class* at
+  offset ``k``: the terminal, plus for a Python newline the indentation it measured (which
+  decides INDENT/DEDENT);
 - *fail*: the lexeme dies without matching again inside the token, so the whole token belongs to
   the fallback configuration (the lexeme ended before the token, or an older fallback): its
   verdict is that state's own mask, cached like any other.
 
 Positions are computed lazily, the first time a lexer state is seen, and kept for the process.
+
+Residuals are checked lexeme by lexeme rather than byte by byte through combined states: a
+residual starts a fresh lexeme, whose lexer state depends on the parser state only through its
+candidate terminals, so the residuals' walk through that lexeme is a `ResidualSplit` cached per
+(residual set, fresh lexer state) — accepted, refused, or ended as some end class with a shorter
+tail. Only the lexeme ends touch the parser (`LexParserCore.after`), a few dozen steps per mask
+where walking the combined states interned a new state for every residual byte of every new
+parser context.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from codemask.engine import native
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.mask_cache import Uncertain, pack_ids, resolve_residuals, set_bits, uncertain_entry
+from codemask.engine.mask_cache import pack_ids, set_bits
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
 
@@ -36,12 +45,147 @@ class LexerPosition:
 
     accepted: np.ndarray  # uint32 [words]
     fail: np.ndarray  # uint32 [words]
-    uncertain: dict[int, Uncertain]  # by the end class (`LexerCore.end_class_of`) that ends the lexeme
+    uncertain: dict[int, UncertainTokens]  # by the end class (`LexerCore.end_class_of`) that ends the lexeme
+
+
+@dataclass
+class UncertainTokens:
+    """Tokens whose lexeme ends inside them, as one end class, and the residual each goes on with."""
+
+    token_ids: np.ndarray  # int32 [U]
+    residuals: Residuals
+    residual_of: np.ndarray  # int64 [U]: which member of `residuals` each token goes on with
+
+
+@dataclass
+class Residuals:
+    """A set of distinct residual byte strings, each a tail of a trie row, that start a fresh
+    lexeme; interned by content (`ResidualSets`), so positions that share tails share the work."""
+
+    rows: np.ndarray  # int64 [R]: the trie row the residual is a tail of
+    starts: np.ndarray  # int64 [R]: where it starts in that row
+    lengths: np.ndarray  # int64 [R]
+    splits: dict[int, ResidualSplit] = field(default_factory=dict)  # by fresh lexer state
+
+
+@dataclass
+class ResidualSplit:
+    """What the first lexeme does to each residual from one fresh lexer state."""
+
+    accepted: np.ndarray  # bool [R]: the lexeme is still alive at the residual's end
+    # (end class, members, the tails after that lexeme, which tail each member continues with)
+    children: list[tuple[int, np.ndarray, Residuals, np.ndarray]]
+
+
+class ResidualSets:
+    """Residual sets interned by content, and their splits (see `split_residuals`)."""
+
+    def __init__(self, lexer: LexerCore, trie: TokenTrie) -> None:
+        self.lexer = lexer
+        self.trie = trie
+        self._sets: dict[bytes, Residuals] = {}
+
+    def intern(self, rows: np.ndarray, starts: np.ndarray) -> tuple[Residuals, np.ndarray]:
+        """The set of distinct residuals ``row[start:]`` among these, and which one each is."""
+        row_start, suffix_ids = self.trie.suffix_ids
+        keys, first, group = np.unique(suffix_ids[row_start[rows] + starts], return_index=True, return_inverse=True)
+        key = keys.tobytes()
+        found = self._sets.get(key)
+        if found is None:
+            rows, starts = rows[first], starts[first]
+            found = self._sets[key] = Residuals(rows, starts, self.trie.lengths[rows].astype(np.int64) - starts)
+        return found, group.reshape(-1)
+
+    def split(self, residuals: Residuals, lid: int) -> ResidualSplit:
+        """`split_residuals` from fresh lexer state ``lid``, memoised on the set."""
+        found = residuals.splits.get(lid)
+        if found is None:
+            found = residuals.splits[lid] = self._split(residuals, lid)
+        return found
+
+    def _split(self, residuals: Residuals, lid: int) -> ResidualSplit:
+        """Walk ``residuals`` through the lexer from fresh state ``lid`` with longest match: each
+        one survives (accepted), dies without a match or as a refused reserved word (refused), or
+        dies after last matching at offset ``k`` and continues as ``tail[k:]`` after that end class."""
+        lexer, matrix = self.lexer, self.trie.matrix
+        rows, starts, lengths = residuals.rows, residuals.starts, residuals.lengths
+        states = np.full(len(rows), lid, dtype=np.int64)
+        alive = np.ones(len(rows), dtype=bool)
+        end_at = np.zeros(len(rows), dtype=np.int64)  # offset just after the last match (0: none)
+        end_class = np.full(len(rows), -1, dtype=np.int64)
+        for col in range(int(lengths.max(initial=0))):
+            active = np.flatnonzero(alive & (lengths > col))
+            if not len(active):
+                break
+            nxt = lexer.advance(states[active], matrix[rows[active], starts[active] + col]).astype(np.int64)
+            live = nxt >= 0
+            poisoned = np.zeros(len(active), dtype=bool)
+            poisoned[live] = lexer.poisoned[nxt[live]]
+            end_at[active[poisoned]] = 0  # a refused reserved word has no shorter match to fall back on
+            live &= ~poisoned
+            alive[active[~live]] = False
+            active, nxt = active[live], nxt[live]
+            states[active] = nxt
+            classes = lexer.end_class_of[nxt].astype(np.int64)
+            matched = classes >= 0
+            end_at[active[matched]] = col + 1
+            end_class[active[matched]] = classes[matched]
+        resumed = np.flatnonzero(~alive & (end_at > 0))
+        children = []
+        for cls in np.unique(end_class[resumed]).tolist():
+            members = resumed[end_class[resumed] == cls]
+            tails, tail_of = self.intern(rows[members], starts[members] + end_at[members])
+            children.append((int(cls), members, tails, tail_of))
+        return ResidualSplit(accepted=alive, children=children)
 
 
 def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size: int,
-                         token_bytes: list[bytes]) -> LexerPosition:
+                         residual_sets: ResidualSets) -> LexerPosition:
     """Walk the trie through the lexer automata from ``lid`` (see module docstring)."""
+    walk = _walk_native if native.enabled() else _walk_numpy
+    accepted, blocked, exit_depth, exit_winner = walk(lexer, trie, lid)
+    fail = ~accepted & ~blocked & (exit_depth <= 0)
+    uncertain: dict[int, UncertainTokens] = {}
+    unc_rows = np.flatnonzero(~accepted & ~blocked & (exit_depth >= 1))
+    for end_class in np.unique(exit_winner[unc_rows]).tolist():
+        rows = unc_rows[exit_winner[unc_rows] == end_class]
+        residuals, residual_of = residual_sets.intern(rows, exit_depth[rows])
+        token_ids, residual_of = trie.expand_pairs(rows, residual_of)
+        uncertain[int(end_class)] = UncertainTokens(token_ids.astype(np.int32), residuals, residual_of)
+    return LexerPosition(
+        accepted=pack_ids(trie.token_ids(np.flatnonzero(accepted)), vocab_size),
+        fail=pack_ids(trie.token_ids(np.flatnonzero(fail)), vocab_size),
+        uncertain=uncertain,
+    )
+
+
+Walk = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # accepted, blocked, exit depth, exit end class
+
+
+def _walk_native(lexer: LexerCore, trie: TokenTrie, lid: int) -> Walk:
+    """The trie walk in C (`native.lexer_walk`), one depth-first loop."""
+    n = trie.num_tokens
+    winner0 = int(lexer.end_class_of[lid])
+    roots = np.arange(*trie.root_children, dtype=np.int32)
+    match_depth = np.full(len(roots), 0 if winner0 >= 0 else -1)
+    found = native.lexer_walk(lexer, trie.flat, roots, np.full(len(roots), lid), match_depth,
+                              np.full(len(roots), winner0))
+    accepted_rows, exit_lo, exit_hi, exit_at, exit_class, blocked_lo, blocked_hi = found
+    accepted = np.zeros(n, dtype=bool)
+    accepted[accepted_rows] = True
+    blocked = np.zeros(n, dtype=bool)
+    blocked[expand_ranges(blocked_lo, blocked_hi)] = True
+    counts = exit_hi - exit_lo
+    exits = expand_ranges(exit_lo, exit_hi)
+    exit_depth = np.full(n, -1, dtype=np.int64)
+    exit_depth[exits] = np.repeat(exit_at, counts)
+    exit_winner = np.full(n, -1, dtype=np.int64)
+    exit_winner[exits] = np.repeat(exit_class, counts)
+    return accepted, blocked, exit_depth, exit_winner
+
+
+def _walk_numpy(lexer: LexerCore, trie: TokenTrie, lid: int) -> Walk:
+    """The trie walk level by level in numpy (without the C extension)."""
     n = trie.num_tokens
     accepted = np.zeros(n, dtype=bool)
     exit_depth = np.full(n, -1, dtype=np.int64)
@@ -84,19 +228,7 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
         acc_depth = np.repeat(acc_depth, counts)
         acc_winner = np.repeat(acc_winner, counts)
         idx = expand_ranges(lo, hi)
-    fail = ~accepted & ~blocked & (exit_depth <= 0)
-    uncertain: dict[int, Uncertain] = {}
-    unc_rows = np.flatnonzero(~accepted & ~blocked & (exit_depth >= 1))
-    for terminal in np.unique(exit_winner[unc_rows]).tolist():
-        rows = unc_rows[exit_winner[unc_rows] == terminal]
-        entry = uncertain_entry(trie, rows, exit_depth[rows])
-        if entry is not None:
-            uncertain[int(terminal)] = entry
-    return LexerPosition(
-        accepted=pack_ids(trie.token_ids(np.flatnonzero(accepted)), vocab_size),
-        fail=pack_ids(trie.token_ids(np.flatnonzero(fail)), vocab_size),
-        uncertain=uncertain,
-    )
+    return accepted, blocked, exit_depth, exit_winner
 
 
 class LexerMaskComputer:
@@ -111,6 +243,8 @@ class LexerMaskComputer:
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._capacity = capacity
         self._trie: TokenTrie | None = None
+        self._residual_sets: ResidualSets | None = None
+        self._accepted: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
 
     @property
     def trie(self) -> TokenTrie:
@@ -119,10 +253,16 @@ class LexerMaskComputer:
             self._trie = token_trie(self.vocab)
         return self._trie
 
+    @property
+    def residual_sets(self) -> ResidualSets:
+        if self._residual_sets is None:
+            self._residual_sets = ResidualSets(self.core.lexer, self.trie)
+        return self._residual_sets
+
     def position(self, lid: int) -> LexerPosition:
         found = self._positions.get(lid)
         if found is None:
-            found = classify_lexer_state(self.core.lexer, self.trie, lid, self.vocab_size, self.vocab.token_bytes)
+            found = classify_lexer_state(self.core.lexer, self.trie, lid, self.vocab_size, self.residual_sets)
             self._positions[lid] = found
         return found
 
@@ -144,12 +284,32 @@ class LexerMaskComputer:
         pos = self.position(lid)
         words = pos.accepted.copy()
         for end_class, unc in pos.uncertain.items():
-            resumed = core.resumed_state(pid, end_class)
+            resumed = core.after(pid, end_class)
             if resumed != DEAD:
-                set_bits(words, resolve_residuals(core, unc, resumed, self.trie.matrix))
+                ok = self._residuals_accepted(resumed, unc.residuals)
+                set_bits(words, unc.token_ids[ok[unc.residual_of]])
         fallback = core.fallback_state(state)
         if fallback != DEAD:
             words |= pos.fail & self.mask(fallback)
         if core.can_end(state):
             words |= self.stop_words
         return words
+
+    def _residuals_accepted(self, pid: int, residuals: Residuals) -> np.ndarray:
+        """Which residuals of the set (bool [R], shared: do not modify it) parser state ``pid``
+        accepts, each starting a fresh lexeme; memoised per (state, set)."""
+        key = (pid, id(residuals))
+        found = self._accepted.get(key)
+        if found is not None:
+            self._accepted.move_to_end(key)
+            return found
+        split = self.residual_sets.split(residuals, self.core.fresh(pid)[1])
+        ok = split.accepted.copy()
+        for end_class, members, tails, tail_of in split.children:
+            nxt = self.core.after(pid, end_class)
+            if nxt != DEAD:
+                ok[members] |= self._residuals_accepted(nxt, tails)[tail_of]
+        self._accepted[key] = ok
+        if len(self._accepted) > 16 * self._capacity:
+            self._accepted.popitem(last=False)
+        return ok

@@ -26,10 +26,11 @@ import numpy as np
 from codemask.engine.token_trie import FlatTrie
 
 if TYPE_CHECKING:  # parser imports this module
+    from codemask.engine.lexer import LexerCore
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 2
+EXPECTED_VERSION = 3
 
 
 def _load() -> ModuleType | None:
@@ -118,3 +119,29 @@ def walk(core: ParserCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray
         if len(nodes):
             core.fill_rows(np.unique(states))
     return [np.concatenate([p[i] for p in parts]) for i in range(6)]
+
+
+def lexer_walk(lexer: LexerCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray, match_depth: np.ndarray,
+               match_class: np.ndarray) -> list[np.ndarray]:
+    """Consume trie nodes ``nodes`` from lexer ``states`` (with the depth and end class of each
+    path's last match) and everything below them, with the lexer's longest match.
+
+    Returns int32 arrays: accepted (sorted token), exit (token range lo, hi, match depth, match
+    class), blocked (token range lo, hi). Transitions the table does not know yet are computed
+    between rounds of the C walk.
+    """
+    assert _MODULE is not None
+    parts: list[tuple[np.ndarray, ...]] = []
+    starts = [np.ascontiguousarray(a, dtype=np.int32) for a in (nodes, states, match_depth, match_class)]
+    while len(starts[0]):
+        with lexer.lock:  # the tables only grow under the lock; read a consistent set
+            count = len(lexer.keys)
+            found = _MODULE.lexer_walk(lexer.table[:count], lexer.end_class_of[:count],
+                                       lexer.poisoned[:count].view(np.uint8), flat.byte, flat.lo, flat.hi,
+                                       flat.token, flat.child_lo, flat.child_hi, flat.depth, *starts)
+        arrays = tuple(np.frombuffer(b, dtype=np.int32) for b in found)
+        parts.append(arrays[:7])
+        starts = list(arrays[7:])
+        if len(starts[0]):
+            lexer.advance(starts[1].astype(np.int64), flat.byte[starts[0]].astype(np.int64))
+    return [np.concatenate([p[i] for p in parts]) for i in range(7)]

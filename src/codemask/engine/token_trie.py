@@ -101,6 +101,28 @@ class TokenTrie:
         return FlatTrie(byte=byte.astype(np.uint8), lo=cat("lo"), hi=cat("hi"), token=cat("token"),
                         child_lo=child_lo, child_hi=child_hi, depth=depth, offsets=offsets)
 
+    @functools.cached_property
+    def suffix_ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(row_start, ids)``: ``ids[row_start[row] + k]`` numbers the bytes ``row[k:]``, equal
+        numbers for equal bytes (exactly, no hashing): the suffixes of length ``n`` are numbered
+        by the pair (first byte, number of the rest), one ``np.unique`` per length.
+
+        Residual tails of tokens then group by a number instead of by their bytes.
+        """
+        lengths = self.lengths.astype(np.int64)
+        row_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        ids = np.zeros(int(row_start[-1]), dtype=np.int64)
+        numbered = 0
+        for n in range(1, self.max_len + 1):
+            rows = np.flatnonzero(lengths >= n)
+            at = row_start[rows] + lengths[rows] - n
+            rest = ids[at + 1] if n > 1 else np.zeros(len(rows), dtype=np.int64)
+            keys, group = np.unique(self.matrix[rows, lengths[rows] - n].astype(np.int64) + 256 * rest,
+                                    return_inverse=True)
+            ids[at] = numbered + group.reshape(-1)
+            numbered += len(keys)
+        return row_start, ids
+
     @property
     def num_tokens(self) -> int:
         return len(self.order)

@@ -1,0 +1,104 @@
+"""Lexer-mode masks (`codemask.engine.lexer_masks`) against an independent reference: the byte
+walk of every token through the combined lexer/parser states (`LexParserCore.advance`, the path
+`accept_token` takes), at states along real source files; and the trie's suffix numbering
+against the bytes themselves."""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codemask import Grammar, GrammarMatcher
+from codemask.engine.lexer import LexParserCore
+from codemask.engine.lexer_masks import LexerMaskComputer
+from codemask.engine.token_trie import TokenTrie, token_trie
+from tests.engine.conftest import compiler, encode, vocabulary
+
+CODE = Path(__file__).resolve().parents[1] / "data" / "code"
+
+
+def walked_mask(core: LexParserCore, trie: TokenTrie, state: int, vocab_size: int) -> np.ndarray:
+    """Boolean [vocab_size]: the tokens whose every byte keeps ``state`` alive, level by level."""
+    allowed = np.zeros(vocab_size, dtype=bool)
+    nodes = np.arange(len(trie.levels[0].byte), dtype=np.int64)
+    states = np.full(len(nodes), state, dtype=np.int64)
+    for depth, level in enumerate(trie.levels):
+        nxt = core.advance(states, level.byte[nodes].astype(np.int64))
+        nodes, states = nodes[nxt >= 0], nxt[nxt >= 0]
+        tokens = level.token[nodes]
+        allowed[trie.token_ids(tokens[tokens >= 0].astype(np.int64))] = True
+        if depth + 1 == len(trie.levels):
+            break
+        lo, hi = level.child_lo[nodes], level.child_hi[nodes]
+        states = np.repeat(states, hi - lo)
+        nodes = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+                               ).astype(np.int64) if len(nodes) else nodes
+    return allowed
+
+
+def mask_bools(words: np.ndarray, vocab_size: int) -> np.ndarray:
+    return np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
+
+
+SOURCES = {
+    "python": textwrap.dedent(inspect.getsource(textwrap.TextWrapper._split))
+    + textwrap.dedent(inspect.getsource(textwrap.indent)),
+    "go": (CODE / "go" / "worker_pool.go").read_text(encoding="utf-8"),
+    "sql": (CODE / "sql" / "shop_queries.sql").read_text(encoding="utf-8"),
+}
+
+
+@pytest.mark.parametrize("language", sorted(SOURCES))
+def test_masks_equal_the_byte_walk_of_every_token(language: str) -> None:
+    compiled = compiler("smollm2").compile(Grammar.builtin(language))
+    masks, core = compiled.masks, compiled.core
+    assert isinstance(masks, LexerMaskComputer) and isinstance(core, LexParserCore)
+    vocab = vocabulary("smollm2")
+    trie = token_trie(vocab)
+    matcher = GrammarMatcher(compiled)
+    tokens = encode("smollm2", SOURCES[language])[:160]
+    checked = 0
+    for step, token in enumerate(tokens):
+        if step % 4 == 0:
+            state = matcher._history[-1]
+            got = mask_bools(masks.mask(state), vocab.vocab_size)
+            want = walked_mask(core, trie, state, vocab.vocab_size)
+            special = np.array(sorted(vocab.special_ids | vocab.stop_token_ids), dtype=np.int64)
+            got[special] = want[special] = False
+            differ = np.flatnonzero(got != want)
+            assert not len(differ), [(vocab.token_bytes[i], bool(got[i])) for i in differ[:5].tolist()]
+            checked += 1
+        assert matcher.accept_token(token)
+    assert checked == 40
+
+
+def test_suffix_ids_number_equal_bytes_equally() -> None:
+    trie = token_trie(vocabulary("smollm2"))
+    row_start, ids = trie.suffix_ids
+    assert len(ids) == int(trie.lengths.sum())
+    first_of: dict[int, bytes] = {}
+    id_of: dict[bytes, int] = {}
+    for row in range(trie.num_tokens):
+        data = trie.matrix[row, : trie.lengths[row]].tobytes()
+        for k in range(len(data)):
+            number = int(ids[row_start[row] + k])
+            assert first_of.setdefault(number, data[k:]) == data[k:]
+            assert id_of.setdefault(data[k:], number) == number
+    assert len(first_of) == len(id_of) == int(ids.max()) + 1
+
+
+def test_a_token_whose_residual_spells_a_keyword_then_more_is_refused() -> None:
+    """After ``if x`` the residual of `` isinstance`` starts a fresh lexeme that Python reads as
+    one NAME, which cannot follow ``x``: longest match must not fall back to the keyword ``is``."""
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    vocab = vocabulary("smollm2")
+    matcher = GrammarMatcher(compiled, prefix=b"if x")
+    allowed = mask_bools(matcher.next_token_bitmask().view(np.uint32), vocab.vocab_size)
+    ids = {data: i for i, data in enumerate(vocab.token_bytes)}
+    assert allowed[ids[b" is"]] and allowed[ids[b" in"]] and allowed[ids[b" =="]]
+    assert not allowed[ids[b" isinstance"]] and not allowed[ids[b" instance"]]
+    assert not matcher.fork().accept_token(ids[b" isinstance"])
