@@ -28,7 +28,6 @@ from codemask.engine.mask_cache import (
     SharedPositions,
     Uncertain,
     uncertain_entries,
-    uncertain_entry,
 )
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.token_trie import TokenTrie, token_trie
@@ -170,9 +169,9 @@ def uncertain_pairs(trie: TokenTrie, unc: Uncertain) -> set[tuple[int, bytes]]:
                                                                strict=True)}
 
 
-def test_uncertain_entries_of_many_owners_equal_one_owner_at_a_time() -> None:
-    """The batched residual grouping gives each owner exactly the record `uncertain_entry` gives
-    it alone: same tokens in the same order, same residual numbering and representatives."""
+def test_uncertain_entries_group_each_owners_residuals_by_their_bytes() -> None:
+    """Per owner, the record holds every exiting token (duplicate spellings included) with the
+    residual bytes it was given, each distinct residual once, represented by its first exit."""
     trie = token_trie(vocabulary("llama3"))
     rng = np.random.default_rng(3)
     count = 40
@@ -185,11 +184,19 @@ def test_uncertain_entries_of_many_owners_equal_one_owner_at_a_time() -> None:
     offsets[::5] = 0
     batched = uncertain_entries(trie, owner, rows, offsets, count)
     for i in range(count):
-        alone = uncertain_entry(trie, rows[owner == i], offsets[owner == i])
-        if alone is None:
-            assert batched[i] is None
-            continue
+        mine = np.flatnonzero(owner == i)
         got = batched[i]
+        if not len(mine):
+            assert got is None
+            continue
         assert got is not None
-        for name in ("token_ids", "residual_of", "residual_rows", "residual_starts", "residual_len"):
-            assert np.array_equal(getattr(got, name), getattr(alone, name)), name
+        tails = [bytes(trie.matrix[r, k:trie.lengths[r]]) for r, k in zip(rows[mine], offsets[mine], strict=True)]
+        want = {(int(t), tail) for r, tail in zip(rows[mine].tolist(), tails, strict=True)
+                for t in trie.token_ids(np.array([r])).tolist()}
+        assert uncertain_pairs(trie, got) == want
+        residuals = [residual_bytes(trie, got, r) for r in range(len(got.residual_len))]
+        assert sorted(residuals) == sorted(set(tails))  # each distinct residual exactly once
+        first_of = {tail: (int(rows[j]), int(offsets[j])) for j, tail in zip(mine.tolist()[::-1], tails[::-1],
+                                                                              strict=True)}
+        for r, tail in enumerate(residuals):
+            assert (int(got.residual_rows[r]), int(got.residual_starts[r])) == first_of[tail]

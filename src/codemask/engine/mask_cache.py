@@ -808,52 +808,30 @@ def pack_rows(trie: TokenTrie, ok: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.packbits(allowed, axis=1, bitorder="little").view(np.uint32)
 
 
-def uncertain_entry(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray) -> Uncertain | None:
-    """The `Uncertain` record of tokens (sorted rows) that leave a frame after ``offsets`` bytes.
-
-    Residuals ``token[k:]`` are deduplicated (most share a tail such as ``,`` or ``):\n``):
-    grouped by a 64-bit polynomial hash computed column by column over the rows still that long
-    (work proportional to the residual bytes, not to rows x longest token), then checked byte by
-    byte against each group's representative; a collision falls back to grouping by the bytes.
-    """
-    if not len(sorted_idx):
-        return None
-    lengths = trie.lengths[sorted_idx].astype(np.int64) - offsets
-    hashed = _residual_hashes(trie, sorted_idx, offsets, lengths)
-    _keys, first, residual_of = np.unique(hashed, return_index=True, return_inverse=True)
-    residual_of = residual_of.reshape(-1)
-    if not _same_residuals(trie, sorted_idx, offsets, lengths, first[residual_of]).all():
-        first, residual_of = _group_by_bytes(trie, sorted_idx, offsets, lengths)
-    token_ids, residual_of = trie.expand_pairs(sorted_idx, residual_of)
-    return Uncertain(token_ids=token_ids.astype(np.int32), residual_of=residual_of.astype(np.int32),
-                     residual_rows=sorted_idx[first].astype(np.int32), residual_starts=offsets[first].astype(np.int32),
-                     residual_len=lengths[first].astype(np.int32))
-
-
 def uncertain_entries(trie: TokenTrie, owner: np.ndarray, sorted_idx: np.ndarray, offsets: np.ndarray,
                       count: int) -> list[Uncertain | None]:
-    """`uncertain_entry` of each of ``count`` owners (``owner`` ascending, each owner's exits in
-    the order `uncertain_entry` would get them), with the residual hashing and checking done
-    once for all: per position, a dozen array operations would cost more than the work."""
+    """The `Uncertain` record of each of ``count`` owners (``owner`` ascending) whose tokens
+    (sorted rows ``sorted_idx``) leave a frame after ``offsets`` bytes, None for an owner without.
+
+    Residuals ``token[k:]`` are deduplicated per owner (most share a tail such as ``,`` or
+    ``):\n``) by the trie's exact suffix numbers, all owners at once: per position, a dozen array
+    operations would cost more than the work. A group's representative is its first member.
+    """
     out: list[Uncertain | None] = [None] * count
     if not len(sorted_idx):
         return out
     lengths = trie.lengths[sorted_idx].astype(np.int64) - offsets
-    hashed = _residual_hashes(trie, sorted_idx, offsets, lengths)
-    order = np.lexsort((hashed, owner))  # stable: a group's first member is its first occurrence
+    numbers = trie.suffix_numbers(sorted_idx, offsets)
+    order = np.lexsort((numbers, owner))  # stable: a group's first member is its first occurrence
     new_group = np.ones(len(order), dtype=bool)
-    new_group[1:] = (owner[order][1:] != owner[order][:-1]) | (hashed[order][1:] != hashed[order][:-1])
+    new_group[1:] = (owner[order][1:] != owner[order][:-1]) | (numbers[order][1:] != numbers[order][:-1])
     group_of = np.empty(len(order), dtype=np.int64)
     group_of[order] = np.cumsum(new_group) - 1
     rep = order[new_group]  # per group, its first member
-    same = _same_residuals(trie, sorted_idx, offsets, lengths, rep[group_of])
     bounds = np.searchsorted(owner, np.arange(count + 1))
     group_bounds = np.searchsorted(owner[rep], np.arange(count + 1))
     for i in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
         a, b = int(bounds[i]), int(bounds[i + 1])
-        if not same[a:b].all():  # a hash collision: this owner by the bytes themselves
-            out[i] = uncertain_entry(trie, sorted_idx[a:b], offsets[a:b])
-            continue
         g = int(group_bounds[i])
         first = rep[g:int(group_bounds[i + 1])]
         token_ids, residual_of = trie.expand_pairs(sorted_idx[a:b], group_of[a:b] - g)
@@ -862,44 +840,6 @@ def uncertain_entries(trie: TokenTrie, owner: np.ndarray, sorted_idx: np.ndarray
                            residual_starts=offsets[first].astype(np.int32),
                            residual_len=lengths[first].astype(np.int32))
     return out
-
-
-def _residual_hashes(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """A 64-bit polynomial hash of each residual ``token[offset:]``, column by column over the rows
-    still that long (work proportional to the residual bytes, not to rows x longest token)."""
-    hashed = lengths.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        for col in range(int(lengths.max())):
-            rows = np.flatnonzero(lengths > col)
-            byte = trie.matrix[sorted_idx[rows], offsets[rows] + col].astype(np.uint64)
-            hashed[rows] = hashed[rows] * np.uint64(1099511628211) + byte + np.uint64(1)
-    return hashed
-
-
-def _same_residuals(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
-                    rep: np.ndarray) -> np.ndarray:
-    """Whether each residual has the bytes of residual ``rep`` (the check after hashing)."""
-    same = lengths[rep] == lengths
-    for col in range(int(lengths.max())):
-        rows = np.flatnonzero(lengths > col)
-        same[rows] &= (trie.matrix[sorted_idx[rows], offsets[rows] + col]
-                       == trie.matrix[sorted_idx[rep[rows]], offsets[rep[rows]] + col])
-    return same
-
-
-def _group_by_bytes(trie: TokenTrie, sorted_idx: np.ndarray, offsets: np.ndarray,
-                    lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(one row per distinct residual, group of every row), by the residual bytes themselves."""
-    index: dict[bytes, int] = {}
-    first: list[int] = []
-    groups = np.empty(len(sorted_idx), dtype=np.int64)
-    for i, (row, k, n) in enumerate(zip(sorted_idx.tolist(), offsets.tolist(), lengths.tolist(), strict=True)):
-        key = trie.matrix[row, k:k + n].tobytes()
-        found = index.setdefault(key, len(first))
-        if found == len(first):
-            first.append(i)
-        groups[i] = found
-    return np.array(first, dtype=np.int64), groups
 
 
 class Walker(Protocol):

@@ -107,7 +107,7 @@ class TokenTrie:
         numbers for equal bytes (exactly, no hashing): the suffixes of length ``n`` are numbered
         by the pair (first byte, number of the rest), one ``np.unique`` per length.
 
-        Residual tails of tokens then group by a number instead of by their bytes.
+        Residual tails of tokens then group by a number instead of by their bytes (or a hash).
         """
         lengths = self.lengths.astype(np.int64)
         row_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -122,6 +122,11 @@ class TokenTrie:
             ids[at] = numbered + group.reshape(-1)
             numbered += len(keys)
         return row_start, ids
+
+    def suffix_numbers(self, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The `suffix_ids` number of each ``row[start:]``."""
+        row_start, ids = self.suffix_ids
+        return ids[row_start[rows] + starts]
 
     @property
     def num_tokens(self) -> int:
