@@ -15,7 +15,7 @@ import pytest
 from codemask import Grammar, GrammarMatcher
 from codemask.engine.lexer import LexParserCore
 from codemask.engine.lexer_masks import LexerMaskComputer
-from codemask.engine.token_trie import TokenTrie, token_trie
+from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from tests.engine.conftest import compiler, encode, vocabulary
 
 CODE = Path(__file__).resolve().parents[1] / "data" / "code"
@@ -35,8 +35,7 @@ def walked_mask(core: LexParserCore, trie: TokenTrie, state: int, vocab_size: in
             break
         lo, hi = level.child_lo[nodes], level.child_hi[nodes]
         states = np.repeat(states, hi - lo)
-        nodes = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
-                               ).astype(np.int64) if len(nodes) else nodes
+        nodes = expand_ranges(lo, hi)
     return allowed
 
 

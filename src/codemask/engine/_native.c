@@ -127,12 +127,40 @@ static int run(const Trie *trie, const Table *tab, const int32_t *nodes, const i
     return status ? -1 : 0;
 }
 
-static int need(Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count, const char *name) {
+static int need(const Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count, const char *name) {
     if (view->len != itemsize * count) {
         PyErr_Format(PyExc_ValueError, "%s: expected %zd bytes, got %zd", name, itemsize * count, view->len);
         return -1;
     }
     return 0;
+}
+
+/* The flat trie in buffers v[0..6] (byte, lo, hi, token, child_lo, child_hi, depth), every int32
+ * array checked to hold one entry per node. */
+static int trie_of(const Py_buffer *v, Trie *trie) {
+    Py_ssize_t count = v[0].len;
+    for (int i = 1; i <= 6; i++) {
+        if (need(&v[i], sizeof(int32_t), count, "trie array")) return -1;
+    }
+    *trie = (Trie){(const uint8_t *)v[0].buf, (const int32_t *)v[1].buf, (const int32_t *)v[2].buf,
+                   (const int32_t *)v[3].buf, (const int32_t *)v[4].buf, (const int32_t *)v[5].buf,
+                   (const int32_t *)v[6].buf, count};
+    return 0;
+}
+
+/* A walk's result: a tuple of the bytes of its `count` output arrays (NULL with an exception set). */
+static PyObject *outputs_tuple(const IntBuf *out, int count) {
+    PyObject *result = PyTuple_New(count);
+    if (!result) return NULL;
+    for (int i = 0; i < count; i++) {
+        PyObject *bytes = buf_bytes(&out[i]);
+        if (!bytes) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(result, i, bytes);
+    }
+    return result;
 }
 
 static PyObject *walk(PyObject *self, PyObject *args) {
@@ -147,36 +175,22 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     IntBuf out[NUM_OUT];
     memset(out, 0, sizeof(out));
     Table tab = {(const int32_t *)v[0].buf, (const uint8_t *)v[1].buf, (const uint8_t *)v[2].buf, alphabet, 0};
-    Py_ssize_t count = v[3].len;
-    Trie trie = {(const uint8_t *)v[3].buf, (const int32_t *)v[4].buf, (const int32_t *)v[5].buf,
-                 (const int32_t *)v[6].buf, (const int32_t *)v[7].buf, (const int32_t *)v[8].buf,
-                 (const int32_t *)v[9].buf, count};
+    Trie trie;
     Py_ssize_t items = v[10].len / (Py_ssize_t)sizeof(int32_t);
+    if (trie_of(&v[3], &trie)) goto done;
     if (alphabet < 256 || v[0].len % ((Py_ssize_t)sizeof(int32_t) * alphabet)) {
         bad("table: not a whole number of rows of the alphabet (at least 256 symbols)");
         goto done;
     }
     tab.states = v[0].len / ((Py_ssize_t)sizeof(int32_t) * alphabet);
     if (need(&v[1], 1, tab.states, "flags") || need(&v[2], 1, tab.states, "has_stacks")) goto done;
-    for (int i = 4; i <= 9; i++) {
-        if (need(&v[i], sizeof(int32_t), count, "trie array")) goto done;
-    }
     if (need(&v[10], sizeof(int32_t), items, "nodes") || need(&v[11], sizeof(int32_t), items, "states") ||
         need(&v[12], sizeof(int32_t), items, "owners"))
         goto done;
     if (run(&trie, &tab, (const int32_t *)v[10].buf, (const int32_t *)v[11].buf, (const int32_t *)v[12].buf, items,
             out))
         goto done;
-    result = PyTuple_New(NUM_OUT);
-    if (!result) goto done;
-    for (int i = 0; i < NUM_OUT; i++) {
-        PyObject *bytes = buf_bytes(&out[i]);
-        if (!bytes) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyTuple_SET_ITEM(result, i, bytes);
-    }
+    result = outputs_tuple(out, NUM_OUT);
 done:
     for (int i = 0; i < NUM_OUT; i++) free(out[i].data);
     for (int i = 0; i < 13; i++) PyBuffer_Release(&v[i]);
@@ -242,11 +256,9 @@ static PyObject *lexer_walk(PyObject *self, PyObject *args) {
     IntBuf out[LX_NUM_OUT], stack = {0};
     memset(out, 0, sizeof(out));
     LexTable lex = {(const int32_t *)v[0].buf, (const int32_t *)v[1].buf, (const uint8_t *)v[2].buf, 0};
-    Py_ssize_t count = v[3].len;
-    Trie trie = {(const uint8_t *)v[3].buf, (const int32_t *)v[4].buf, (const int32_t *)v[5].buf,
-                 (const int32_t *)v[6].buf, (const int32_t *)v[7].buf, (const int32_t *)v[8].buf,
-                 (const int32_t *)v[9].buf, count};
+    Trie trie;
     Py_ssize_t items = v[10].len / (Py_ssize_t)sizeof(int32_t);
+    if (trie_of(&v[3], &trie)) goto done;
     if (v[0].len % ((Py_ssize_t)sizeof(int32_t) * 256)) {
         bad("table: not a whole number of rows of 256 bytes");
         goto done;
@@ -254,9 +266,6 @@ static PyObject *lexer_walk(PyObject *self, PyObject *args) {
     lex.states = v[0].len / ((Py_ssize_t)sizeof(int32_t) * 256);
     if (need(&v[1], sizeof(int32_t), lex.states, "end_class_of") || need(&v[2], 1, lex.states, "poisoned"))
         goto done;
-    for (int i = 4; i <= 9; i++) {
-        if (need(&v[i], sizeof(int32_t), count, "trie array")) goto done;
-    }
     for (int i = 10; i <= 13; i++) {
         if (need(&v[i], sizeof(int32_t), items, "start array")) goto done;
     }
@@ -270,17 +279,7 @@ static PyObject *lexer_walk(PyObject *self, PyObject *args) {
         const int32_t *top = stack.data + stack.size;
         failed = lexer_visit(&trie, &lex, top[0], top[1], top[2], top[3], out, &stack);
     }
-    if (failed) goto done;
-    result = PyTuple_New(LX_NUM_OUT);
-    if (!result) goto done;
-    for (int i = 0; i < LX_NUM_OUT; i++) {
-        PyObject *bytes = buf_bytes(&out[i]);
-        if (!bytes) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyTuple_SET_ITEM(result, i, bytes);
-    }
+    if (!failed) result = outputs_tuple(out, LX_NUM_OUT);
 done:
     free(stack.data);
     for (int i = 0; i < LX_NUM_OUT; i++) free(out[i].data);
