@@ -268,6 +268,7 @@ class _DecodingLoop:
         self.pad_id = pad if pad is not None else (getattr(vocab, "eos_token_id", None) or 0)
         self.cache: Any = None
         self.attention: torch.Tensor | None = None
+        self.next_logits: torch.Tensor | None = None  # handed over with a cache that holds every fed token
 
     def run(self, max_new_tokens: int, stops: list[bytes], jump_forward: bool, on_token: TokenCallback | None) -> None:
         started = time.perf_counter()
@@ -281,9 +282,12 @@ class _DecodingLoop:
                 break
             layout = StepLayout.one_row_per_sequence(active)
             self.pipeline.prepare(layout)
-            logits = self.forward(feeds)[:, -1]
-            for i in active:
-                self.rows[i].stats.forward_passes += 1
+            if self.next_logits is not None:  # a single row whose next logits a rollout computed
+                logits, self.next_logits = self.next_logits, None
+            else:
+                logits = self.forward(feeds)[:, -1]
+                for i in active:
+                    self.rows[i].stats.forward_passes += 1
             chosen = self.pipeline.process(logits[active], layout).tolist()
             feeds = [[self.pad_id] for _ in self.rows]
             for i, token in zip(active, chosen, strict=True):
@@ -335,15 +339,19 @@ class _DecodingLoop:
         return tokens
 
     def adopt_continuation(self, index: int, committed: list[int]) -> list[int]:
-        """What to feed after committing ``committed``: all of it, or only its last token when the
-        selector hands over a KV cache that holds the rest already (AdaDec's rollout computed it)."""
+        """What to feed after committing ``committed``: all of it, only its last token when the
+        selector hands over a KV cache that holds the rest already (AdaDec's rollout computed it), or
+        nothing when the cache holds all of it and the next position's logits come with it."""
         if len(self.rows) != 1 or len(committed) < 2 or self.rows[index].finish_reason is not None:
             return committed
         handed = self.pipeline.selector.continuation_cache(index, committed)
         if handed is None:
             return committed
-        self.cache, self.attention = handed
-        return committed[-1:]
+        self.cache, self.attention = handed.cache, handed.attention
+        if handed.next_logits is None:
+            return committed[-1:]
+        self.next_logits = handed.next_logits
+        return []
 
     def _continued(self, row: _Row, token: int, known: list[int], stops: list[bytes], jump_forward: bool) -> list[int]:
         """``token`` and the selector's ``known`` next picks, up to where plain decoding would part

@@ -13,7 +13,7 @@ import torch
 from codemask import Grammar, GrammarMatcher, constrained_generate
 from codemask.adadec import AdaDec, KVBranch
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
-from codemask.decoding.pipeline import StepLayout
+from codemask.decoding.pipeline import Pipeline, StepLayout
 from codemask.generate import _DecodingLoop
 from tests.conftest import chat
 
@@ -84,10 +84,12 @@ def _oracle_choice(model: Any, prompt_ids: list[int], beam: int, lookahead: int)
 
 
 def test_rerank_picks_the_best_mean_log_probability(smollm2: tuple[Any, Any]) -> None:
+    """The oracle rolls every candidate out; the selector rolls the leader out first and a challenger
+    only while it can still win — the choice must be the same, with fewer lookahead tokens somewhere."""
     model, tokenizer = smollm2
-    changed = 0
+    changed = pruned = 0
     for request in ["Write a Python function that reverses a string.", "Name a prime number.",
-                    "Complete: def add(a, b):"]:
+                    "Complete: def add(a, b):", "Say hello in French.", "What is 2 + 2?"]:
         prompt = chat(tokenizer, request)
         result = constrained_generate(model, tokenizer, prompt, max_new_tokens=1,
                                       uncertainty=AdaDec(threshold=0.0, beam=3, lookahead=3))
@@ -96,7 +98,9 @@ def test_rerank_picks_the_best_mean_log_probability(smollm2: tuple[Any, Any]) ->
         assert chosen in candidates
         assert means[candidates.index(chosen)] == pytest.approx(max(means), abs=1e-3)
         changed += chosen != candidates[0]
+        pruned += result.stats.lookahead_tokens < 3 * 3
     assert changed >= 1, "no prompt where the rerank departs from greedy: the test proves nothing"
+    assert pruned >= 1, "no challenger was ever pruned: the bound is not exercised"
 
 
 def test_rollouts_respect_the_grammar(smollm2: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,12 +169,15 @@ def test_reused_lookahead_gives_the_same_output_in_fewer_forward_passes(smollm2:
     assert reused.stats.pauses == plain.stats.pauses
     assert reused.stats.steps == plain.stats.steps
     assert reused.stats.forward_passes < plain.stats.forward_passes
+    # a pause right after a committed continuation goes on with the chosen rollout's own tokens
+    assert reused.stats.lookahead_tokens < plain.stats.lookahead_tokens
 
 
 def test_a_single_sequence_continues_from_the_rollout_cache(smollm2: tuple[Any, Any],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """With one sequence the loop takes over the chosen rollout's KV cache: after the prompt it
-    never feeds more than one token, though it commits several at once — and decodes the same."""
+    never feeds more than one token, though it commits several at once, and where the rollout fed
+    every committed token it feeds none — and decodes the same."""
     model, tokenizer = smollm2
     prompt = chat(tokenizer, CODE_REQUEST)
     plain = constrained_generate(model, tokenizer, prompt, max_new_tokens=48,
@@ -182,9 +189,19 @@ def test_a_single_sequence_continues_from_the_rollout_cache(smollm2: tuple[Any, 
         widths.append(max(len(f) for f in feeds))
         return forward(self, feeds, keep)
 
+    processed: list[int] = []
+    process = Pipeline.process
+
+    def counting(self: Pipeline, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
+        processed.append(layout.num_rows)
+        return process(self, logits, layout)
+
     monkeypatch.setattr(_DecodingLoop, "forward", recording)
+    monkeypatch.setattr(Pipeline, "process", counting)
     reused = constrained_generate(model, tokenizer, prompt, max_new_tokens=48,
                                   uncertainty=AdaDec(threshold=0.8))
     assert reused.token_ids == plain.token_ids
     assert reused.stats.steps > reused.stats.forward_passes  # continuations were committed
     assert widths[1:] and max(widths[1:]) == 1
+    # some steps took their logits from the rollout that had fed every committed token
+    assert len(processed) > len(widths) == reused.stats.forward_passes

@@ -36,7 +36,7 @@ import torch
 
 from codemask.adadec.config import AdaDec
 from codemask.adadec.entropy import entropy
-from codemask.decoding.pipeline import Selector, Stage, StepLayout
+from codemask.decoding.pipeline import Continuation, Selector, Stage, StepLayout
 from codemask.decoding.sampling import SamplingSelector
 
 # On a CPU, MKL's sgemm runs a product with 2 or 3 rows as that many matrix-vector products and blocks
@@ -80,12 +80,16 @@ class KVBranch:
 
     def prefix(self, row: int, length: int) -> tuple[Any, torch.Tensor]:
         """Branch row ``row`` alone, cut to its first ``length`` positions: a cache and attention mask
-        the decoding loop can continue from (this branch is spent afterwards)."""
-        self.keep([row])
-        extra = self.cache.get_seq_length() - length
+        the decoding loop can continue from. The branch itself is left as it was (it may go on)."""
+        cache = copy.copy(self.cache)
+        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        index = torch.tensor([row], dtype=torch.long, device=self.attention.device)
+        if self.attention.shape[0] > 1:
+            cache.batch_select_indices(index)
+        extra = cache.get_seq_length() - length
         if extra > 0:
-            self.cache.crop(-extra)
-        return self.cache, self.attention[:, :length]
+            cache.crop(-extra)
+        return cache, self.attention.index_select(0, index)[:, :length]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per branch row (a long tensor); the next-token logits ``[rows, vocab]`` (float32)."""
@@ -104,31 +108,54 @@ class KVBranch:
 
 
 @dataclass
-class _Handoff:
-    """Where the chosen rollout of a sequence sits in the rollouts' KV branch: its row, the length
-    of the loop's cache the branch forked from, and the tokens the branch has fed for it."""
+class _Seat:
+    """Where a rollout sits in a KV branch: its row there, and the cache length at its candidate's
+    position (the branch holds the rollout's tokens but the last from there on)."""
 
     branch: KVBranch
     row: int
     base_length: int
-    fed: list[int]
 
 
 @dataclass
 class _Rollout:
-    """One candidate of one paused row: its tokens so far, the sum of their log-probabilities, and
-    the entropy of the (processed) distribution each rollout token was picked from."""
+    """One candidate of one paused row: its tokens so far (the candidate first) and the log-probability
+    each was picked with; per rollout token, the entropy of the (processed) distribution it was picked
+    from; and, for a loop that may take the rollout over, the raw logits after each fed token.
+
+    A rollout ends (``alive`` false) after a stop token or, with ``lookahead="line"``, a newline — its
+    branch holds all its tokens but that last one, as for a live rollout — or ``stuck`` where the
+    stages masked every token after its last one (its branch fed that one too). ``pruned``: it can
+    no longer beat its leader (see `AdaDecSelector._rerank`)."""
 
     logits_row: int
     sequence: int
     tokens: list[int]
-    score: float
+    log_probs: list[float]
     alive: bool = True
+    pruned: bool = False
+    stuck: bool = False
     entropies: list[float] = field(default_factory=list)
+    raw_logits: list[torch.Tensor] = field(default_factory=list)
+    seat: _Seat | None = None
+
+    @property
+    def score(self) -> float:
+        return sum(self.log_probs)
 
     @property
     def mean(self) -> float:
         return self.score / len(self.tokens)
+
+
+@dataclass
+class _Chain:
+    """The chosen rollout of a sequence after the loop took over its cache with the first ``offset``
+    tokens committed: if AdaDec pauses right there and ranks the rollout's next token first, the
+    rollout's remaining tokens are that candidate's lookahead already."""
+
+    rollout: _Rollout
+    offset: int
 
 
 class AdaDecSelector(Selector):
@@ -153,7 +180,8 @@ class AdaDecSelector(Selector):
         self._loop: Any = None
         self.reuse = config.reuse_lookahead and isinstance(base, SamplingSelector) and base.params.greedy
         self._continuations: dict[int, list[int]] = {}
-        self._handoffs: dict[int, _Handoff] = {}
+        self._handoffs: dict[int, _Rollout] = {}
+        self._chains: dict[int, _Chain] = {}
 
     @classmethod
     def for_generation(cls, config: AdaDec, model: Any, base: Selector, stages: Sequence[Stage], vocab: Any,
@@ -176,11 +204,12 @@ class AdaDecSelector(Selector):
 
     def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
         self._handoffs.clear()
+        chains, self._chains = self._chains, {}  # a chain serves only the step right after its handoff
         chosen = self.base.select(logits, layout)
         paused = [r for r in self.paused_rows(logits).tolist() if layout.offsets[r] == 0]  # the host sync
         if not paused:
             return chosen
-        best = self._paused_rerank(logits, layout, paused)
+        best = self._paused_rerank(logits, layout, paused, chains)
         chosen = chosen.clone()
         chosen[torch.tensor(list(best), device=chosen.device)] = torch.tensor(list(best.values()),
                                                                               dtype=chosen.dtype, device=chosen.device)
@@ -191,14 +220,16 @@ class AdaDecSelector(Selector):
         distribution at the state the loop's KV cache holds for it (speculative verification calls this at
         the first drafted position whose entropy reaches τ, with the drafts after it masked out)."""
         self._handoffs.clear()
-        return self._paused_rerank(logits, StepLayout.one_row_per_sequence([sequence]), [0])[0]
+        self._chains.clear()
+        return self._paused_rerank(logits, StepLayout.one_row_per_sequence([sequence]), [0], {})[0]
 
-    def _paused_rerank(self, logits: torch.Tensor, layout: StepLayout, paused: list[int]) -> dict[int, int]:
+    def _paused_rerank(self, logits: torch.Tensor, layout: StepLayout, paused: list[int],
+                       chains: dict[int, _Chain]) -> dict[int, int]:
         """`_rerank` with the pause counters and the time it took (split evenly among the paused rows)."""
         started = time.perf_counter()
         for r in paused:
             self.pauses[layout.sequences[r]] += 1
-        best = self._rerank(logits, layout, paused)
+        best = self._rerank(logits, layout, paused, chains)
         spent = (time.perf_counter() - started) / len(paused)
         for r in paused:
             self.lookahead_time_s[layout.sequences[r]] += spent
@@ -210,48 +241,91 @@ class AdaDecSelector(Selector):
             return torch.zeros(0, dtype=torch.long, device=logits.device)
         return torch.nonzero(entropy(logits) >= self.threshold).flatten()
 
-    def _rerank(self, logits: torch.Tensor, layout: StepLayout, paused: list[int]) -> dict[int, int]:
-        """For each paused logits row, the candidate with the best mean log-probability after its rollout."""
+    def _rerank(self, logits: torch.Tensor, layout: StepLayout, paused: list[int],
+                chains: dict[int, _Chain]) -> dict[int, int]:
+        """For each paused logits row, the candidate with the best mean log-probability after its rollout.
+
+        The top candidate (the leader) is rolled out first. A rollout's mean can only fall as it goes
+        on (every log-probability is at most 0) and has at most ``lookahead_tokens + 1`` terms, so a
+        challenger whose score so far, divided by that, is no better than the leader's final mean
+        cannot win: challengers are rolled out only while that bound stays above it. The choice is
+        the one rolling out all ``beam`` candidates would make (the leader wins ties, as the first).
+        """
         log_probs = torch.log_softmax(logits[paused].float(), dim=-1)
         k = min(self.config.beam, log_probs.shape[-1])
         top = torch.topk(log_probs, k, dim=-1)
-        values, ids = top.values.tolist(), top.indices.tolist()
         best: dict[int, int] = {}
-        rollouts: list[_Rollout] = []
-        for r, vals, cands in zip(paused, values, ids, strict=True):
+        leaders: list[_Rollout] = []
+        challengers: list[_Rollout] = []
+        for r, vals, cands in zip(paused, top.values.tolist(), top.indices.tolist(), strict=True):
             options = [(t, v) for t, v in zip(cands, vals, strict=True) if math.isfinite(v)]
             best[r] = options[0][0]
             if len(options) < 2:
                 continue  # nothing to compare: the grammar leaves one token
-            for token, value in options:
-                rollouts.append(_Rollout(r, layout.sequences[r], [token], value,
-                                         alive=self._continues(token, candidate=True)))
-        branch: tuple[KVBranch, list[_Rollout], int] | None = None
-        if rollouts and self.config.lookahead_tokens > 0 and any(o.alive for o in rollouts):
-            branch = self._roll_out(rollouts)
-        by_row: dict[int, _Rollout] = {}
-        for o in rollouts:  # the first (highest-ranked) candidate wins ties
-            if o.logits_row not in by_row or o.mean > by_row[o.logits_row].mean:
-                by_row[o.logits_row] = o
-        for r, o in by_row.items():
+            sequence = layout.sequences[r]
+            chain = chains.get(sequence) if len(paused) == 1 else None
+            leaders.append(self._chained(chain, r, *options[0]) if chain is not None else
+                           self._candidate(r, sequence, *options[0]))
+            challengers += [self._candidate(r, sequence, t, v) for t, v in options[1:]]
+        if not leaders or self.config.lookahead_tokens == 0:
+            return best
+        self._extend(leaders, {})
+        bar = {o.logits_row: o.mean for o in leaders}
+        for o in challengers:
+            o.pruned = not self._may_win(o, bar)
+        self._extend([o for o in challengers if not o.pruned], bar)
+        chosen: dict[int, _Rollout] = {}
+        for o in leaders + challengers:  # leaders first: a challenger must beat its leader strictly
+            if not o.pruned and (o.logits_row not in chosen or o.mean > chosen[o.logits_row].mean):
+                chosen[o.logits_row] = o
+        for r, o in chosen.items():
             best[r] = o.tokens[0]
             if self.reuse:
                 self._continuations[o.sequence] = self._greedy_prefix(o)
-                if branch is not None and o.alive and o in branch[1]:
-                    self._handoffs[o.sequence] = _Handoff(branch[0], branch[1].index(o), branch[2], o.tokens[:-1])
+                if o.seat is not None:
+                    self._handoffs[o.sequence] = o
         return best
+
+    def _candidate(self, row: int, sequence: int, token: int, log_prob: float) -> _Rollout:
+        return _Rollout(row, sequence, [token], [log_prob], alive=self._continues(token, candidate=True))
+
+    def _chained(self, chain: _Chain, row: int, token: int, log_prob: float) -> _Rollout:
+        """The leader from the chosen rollout of the step before, when the loop stands where that
+        rollout's ``offset``-th token was picked and ranks the same token first; else a fresh one."""
+        old, at = chain.rollout, chain.offset
+        seat = old.seat
+        if (seat is None or old.tokens[at] != token
+                or self._loop.attention.shape[1] != seat.base_length + at):
+            return self._candidate(row, old.sequence, token, log_prob)
+        seat.branch.keep([seat.row])
+        alive = old.alive if at + 1 < len(old.tokens) else self._continues(token, candidate=True)
+        return _Rollout(row, old.sequence, old.tokens[at:], [log_prob, *old.log_probs[at + 1:]], alive=alive,
+                        entropies=old.entropies[at:], raw_logits=old.raw_logits[at:],
+                        seat=_Seat(seat.branch, 0, seat.base_length + at))
+
+    def _may_win(self, rollout: _Rollout, bar: dict[int, float]) -> bool:
+        """Whether ``rollout`` can still end with a mean above its row's leader (see `_rerank`)."""
+        return rollout.score / (self.config.lookahead_tokens + 1) > bar[rollout.logits_row]
 
     def known_continuation(self, sequence: int) -> list[int]:
         return self._continuations.pop(sequence, [])
 
-    def continuation_cache(self, sequence: int, committed: Sequence[int]) -> tuple[Any, torch.Tensor] | None:
-        """The rollout branch's cache for the chosen candidate, cut after ``committed[:-1]``: the
-        rollout fed those very tokens already, so the loop need not feed them again."""
-        handoff = self._handoffs.pop(sequence, None)
-        if handoff is None or len(committed) - 1 > len(handoff.fed) or \
-                list(committed[:-1]) != handoff.fed[:len(committed) - 1]:
+    def continuation_cache(self, sequence: int, committed: Sequence[int]) -> Continuation | None:
+        """The chosen rollout's cache, cut after ``committed``: the rollout fed those very tokens
+        already. When it fed all of them, the logits it got after the last one come with it (and the
+        rollout is kept as a chain for the pause that usually follows); else the cache holds all
+        but the last and the loop feeds that one."""
+        rollout = self._handoffs.pop(sequence, None)
+        if rollout is None or rollout.seat is None:
             return None
-        return handoff.branch.prefix(handoff.row, handoff.base_length + len(committed) - 1)
+        seat, fed, count = rollout.seat, rollout.tokens[:-1], len(committed)
+        if count <= len(fed) and list(committed) == fed[:count]:
+            cache, attention = seat.branch.prefix(seat.row, seat.base_length + count)
+            self._chains[sequence] = _Chain(rollout, count)
+            return Continuation(cache, attention, rollout.raw_logits[count - 1])
+        if count - 1 <= len(fed) and list(committed[:-1]) == fed[:count - 1]:
+            return Continuation(*seat.branch.prefix(seat.row, seat.base_length + count - 1))
+        return None
 
     def _greedy_prefix(self, rollout: _Rollout) -> list[int]:
         """The rollout tokens after the candidate that plain AdaDec picks next itself: greedy picks
@@ -271,45 +345,59 @@ class AdaDecSelector(Selector):
             return False
         return candidate or self.config.lookahead != "line" or b"\n" not in self.token_bytes[token]
 
-    def _roll_out(self, rollouts: list[_Rollout]) -> tuple[KVBranch, list[_Rollout], int]:
-        """Extend every live rollout greedily, one batched forward pass per lookahead step. Returns
-        the branch, the rollouts still in it (in its row order) and the cache length it forked at."""
+    def _extend(self, rollouts: list[_Rollout], bar: dict[int, float]) -> None:
+        """Extend the live ``rollouts`` greedily to ``lookahead_tokens`` after their candidates, one
+        batched forward pass per token, in one KV branch (a chained leader's own, else a fork of the
+        loop's cache). Rollouts of one call have equal lengths, so they advance together. With a
+        ``bar`` (per row, the leader's mean) a rollout that can no longer beat it is pruned."""
+        live = [o for o in rollouts if o.alive]
+        if not live:
+            return
         if self._loop is None or self._loop.cache is None or self._loop.attention is None:
             raise RuntimeError("AdaDecSelector needs attach(loop) before it can look ahead")
-        live = [o for o in rollouts if o.alive]
-        branch = KVBranch(self._loop.model, self._loop.cache, self._loop.attention, [o.sequence for o in live])
-        base_length = int(self._loop.attention.shape[1])
+        seat = live[0].seat
+        if seat is not None:  # a chained leader, alone
+            branch, base_length = seat.branch, seat.base_length
+        else:
+            branch = KVBranch(self._loop.model, self._loop.cache, self._loop.attention, [o.sequence for o in live])
+            base_length = int(self._loop.attention.shape[1])
         device = self._loop.attention.device
-        for _ in range(self.config.lookahead_tokens):
+        for _ in range(self.config.lookahead_tokens + 1 - len(live[0].tokens)):
             feed = torch.tensor([o.tokens[-1] for o in live], dtype=torch.long, device=device)
             step_logits = branch.step(feed)
-            for o in live:
-                self.lookahead_tokens[o.sequence] += 1
+            raw = step_logits.clone() if self.reuse else None
             for j, o in enumerate(live):  # each candidate's own state: its tokens so far as drafts
+                self.lookahead_tokens[o.sequence] += 1
+                if raw is not None:
+                    o.raw_logits.append(raw[j:j + 1])
                 layout = StepLayout((o.sequence,), (len(o.tokens),), {o.sequence: tuple(o.tokens)})
                 row = step_logits[j:j + 1]
                 for stage in self.stages:
                     stage.apply(row, layout)
                 if row.device.type == "cuda":  # stages reuse one pinned host buffer per call
                     torch.cuda.current_stream(row.device).synchronize()
-            log_probs = torch.log_softmax(step_logits, dim=-1)
-            picked = log_probs.argmax(dim=-1)
-            scores = log_probs.gather(-1, picked.unsqueeze(-1)).squeeze(-1)
-            spreads = entropy(step_logits).tolist()
-            keep: list[int] = []
-            for j, (o, token, score) in enumerate(zip(live, picked.tolist(), scores.tolist(), strict=True)):
-                if not math.isfinite(score):  # every token masked: a state the stages cannot continue
-                    o.alive = False
-                    continue
-                o.tokens.append(int(token))
-                o.entropies.append(spreads[j])
-                o.score += score
-                o.alive = self._continues(int(token), candidate=False)
-                if o.alive:
-                    keep.append(j)
+            self._pick(live, step_logits, bar)
+            keep = [j for j, o in enumerate(live) if o.alive and not o.pruned]
             if not keep:
                 break
             if len(keep) < len(live):
                 branch.keep(keep)
                 live = [live[j] for j in keep]
-        return branch, live, base_length
+        for j, o in enumerate(live):
+            o.seat = None if o.stuck else _Seat(branch, j, base_length)
+
+    def _pick(self, live: list[_Rollout], step_logits: torch.Tensor, bar: dict[int, float]) -> None:
+        """Append each live rollout's greedy pick from its processed logits; end or prune it."""
+        log_probs = torch.log_softmax(step_logits, dim=-1)
+        picked = log_probs.argmax(dim=-1)
+        scores = log_probs.gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+        spreads = entropy(step_logits).tolist()
+        for j, (o, token, score) in enumerate(zip(live, picked.tolist(), scores.tolist(), strict=True)):
+            if not math.isfinite(score):  # every token masked: a state the stages cannot continue
+                o.alive, o.stuck = False, True
+                continue
+            o.tokens.append(int(token))
+            o.entropies.append(spreads[j])
+            o.log_probs.append(score)
+            o.alive = self._continues(int(token), candidate=False)
+            o.pruned = bool(bar) and not self._may_win(o, bar)

@@ -94,6 +94,18 @@ class Stage(ABC):
         """Release resources (threads, subprocesses); the stage is not used afterwards."""
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """A KV cache (``cache`` and its ``attention`` mask) a selector hands the decoding loop after a
+    committed continuation. With ``next_logits`` (the raw ``[1, vocab]`` logits of the position after
+    it) it holds every committed token, and the loop needs no forward pass for the next step;
+    without, it holds all but the last committed token, which the loop feeds."""
+
+    cache: Any
+    attention: torch.Tensor
+    next_logits: torch.Tensor | None = None
+
+
 class Selector(ABC):
     """Picks one token per row from the processed logits (greedy, sampling, a re-ranker)."""
 
@@ -106,11 +118,11 @@ class Selector(ABC):
         (the loop may commit them with that choice); asking forgets them. Default: none."""
         return []
 
-    def continuation_cache(self, sequence: int, committed: Sequence[int]) -> tuple[Any, torch.Tensor] | None:
-        """A KV cache and attention mask that already hold all of ``committed`` (the choice and its
-        known continuation, as the loop committed them) but the last token, for a loop that decodes
-        ``sequence`` alone — so that it feeds one token instead of all of them. ``None`` when the
-        selector has no such cache (the default); asking forgets it."""
+    def continuation_cache(self, sequence: int, committed: Sequence[int]) -> Continuation | None:
+        """A KV cache that already holds ``committed`` (the choice and its known continuation, as the
+        loop committed them), for a loop that decodes ``sequence`` alone — so that it feeds at most one
+        token instead of all of them. ``None`` when the selector has no such cache (the default);
+        asking forgets it."""
         return None
 
 
