@@ -291,8 +291,9 @@ class _DecodingLoop:
             chosen = self.pipeline.process(logits[active], layout).tolist()
             feeds = [[self.pad_id] for _ in self.rows]
             for i, token in zip(active, chosen, strict=True):
-                feeds[i] = self.adopt_continuation(i, self.advance(i, int(token), max_new_tokens, stops,
-                                                                   jump_forward, on_token))
+                committed = self.advance(i, int(token), max_new_tokens, stops, jump_forward, on_token)
+                fed = self.take_over(i, committed)
+                feeds[i] = committed if fed is None else fed
                 if self.rows[i].finish_reason is not None:
                     self.rows[i].stats.wall_time_s = time.perf_counter() - started
         self.record_times(started)
@@ -338,15 +339,16 @@ class _DecodingLoop:
             row.finish_reason = "length"
         return tokens
 
-    def adopt_continuation(self, index: int, committed: list[int]) -> list[int]:
-        """What to feed after committing ``committed``: all of it, only its last token when the
-        selector hands over a KV cache that holds the rest already (AdaDec's rollout computed it), or
-        nothing when the cache holds all of it and the next position's logits come with it."""
-        if len(self.rows) != 1 or len(committed) < 2 or self.rows[index].finish_reason is not None:
-            return committed
+    def take_over(self, index: int, committed: list[int]) -> list[int] | None:
+        """Install the KV cache the selector hands over after ``committed`` (AdaDec's chosen rollout
+        computed it; only for a loop that decodes one sequence) and return what to feed next: the
+        last committed token, or nothing when the cache holds all of them and the next position's
+        logits came with it (``next_logits``). None when the selector hands nothing over."""
+        if len(self.rows) != 1 or self.rows[index].finish_reason is not None:
+            return None
         handed = self.pipeline.selector.continuation_cache(index, committed)
         if handed is None:
-            return committed
+            return None
         self.cache, self.attention = handed.cache, handed.attention
         if handed.next_logits is None:
             return committed[-1:]

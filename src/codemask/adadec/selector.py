@@ -323,7 +323,7 @@ class AdaDecSelector(Selector):
             cache, attention = seat.branch.prefix(seat.row, seat.base_length + count)
             self._chains[sequence] = _Chain(rollout, count)
             return Continuation(cache, attention, rollout.raw_logits[count - 1])
-        if count - 1 <= len(fed) and list(committed[:-1]) == fed[:count - 1]:
+        if 2 <= count <= len(fed) + 1 and list(committed[:-1]) == fed[:count - 1]:
             return Continuation(*seat.branch.prefix(seat.row, seat.base_length + count - 1))
         return None
 

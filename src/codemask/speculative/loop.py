@@ -93,23 +93,18 @@ class SpeculativeRunner:
             active = [i for i, row in enumerate(loop.rows) if row.finish_reason is None]
             if not active:
                 break
-            drafts = {i: self._draft(i, max_new_tokens, jump_forward) for i in active}
+            handed = loop.next_logits is not None  # AdaDec's rollout gave this step's logits: no pass, no draft
+            drafts = {i: [] if handed else self._draft(i, max_new_tokens, jump_forward) for i in active}
             layout = StepLayout.verification({i: tuple(d) for i, d in drafts.items()})
             loop.pipeline.prepare(layout)
-            width = max(len(d) for d in drafts.values()) + 1
-            chunk = [feeds[i] + drafts[i] if i in drafts else [loop.pad_id] for i in range(len(loop.rows))]
-            timed = time.perf_counter()
-            logits = loop.forward(chunk, keep=width)
-            if loop.cache.get_seq_length() > max(len(c) for c in chunk):  # not the prefill
-                self.cost.record(max(len(c) for c in chunk), time.perf_counter() - timed)
-            rows = torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active])
+            rows, passes = self._verify(feeds, drafts, active)
             for stage in loop.pipeline.stages:
                 stage.apply(rows, layout)
             decide = self._decider(rows)
             paused = set() if self.uncertainty is None else set(self.uncertainty.paused_rows(rows).tolist())
             first = 0
             for i in active:
-                loop.rows[i].stats.forward_passes += 1
+                loop.rows[i].stats.forward_passes += passes
                 feeds[i] = self._confirm(i, drafts[i], first, decide, _Pauses(rows, paused),
                                          (max_new_tokens, stops, jump_forward, on_token))
                 first += len(drafts[i]) + 1
@@ -170,6 +165,29 @@ class SpeculativeRunner:
 
     # -- verification ------------------------------------------------------------------------
 
+    def _verify(self, feeds: list[list[int]], drafts: dict[int, list[int]],
+                active: list[int]) -> tuple[torch.Tensor, int]:
+        """The K+1 logits rows of every active row's draft (in ``active`` order) and the number of
+        forward passes that took: one pass over each row's uncached tokens and its draft, or none
+        where AdaDec handed over a cache that holds every committed token with the next position's
+        logits (``loop.next_logits``; one sequence, drafted nothing: that position usually pauses)."""
+        loop = self.loop
+        handed, loop.next_logits = loop.next_logits, None
+        if handed is not None:
+            return handed, 0
+        width = max(len(d) for d in drafts.values()) + 1
+        chunk = [feeds[i] + drafts[i] if i in drafts else [loop.pad_id] for i in range(len(loop.rows))]
+        logits = self._timed_forward(chunk, width)
+        return torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active]), 1
+
+    def _timed_forward(self, chunk: list[list[int]], keep: int) -> torch.Tensor:
+        """``loop.forward``, its time recorded for the draft-length choice (the prefill is not)."""
+        timed = time.perf_counter()
+        logits = self.loop.forward(chunk, keep=keep)
+        if self.loop.cache.get_seq_length() > max(len(c) for c in chunk):  # not the prefill
+            self.cost.record(max(len(c) for c in chunk), time.perf_counter() - timed)
+        return logits
+
     def _decider(self, rows: torch.Tensor) -> Any:
         """``decide(row, drafted_token_or_None) -> token``: the token plain decoding picks at a row."""
         if self.params.greedy:
@@ -191,10 +209,12 @@ class SpeculativeRunner:
         row = loop.rows[index]
         before = len(row.token_ids)
         j = 0
+        handed: list[int] | None = None
         while True:
             if first + j in pauses.rows:
                 tokens = loop.advance(index, self._pause(index, len(draft) - j, pauses.logits[first + j:first + j + 1]),
                                       *advance_args)
+                handed = loop.take_over(index, tokens)
                 break
             token = decide(first + j, draft[j] if j < len(draft) else None)
             tokens = loop.advance(index, token, *advance_args)
@@ -211,6 +231,8 @@ class SpeculativeRunner:
         row.stats.drafted_tokens += len(draft)
         row.stats.accepted_tokens += accepted
         self.lengths[index].update(len(draft), accepted)
+        if handed is not None:  # the rollout's cache: its mask already hides the drafts the pause cut off
+            return handed
         if draft:  # the cache positions of the rejected drafts become holes; the confirmed ones stay
             columns = loop.attention[index, loop.attention.shape[1] - len(draft):]
             columns[:accepted] = 1
