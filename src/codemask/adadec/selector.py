@@ -59,24 +59,26 @@ class KVBranch:
         self.model = model
         self.cache = copy.copy(cache)
         self.cache.layers = [copy.copy(layer) for layer in cache.layers]
-        self.rows = len(rows)
-        index = self._padded(rows, attention.device)
-        self.cache.batch_select_indices(index)
-        self.attention = attention.index_select(0, index)
+        self.attention = attention
+        self._select(rows)
 
-    def _padded(self, indices: Sequence[int], device: torch.device) -> torch.Tensor:
-        """``indices`` and, on a CPU when they are 2 or 3, copies of the first up to the blocked width."""
+    def _select(self, indices: Sequence[int]) -> None:
+        """Keep rows ``indices`` of the cache and mask (in that order) and, on a CPU when they are 2
+        or 3, copies of the first up to the blocked width. Keeping every row as it is copies nothing
+        (a single sequence's fork shares the loop's tensors until its first step concatenates)."""
+        self.rows = len(indices)
         padded = list(indices)
-        if device.type == "cpu" and 1 < len(padded) < CPU_MIN_BLOCKED_ROWS:
+        if self.attention.device.type == "cpu" and 1 < len(padded) < CPU_MIN_BLOCKED_ROWS:
             padded += [padded[0]] * (CPU_MIN_BLOCKED_ROWS - len(padded))
-        return torch.tensor(padded, dtype=torch.long, device=device)
+        if padded == list(range(self.attention.shape[0])):
+            return
+        index = torch.tensor(padded, dtype=torch.long, device=self.attention.device)
+        self.cache.batch_select_indices(index)
+        self.attention = self.attention.index_select(0, index)
 
     def keep(self, indices: Sequence[int]) -> None:
         """Drop every branch row but ``indices`` (in that order)."""
-        self.rows = len(indices)
-        index = self._padded(indices, self.attention.device)
-        self.cache.batch_select_indices(index)
-        self.attention = self.attention.index_select(0, index)
+        self._select(indices)
 
     def prefix(self, row: int, length: int) -> tuple[Any, torch.Tensor]:
         """Branch row ``row`` alone, cut to its first ``length`` positions: a cache and attention mask
