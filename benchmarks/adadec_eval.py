@@ -49,6 +49,9 @@ from update_readme import publish
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 HUMANEVAL_STOPS = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ", "\n```"]
+# MBPP answers are chat replies; only their first fenced block runs, so the reply may stop where a
+# block closes (a fence on its own line; an opening one carries the language)
+MBPP_STOPS = ["\n```\n"]
 
 PLUS_CHECK = r'''
 import math as _m
@@ -86,7 +89,7 @@ def mbpp_problems(limit: int) -> list[dict[str, Any]]:
 def prompt_of(benchmark: str, problem: dict[str, Any], tokenizer: Any) -> tuple[str, list[str]]:
     if benchmark == "humaneval":
         return problem["prompt"], HUMANEVAL_STOPS
-    return chat_prompt(tokenizer, mbpp_prompt(problem["text"], problem["test_list"])), []
+    return chat_prompt(tokenizer, mbpp_prompt(problem["text"], problem["test_list"])), MBPP_STOPS
 
 
 def program_of(benchmark: str, problem: dict[str, Any], completion: str) -> str:
@@ -96,7 +99,7 @@ def program_of(benchmark: str, problem: dict[str, Any], completion: str) -> str:
         return (problem["prompt"] + completion + "\n\n" + problem["test"] + f"\ncheck({problem['entry_point']})\n"
                 + f"_REFERENCE = {reference!r}\n_ENTRY = {problem['entry_point']!r}\n"
                 + f"_ATOL = {float(problem.get('atol') or 0)!r}\n_PLUS = {plus!r}\n" + PLUS_CHECK)
-    blocks = re.findall(r"```(?:python)?\n(.*?)```", completion, re.DOTALL)
+    blocks = re.findall(r"```(?:python)?\n(.*?)(?:```|$)", completion, re.DOTALL)  # the stop cut the closing fence
     code = blocks[0] if blocks else completion
     return code + "\n\n" + "\n".join(problem.get("test_setup_code", "").splitlines()) + "\n" + \
         "\n".join(problem["test_list"]) + "\n"

@@ -6,21 +6,26 @@ that does not pause. Rows below τ keep the base selector's choice (greedy, or s
 or above τ takes its top ``beam`` candidates; each is rolled out ``lookahead`` tokens greedily and
 scored by the mean log-probability of candidate + rollout; the best candidate is chosen.
 
-The rollouts of all paused rows run together: the decoding loop's KV cache is forked (each paused
-row's cache rows selected ``beam`` times; the loop's own cache is not touched) and every lookahead
-step is one forward pass over all live candidates. Inside a rollout, the pipeline's stages process
-each candidate's logits for the state it stands for — the sequence after the candidate and the
-rollout so far, handed to the stage as drafted tokens (``StepLayout.drafts``), exactly as for
-speculative verification — so that grammar masks, monitors and RPG constrain the lookahead too and
-every candidate stays valid. A rollout ends early at a stop token and, with ``lookahead="line"``, at
-the end of the line.
+Rollouts run in two rounds, each one forward pass per lookahead token over a fork of the decoding
+loop's KV cache (rows selected per rollout; the loop's own cache is not touched): first the leaders
+(every paused row's top candidate), then the challengers (the others) — only those that can still
+win. A mean log-probability only falls as a rollout goes on and has at most ``lookahead + 1`` terms,
+so a challenger whose score so far divided by that is no better than its leader's mean is pruned,
+before or during its rollout: the choice is exactly that of rolling out every candidate. Inside a
+rollout, the pipeline's stages process each candidate's logits for the state it stands for — the
+sequence after the candidate and the rollout so far, handed to the stage as drafted tokens
+(``StepLayout.drafts``), exactly as for speculative verification — so that grammar masks, monitors
+and RPG constrain the lookahead too and every candidate stays valid. A rollout ends early at a stop
+token and, with ``lookahead="line"``, at the end of the line.
 
 With greedy decoding the chosen candidate's rollout is what plain AdaDec decodes next, as long as
 the entropy stays below τ (no pause) and no stop token comes: those tokens are offered to the loop
-(`known_continuation`), which commits them with the candidate. A loop that decodes one sequence
-also takes over the rollout's KV cache for them (`continuation_cache`), so it feeds only the last
-committed token; a batch feeds them in one forward pass. Either way most of what a pause costs comes
-back.
+(`known_continuation`), which commits them with the candidate; a batch feeds them in one forward
+pass. A loop that decodes one sequence also takes over the rollout's KV cache (`continuation_cache`):
+it feeds only the last committed token or, where the rollout fed them all (it went on past the
+point where its entropy reached τ), nothing — the rollout's logits for the next position come with
+the cache. That next position usually pauses again with the rollout's own next token first: the
+rest of the rollout is then that leader's lookahead already (a chain), and it only goes on from there.
 """
 
 from __future__ import annotations
