@@ -177,16 +177,11 @@ class SpeculativeRunner:
             return handed, 0
         width = max(len(d) for d in drafts.values()) + 1
         chunk = [feeds[i] + drafts[i] if i in drafts else [loop.pad_id] for i in range(len(loop.rows))]
-        logits = self._timed_forward(chunk, width)
-        return torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active]), 1
-
-    def _timed_forward(self, chunk: list[list[int]], keep: int) -> torch.Tensor:
-        """``loop.forward``, its time recorded for the draft-length choice (the prefill is not)."""
         timed = time.perf_counter()
-        logits = self.loop.forward(chunk, keep=keep)
-        if self.loop.cache.get_seq_length() > max(len(c) for c in chunk):  # not the prefill
+        logits = loop.forward(chunk, keep=width)
+        if loop.cache.get_seq_length() > max(len(c) for c in chunk):  # not the prefill: time it for the draft length
             self.cost.record(max(len(c) for c in chunk), time.perf_counter() - timed)
-        return logits
+        return torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active]), 1
 
     def _decider(self, rows: torch.Tensor) -> Any:
         """``decide(row, drafted_token_or_None) -> token``: the token plain decoding picks at a row."""
