@@ -94,7 +94,8 @@ class SpeculativeRunner:
             if not active:
                 break
             handed = loop.next_logits is not None  # AdaDec's rollout gave this step's logits: no pass, no draft
-            drafts = {i: [] if handed else self._draft(i, max_new_tokens, jump_forward) for i in active}
+            drafts = {i: [] if handed else self._draft(i, len(feeds[i]), max_new_tokens, jump_forward)
+                      for i in active}
             layout = StepLayout.verification({i: tuple(d) for i, d in drafts.items()})
             loop.pipeline.prepare(layout)
             rows, passes = self._verify(feeds, drafts, active)
@@ -115,11 +116,13 @@ class SpeculativeRunner:
 
     # -- drafting ----------------------------------------------------------------------------
 
-    def _draft(self, index: int, max_new_tokens: int, jump_forward: bool) -> list[int]:
-        """This step's draft for row ``index``: at most its adaptive length, and never past the
-        token budget (the last token of a step is always the model's own)."""
+    def _draft(self, index: int, fed: int, max_new_tokens: int, jump_forward: bool) -> list[int]:
+        """This step's draft for row ``index``, whose pass also feeds ``fed`` uncached tokens: at most
+        its adaptive length, and never past the token budget (the last token of a step is always
+        the model's own)."""
         row = self.loop.rows[index]
-        limit = min(self.lengths[index].choose(self.cost.extra_token_ratio()), max_new_tokens - len(row.token_ids) - 1)
+        length = self.lengths[index].choose(lambda k: self.cost.estimate(fed + k))
+        limit = min(length, max_new_tokens - len(row.token_ids) - 1)
         if limit < 1:
             return []
         proposal = self.states[index].propose([], row.matcher, limit)

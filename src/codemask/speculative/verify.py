@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -43,44 +44,38 @@ def accept_or_resample(probs: torch.Tensor, draft: int | None, generator: torch.
 
 
 class PassCost:
-    """What one more token in a verification pass costs, relative to a one-token pass (``r``).
+    """The wall time of a verification pass by its width (tokens per row), learnt from the passes run.
 
-    On an accelerator it is near 0 (a forward pass is memory-bound); on two CPU cores, or with a
-    150k-token LM head evaluated at every drafted position, it is not. It is measured, per call:
-    the median wall time of narrow passes (at most ``narrow`` tokens per row) against that of wide
-    ones (at least ``wide``); medians, because other processes make single passes slow at random.
-    Until both kinds have been seen ``samples`` times, ``prior`` is the answer; the estimate is capped
-    at ``cap`` so that a misleading start cannot pin the drafts at length 1 (which would never
-    produce the wide passes that correct it).
+    Why by width, not a cost per extra token: on a CPU the cost of a pass is far from linear in its
+    width. On this project's 2-core machine a Qwen2.5-Coder-0.5B pass over 1, 2 or 3 tokens takes
+    1.00, 1.05 and 1.11 one-token passes, and one over 4 tokens 1.9 (the BLAS stops streaming the
+    fp32 weights once and packs them instead; ``benchmarks/cpu_batch_cost.py``); on a GPU every
+    width up to dozens costs about the same. A width's estimate is the median of its recent passes
+    (other processes make single passes slow at random). A width not yet seen ``samples`` times is
+    estimated from the nearest measured width plus ``prior`` one-token passes per extra token:
+    optimistic, so that a length worth trying is tried, and measured.
     """
 
-    def __init__(self, prior: float = 0.1, cap: float = 0.5, narrow: int = 2, wide: int = 6, samples: int = 3,
-                 window: int = 32) -> None:
-        self.prior, self.cap, self.narrow, self.wide, self.min_samples = prior, cap, narrow, wide, samples
-        self.narrow_passes: deque[tuple[int, float]] = deque(maxlen=window)
-        self.wide_passes: deque[tuple[int, float]] = deque(maxlen=window)
+    def __init__(self, prior: float = 0.1, samples: int = 2, window: int = 16) -> None:
+        self.prior, self.min_samples, self.window = prior, samples, window
+        self.passes: dict[int, deque[float]] = {}
 
-    def record(self, tokens: int, seconds: float) -> None:
-        """A pass of ``tokens`` tokens per row took ``seconds``."""
-        if tokens <= self.narrow:
-            self.narrow_passes.append((tokens, seconds))
-        elif tokens >= self.wide:
-            self.wide_passes.append((tokens, seconds))
+    def record(self, width: int, seconds: float) -> None:
+        """A pass of ``width`` tokens per row took ``seconds``."""
+        self.passes.setdefault(width, deque(maxlen=self.window)).append(seconds)
 
-    def extra_token_ratio(self) -> float:
-        if min(len(self.narrow_passes), len(self.wide_passes)) < self.min_samples:
-            return self.prior
-        narrow_tokens, narrow_time = _medians(self.narrow_passes)
-        wide_tokens, wide_time = _medians(self.wide_passes)
-        per_token = (wide_time - narrow_time) / (wide_tokens - narrow_tokens)
-        base = narrow_time - per_token * (narrow_tokens - 1)  # a one-token pass
-        if base <= 0:
-            return self.cap
-        return min(self.cap, max(0.0, per_token / base))
-
-
-def _medians(passes: deque[tuple[int, float]]) -> tuple[float, float]:
-    return statistics.median(n for n, _ in passes), statistics.median(t for _, t in passes)
+    def estimate(self, width: int) -> float:
+        """The expected time of a pass of ``width`` tokens per row, in seconds once any width has
+        been measured (before that, in one-token passes: only ratios between widths matter)."""
+        measured = {w: statistics.median(t) for w, t in self.passes.items() if len(t) >= self.min_samples}
+        if width in measured:
+            return measured[width]
+        if not measured:
+            return 1.0 + self.prior * (width - 1)
+        below = [w for w in measured if w < width]
+        nearest = max(below) if below else min(measured)
+        one_token = measured.get(1, measured[nearest] / (1.0 + self.prior * (nearest - 1)))
+        return measured[nearest] + one_token * self.prior * (width - nearest)
 
 
 @dataclass
@@ -89,9 +84,9 @@ class DraftLength:
 
     Drafted tokens are modelled as confirmed independently with probability α (estimated from this
     sequence's recent drafts: a geometric run of confirmations ended by a rejection, with older
-    steps decaying). A draft of K tokens then yields ``(1 - α^(K+1)) / (1 - α)`` tokens per pass and
-    costs ``1 + r·K`` passes' worth of time (``r`` from :class:`PassCost`); the length chosen
-    maximises the ratio, between ``minimum`` and ``maximum``. Drafts that keep failing shrink to
+    steps decaying). A draft of K tokens then yields ``(1 - α^(K+1)) / (1 - α)`` tokens per pass,
+    and the pass takes ``pass_time(K)`` (from :class:`PassCost`); the length chosen maximises the
+    ratio, between ``minimum`` and ``maximum``. Drafts that keep failing shrink to
     ``minimum``; long confirmed runs grow to ``maximum`` as fast as α rises.
     """
 
@@ -115,10 +110,12 @@ class DraftLength:
         self.confirmed = self.decay * self.confirmed + accepted
         self.rejected = self.decay * self.rejected + (1 if accepted < drafted else 0)
 
-    def choose(self, extra_token_ratio: float) -> int:
+    def choose(self, pass_time: Callable[[int], float]) -> int:
+        """The draft length with the most expected tokens per unit of time; ``pass_time(k)`` is
+        the expected time of the verification pass when ``k`` tokens are drafted."""
         alpha = min(self.acceptance, 0.999)
 
         def gain(k: int) -> float:
-            return (1 - alpha ** (k + 1)) / (1 - alpha) / (1 + extra_token_ratio * k)
+            return (1 - alpha ** (k + 1)) / (1 - alpha) / pass_time(k)
 
         return max(range(self.minimum, self.maximum + 1), key=gain)
