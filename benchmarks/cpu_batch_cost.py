@@ -3,8 +3,9 @@
 AdaDec's rollouts decode a few rows at once, and speculative verification feeds a few tokens of one
 row at once; on a GPU both are nearly free, on a CPU their cost depends on the BLAS kernel that the
 matrix products hit. This measures it for a packaged model: the median wall time of one forward pass
-over a ``--context``-token KV cache, relative to one row of one token. It is the measurement behind
-``CPU_MIN_BLOCKED_ROWS`` in ``codemask/adadec/selector.py``.
+over a ``--context``-token KV cache, relative to one row of one token. The curve differs between
+CPUs, which is why ``codemask/adadec/row_padding.py`` measures at run time whether padding pays and
+the speculative runner learns its pass cost per width.
 
 Usage: .venv/bin/python benchmarks/cpu_batch_cost.py [--model qwen-coder] [--threads 1] [--repeat 7]
 Writes ``benchmarks/results/cpu_batch_cost.{json,md,png}``.

@@ -191,7 +191,8 @@ def ratio(rows: list[dict[str, Any]], kind: str, mode: str, base: str, key: str,
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"Speculative verification on {report['machine']} ({report['threads']} threads), greedy, "
-        f"`{report['command']}` (wall times move with the load on the machine and with its CPU: forward passes are the robust figure):",
+        f"`{report['command']}` (wall times move with the load on the machine and with its CPU: "
+        "forward passes are the robust figure):",
         "",
         "| model | task | mode | tokens/s | forward passes per token | drafted / accepted | identical to plain |",
         "|---|---|---|---:|---:|---:|---:|",

@@ -41,23 +41,18 @@ import torch
 
 from codemask.adadec.config import AdaDec
 from codemask.adadec.entropy import entropy
+from codemask.adadec.row_padding import padded_rows
 from codemask.decoding.pipeline import Continuation, Selector, Stage, StepLayout
 from codemask.decoding.sampling import SamplingSelector
-
-# On a CPU, MKL's sgemm runs a product with 2 or 3 rows as that many matrix-vector products and blocks
-# from 4 rows on: one Qwen2.5-0.5B decoding step costs 1.0 / 2.0 / 2.7 / 1.8 single-row steps for
-# 1 / 2 / 3 / 4 rows (fp32, one thread, AVX-512, MKL 2024.2, torch 2.13; `benchmarks/cpu_batch_cost.py`).
-# A branch of 2 or 3 rows is therefore padded with copies of its first row to this many.
-CPU_MIN_BLOCKED_ROWS = 4
 
 
 class KVBranch:
     """A fork of the decoding loop's KV cache for some of its rows, extended one token per row at a time.
 
     ``rows[i]`` is the batch row of the loop's cache that branch row ``i`` continues. The loop's cache
-    tensors are only read: selecting rows makes new tensors and every ``step`` concatenates. On a CPU a
-    branch of 2–3 rows carries padding rows (copies of its first row, see ``CPU_MIN_BLOCKED_ROWS``):
-    a 4-row step is a third cheaper there than a 3-row one.
+    tensors are only read: selecting rows makes new tensors and every ``step`` concatenates. On a CPU
+    where a 4-row product is measured faster than a 2- or 3-row one, such a branch carries padding
+    rows (copies of its first row, see :mod:`codemask.adadec.row_padding`).
     """
 
     def __init__(self, model: Any, cache: Any, attention: torch.Tensor, rows: Sequence[int]) -> None:
@@ -68,13 +63,12 @@ class KVBranch:
         self._select(rows)
 
     def _select(self, indices: Sequence[int]) -> None:
-        """Keep rows ``indices`` of the cache and mask (in that order) and, on a CPU when they are 2
-        or 3, copies of the first up to the blocked width. Keeping every row as it is copies nothing
+        """Keep rows ``indices`` of the cache and mask (in that order) and, where padding is measured
+        to pay (`padded_rows`), copies of the first up to the blocked width. Keeping every row as it is copies nothing
         (a single sequence's fork shares the loop's tensors until its first step concatenates)."""
         self.rows = len(indices)
         padded = list(indices)
-        if self.attention.device.type == "cpu" and 1 < len(padded) < CPU_MIN_BLOCKED_ROWS:
-            padded += [padded[0]] * (CPU_MIN_BLOCKED_ROWS - len(padded))
+        padded += [padded[0]] * (padded_rows(self.model, len(padded), self.attention.device) - len(padded))
         if padded == list(range(self.attention.shape[0])):
             return
         index = torch.tensor(padded, dtype=torch.long, device=self.attention.device)
