@@ -413,26 +413,42 @@ def markdown(report: dict[str, Any]) -> str:
         + ". *match*: it is the name in "
         f"the file; *exists* / *bad names*: member and import names generated that {oracle} finds / does not find "
         "at the prompt; *monitor ms/step*: the monitors' time per monitored step (mostly beside the forward "
-        "pass); *wait ms/step*: how long decoding waited for them; *server ms*: request round-trip p50; "
+        "pass); *wait ms/step*: how long decoding waited for them; *added ms/step*: the wall time the monitors "
+        "added per monitored step, over the tasks where both runs wrote as many tokens (on 2 cores the work "
+        "beside the forward pass still slows it); *server ms*: request round-trip p50; "
         "*call arity ok*: generated calls whose arguments the callee accepts (— : no call tasks in that run). Outputs: "
         f"`benchmarks/results/{report.get('name', 'monitors_eval')}.json`.",
         "",
         "| model | monitors | match | member | import | keyword | new | call arity ok | exists | bad names | "
-        "monitored steps | queries | timeouts | monitor ms/step | wait ms/step | server ms p50 | ms/token |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "monitored steps | queries | timeouts | monitor ms/step | wait ms/step | added ms/step | server ms p50 | "
+        "ms/token |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for entry in report["models"]:
         for config, data in entry["configs"].items():
             r = data["summary"]
             by = r["match_by_kind"]
+            added = added_ms_per_step(entry["configs"]["none"]["outputs"], data["outputs"])
             lines.append(
                 f"| {entry['model']} | {config} | {r['match']:.0%} | {_pct(by['member'])} | {_pct(by['import'])} | "
                 f"{_pct(by['keyword'])} | {_pct(by.get('new'))} | {_pct(by.get('call'))} | {_pct(r['exists'])} | "
                 f"{r['bad_names']}/{r['named']} | "
                 f"{r['monitor_steps']} | {r['monitor_queries']} | {r['monitor_timeouts']} | "
-                f"{r['monitor_ms_per_step']:.1f} | {r['wait_ms_per_step']:.1f} | {r['server_ms_p50']:.1f} | "
+                f"{r['monitor_ms_per_step']:.1f} | {r['wait_ms_per_step']:.1f} | "
+                f"{'—' if added is None else f'{added:.1f}'} | {r['server_ms_p50']:.1f} | "
                 f"{r['ms_per_token']:.0f} |")
     return "\n".join(lines)
+
+
+def added_ms_per_step(plain: list[dict[str, Any]], monitored: list[dict[str, Any]]) -> float | None:
+    """Wall milliseconds the monitors added per monitored step: the monitored runs' time minus the
+    plain runs' on the same tasks, over the tasks where both wrote as many tokens (a different
+    length would count decoding, not monitoring); None for the plain configuration itself."""
+    same = [(a, b) for a, b in zip(plain, monitored, strict=True) if a["tokens"] == b["tokens"]]
+    steps = sum(b["monitor_steps"] for _, b in same)
+    if monitored is plain or not steps:
+        return None
+    return 1000 * sum(b["seconds"] - a["seconds"] for a, b in same) / steps
 
 
 def _pct(value: float | None) -> str:
