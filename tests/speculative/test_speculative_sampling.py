@@ -65,7 +65,7 @@ def test_draft_length_follows_acceptance_and_cost() -> None:
 
 
 def test_draft_length_stops_before_a_step_in_the_pass_time() -> None:
-    """The CPU curve measured on this project's machine: widths 1-3 nearly free, 4 and up about 2x."""
+    """A CPU curve like one measured here: widths 1-3 nearly free, 4 and up about twice the cost."""
     step = {0: 1.0, 1: 1.05, 2: 1.11}
     length = DraftLength(maximum=8)
     for _ in range(3):
@@ -85,3 +85,9 @@ def test_pass_cost_is_learnt_per_width() -> None:
     assert abs(cost.estimate(6) - (0.20 + 2 * 0.25 * 0.10)) < 1e-12
     cost.record(5, 0.3)
     assert abs(cost.estimate(5) - (0.20 + 0.25 * 0.10)) < 1e-12  # one pass is not yet a measurement
+
+
+@pytest.mark.parametrize("arguments", [{"prior": -0.1}, {"samples": 0}, {"samples": 4, "window": 3}])
+def test_pass_cost_refuses_settings_it_cannot_learn_with(arguments: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="prior >= 0"):
+        PassCost(**arguments)  # type: ignore[arg-type]

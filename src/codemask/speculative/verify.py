@@ -47,27 +47,35 @@ class PassCost:
     """The wall time of a verification pass by its width (tokens per row), learnt from the passes run.
 
     Why by width, not a cost per extra token: on a CPU the cost of a pass is far from linear in its
-    width. On this project's 2-core machine a Qwen2.5-Coder-0.5B pass over 1, 2 or 3 tokens takes
-    1.00, 1.05 and 1.11 one-token passes, and one over 4 tokens 1.9 (the BLAS stops streaming the
-    fp32 weights once and packs them instead; ``benchmarks/cpu_batch_cost.py``); on a GPU every
-    width up to dozens costs about the same. A width's estimate is the median of its recent passes
-    (other processes make single passes slow at random). A width not yet seen ``samples`` times is
-    estimated from the nearest measured width plus ``prior`` one-token passes per extra token:
-    optimistic, so that a length worth trying is tried, and measured.
+    width, and its shape depends on the processor. On one 2-core machine (with AMX) a
+    Qwen2.5-Coder-0.5B pass over 2, 3 or 4 tokens takes 1.06, 1.10 and 1.50 one-token passes — the
+    BLAS stops streaming the fp32 weights and packs them from 4 rows on
+    (``benchmarks/results/cpu_batch_cost_2threads.md``) — while on another (without AMX) 2 and 3
+    rows were the expensive ones; on a GPU every width up to dozens costs about the same. A width's
+    estimate is the median of its recent passes (other processes make single passes slow at random).
+    A width not yet seen ``samples`` times is estimated from the nearest measured width plus
+    ``prior`` one-token passes per extra token: optimistic, so that a length worth trying is tried,
+    and measured.
     """
 
     def __init__(self, prior: float = 0.1, samples: int = 2, window: int = 16) -> None:
+        if prior < 0 or not 1 <= samples <= window:
+            raise ValueError(f"need prior >= 0 and 1 <= samples <= window, got {prior}, {samples}, {window}")
         self.prior, self.min_samples, self.window = prior, samples, window
         self.passes: dict[int, deque[float]] = {}
+        self.measured: dict[int, float] = {}  # width -> median of its recent passes, once it has enough
 
     def record(self, width: int, seconds: float) -> None:
         """A pass of ``width`` tokens per row took ``seconds``."""
-        self.passes.setdefault(width, deque(maxlen=self.window)).append(seconds)
+        recent = self.passes.setdefault(width, deque(maxlen=self.window))
+        recent.append(seconds)
+        if len(recent) >= self.min_samples:
+            self.measured[width] = statistics.median(recent)
 
     def estimate(self, width: int) -> float:
         """The expected time of a pass of ``width`` tokens per row, in seconds once any width has
         been measured (before that, in one-token passes: only ratios between widths matter)."""
-        measured = {w: statistics.median(t) for w, t in self.passes.items() if len(t) >= self.min_samples}
+        measured = self.measured
         if width in measured:
             return measured[width]
         if not measured:
