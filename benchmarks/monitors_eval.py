@@ -444,9 +444,11 @@ def added_ms_per_step(plain: list[dict[str, Any]], monitored: list[dict[str, Any
     """Wall milliseconds the monitors added per monitored step: the monitored runs' time minus the
     plain runs' on the same tasks, over the tasks where both wrote as many tokens (a different
     length would count decoding, not monitoring); None for the plain configuration itself."""
+    if monitored is plain:
+        return None
     same = [(a, b) for a, b in zip(plain, monitored, strict=True) if a["tokens"] == b["tokens"]]
     steps = sum(b["monitor_steps"] for _, b in same)
-    if monitored is plain or not steps:
+    if not steps:
         return None
     return 1000 * sum(b["seconds"] - a["seconds"] for a, b in same) / steps
 

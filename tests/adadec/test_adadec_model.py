@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from codemask import Grammar, GrammarMatcher, constrained_generate
-from codemask.adadec import AdaDec, KVBranch
+from codemask.adadec import AdaDec, KVBranch, selector
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
 from codemask.decoding.pipeline import Pipeline, StepLayout
 from codemask.generate import _DecodingLoop
@@ -22,8 +22,13 @@ pytestmark = pytest.mark.slow
 CODE_REQUEST = "Write a Python function that returns the sum of a list."
 
 
-def test_kv_branch_matches_a_forward_without_cache(smollm2: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize("pad", [False, True], ids=["unpadded", "padded-to-4"])
+def test_kv_branch_matches_a_forward_without_cache(smollm2: tuple[Any, Any], pad: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways a CPU may run a 3-row branch (which one this machine takes is measured: row_padding)."""
     from transformers import DynamicCache
+
+    monkeypatch.setattr(selector, "padded_rows", lambda _model, rows, _device: 4 if pad and 1 < rows < 4 else rows)
 
     model, tokenizer = smollm2
     short, long = tokenizer("def f(x):")["input_ids"], tokenizer("import os\nclass A:\n    def g(self):")["input_ids"]
@@ -37,6 +42,7 @@ def test_kv_branch_matches_a_forward_without_cache(smollm2: tuple[Any, Any]) -> 
               past_key_values=cache, use_cache=True)
     before = [layer.keys.clone() for layer in cache.layers]
     branch = KVBranch(model, cache, attention, [1, 0, 1])  # rows forked, one of them twice
+    assert branch.attention.shape[0] == (4 if pad else 3)
     steps = [[11, 12, 13], [21, 22, 23]]
     for t, feed in enumerate(steps):
         got = branch.step(torch.tensor(feed))
