@@ -8,7 +8,8 @@ CPUs, which is why ``codemask/adadec/row_padding.py`` measures at run time wheth
 the speculative runner learns its pass cost per width.
 
 Usage: .venv/bin/python benchmarks/cpu_batch_cost.py [--model qwen-coder] [--threads 1] [--repeat 7]
-Writes ``benchmarks/results/cpu_batch_cost.{json,md,png}``.
+       [--name cpu_batch_cost]
+Writes ``benchmarks/results/NAME.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--name", default="cpu_batch_cost", help="results file name (one per thread count kept)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
@@ -101,7 +103,7 @@ def main() -> None:
               "context": args.context, "repeat": args.repeat, "date": time.strftime("%Y-%m-%d"),
               "command": ".venv/bin/python benchmarks/cpu_batch_cost.py " + " ".join(sys.argv[1:]),
               "shapes": shapes}
-    publish("cpu_batch_cost", report, markdown(report), plot, alt="CPU step cost", update_readme=False)
+    publish(args.name, report, markdown(report), plot, alt="CPU step cost", update_readme=False)
 
 
 if __name__ == "__main__":

@@ -313,6 +313,7 @@ def auto_drafter() -> Drafter:
     The short n-grams guess where nothing longer matches — a JSON value's indentation and quotes
     after a newline seen once already. They are right about half the time, which pays on a CPU
     because a pass of 2 or 3 tokens costs hardly more than one (:class:`~codemask.speculative.verify.PassCost`
-    measures that, and the draft length adapts to it): on Qwen2.5-Coder JSON-schema tasks they
-    took forward passes per token from 0.62 to 0.57."""
+    measures that, and the draft length adapts to it): on the Qwen2.5-Coder JSON-schema tasks of
+    ``benchmarks/speculative.py --models qwen-coder`` they took forward passes per token from 0.62
+    to 0.57."""
     return ChainDrafter((GrammarDrafter(), SuffixDrafter(), PromptLookupDrafter(max_ngram=2, min_ngram=1)))
