@@ -9,10 +9,8 @@ than that starts a new generation. Left padding and special tokens are not part 
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from codemask.engine.bitmask import pack_bool_mask
 from codemask.monitors.stage import MonitorSet, MonitorUsage, apply_unless_empty, decode_text
 
 try:
@@ -46,8 +44,7 @@ class MonitorLogitsProcessor(LogitsProcessor):
                  for row in ids]
         rows = [r for r, m in enumerate(masks) if m is not None]
         if rows:
-            words = torch.from_numpy(pack_bool_mask(np.stack([masks[r] for r in rows])))  # type: ignore[misc]
-            apply_unless_empty(scores, rows, words, self.monitors.width)
+            apply_unless_empty(scores, rows, [m for m in masks if m is not None], self.monitors.width)
         return scores
 
     def _prompt_of(self, row: list[int]) -> str:

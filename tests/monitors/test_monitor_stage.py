@@ -1,0 +1,69 @@
+"""The monitor stage's mask application: a row is masked unless the AND would leave it no token."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from codemask.monitors import stage
+from codemask.monitors.stage import apply_unless_empty
+
+
+def _case(dtype: torch.dtype) -> tuple[torch.Tensor, list[int], list[np.ndarray], int]:
+    """Four rows over 100 logits of which 90 are tokens (10 padded outputs): row 0 masked normally,
+    row 1 untouched, row 2 whose allowed tokens the grammar already forbade (left alone), row 3
+    whose only allowed token is the one the grammar left."""
+    rng = np.random.default_rng(7)
+    logits = torch.from_numpy(rng.standard_normal((4, 100)).astype(np.float32)).to(dtype)
+    logits[2, :50] = float("-inf")
+    logits[3, :] = float("-inf")
+    logits[3, 42] = 1.0
+    logits[3, 43] = 2.0
+    allowed_0 = rng.random(90) < 0.3
+    allowed_2 = np.zeros(90, dtype=bool)
+    allowed_2[:50] = True
+    allowed_3 = np.zeros(90, dtype=bool)
+    allowed_3[[5, 42]] = True
+    return logits, [0, 2, 3], [allowed_0, allowed_2, allowed_3], 90
+
+
+def _expected(logits: torch.Tensor, rows: list[int], masks: list[np.ndarray], width: int) -> torch.Tensor:
+    out = logits.clone().float()
+    for r, allowed in zip(rows, masks, strict=True):
+        candidate = out[r].clone()
+        candidate[:width][~torch.from_numpy(allowed)] = float("-inf")
+        candidate[width:] = float("-inf")
+        if torch.isfinite(candidate).any():
+            out[r] = candidate
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rows_masked_unless_left_empty(dtype: torch.dtype) -> None:
+    """float32/float16 take the numpy path, bfloat16 the packed-bitmask path used on accelerators."""
+    logits, rows, masks, width = _case(dtype)
+    expected = _expected(logits, rows, masks, width)
+    apply_unless_empty(logits, rows, masks, width)
+    assert torch.equal(logits.float(), expected)
+    assert torch.isfinite(logits[1]).all()  # a row without a mask is untouched
+    assert torch.isfinite(logits[2, 50:90]).all() and torch.isinf(logits[2, :50]).all()  # left alone
+    assert torch.nonzero(torch.isfinite(logits[3])).flatten().tolist() == [42]
+    assert torch.isinf(logits[0, 90:]).all()  # padded outputs are never tokens
+
+
+def test_numpy_and_packed_paths_agree_on_a_real_vocabulary_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen2.5's widths: 151,936 logits for 151,665 tokens; the packed path forced on float32."""
+    rng = np.random.default_rng(3)
+    logits = torch.from_numpy(rng.standard_normal((3, 151936)).astype(np.float32))
+    logits[2, :-300] = float("-inf")
+    masks = [rng.random(151665) < 0.5, np.zeros(151665, dtype=bool), np.zeros(151665, dtype=bool)]
+    masks[1][151664] = True
+    masks[2][:1000] = True
+    numpy_path = logits.clone()
+    apply_unless_empty(numpy_path, [0, 1, 2], masks, 151665)
+    monkeypatch.setattr(stage, "_NUMPY_FLOATS", ())
+    packed_path = logits.clone()
+    apply_unless_empty(packed_path, [0, 1, 2], masks, 151665)
+    assert torch.equal(numpy_path, packed_path)
+    assert torch.isfinite(numpy_path[1]).sum() == 1 and torch.equal(numpy_path[2], logits[2])
