@@ -307,38 +307,35 @@ def _ts_closed_arguments(text: str) -> list[str] | None:
 # -- runs ----------------------------------------------------------------------------------------
 
 
-def run_config(model: Any, tokenizer: Any, tasks: list[Task], server: str | None,
-               max_new_tokens: int, call_tokens: int = 24) -> dict[str, Any]:
-    """Every task under one configuration; per-task outputs and the summary."""
-    outputs: list[dict[str, Any]] = []
-    for task in tasks:
-        monitors = None
-        if server is not None:
-            monitors = for_workspace(data_dir(task.language) / task.project, task.file, language=task.language,
-                                     server=server, suffix=task.suffix)
-            server_state = monitors[0].file.server
-            seen = server_state.answered
-        started = time.perf_counter()
-        out = constrained_generate(model, tokenizer, task.prompt, monitors=monitors,
-                                   max_new_tokens=call_tokens if task.kind == "call" else max_new_tokens)
-        seconds = time.perf_counter() - started
-        written = out.text.lstrip()  # a keyword argument may start on the next line
-        match = _IDENTIFIER.match(written)
-        complete = match is not None and match.end() < len(written)  # not cut by max_new_tokens
-        name = match.group() if match and complete else ""
-        keyword_form = task.kind != "keyword" or bool(re.match(r"[A-Za-z_]\w*\s*=(?!=)", written))
-        s = out.stats
-        outputs.append({
-            "project": task.project, "kind": task.kind, "answer": task.answer, "text": out.text, "name": name,
-            "match": name == task.answer if task.kind != "call" else call_accepted(out.text, task),
-            "named": bool(name) and keyword_form,
-            "exists": name in task.valid, "seconds": seconds, "tokens": s.generated_tokens,
-            "monitor_steps": s.monitor_steps, "monitor_queries": s.monitor_queries,
-            "monitor_timeouts": s.monitor_timeouts, "monitor_time_s": s.monitor_time_s,
-            "monitor_wait_s": s.monitor_wait_s,
-            "server_ms": _last_latencies_ms(server_state, seen) if monitors else [],
-        })
-    return {"summary": summarise(outputs), "outputs": outputs}
+def run_task(model: Any, tokenizer: Any, task: Task, server: str | None, max_new_tokens: int,
+             call_tokens: int = 24) -> dict[str, Any]:
+    """One task under one configuration (``server`` None: no monitors)."""
+    monitors = None
+    if server is not None:
+        monitors = for_workspace(data_dir(task.language) / task.project, task.file, language=task.language,
+                                 server=server, suffix=task.suffix)
+        server_state = monitors[0].file.server
+        seen = server_state.answered
+    started = time.perf_counter()
+    out = constrained_generate(model, tokenizer, task.prompt, monitors=monitors,
+                               max_new_tokens=call_tokens if task.kind == "call" else max_new_tokens)
+    seconds = time.perf_counter() - started
+    written = out.text.lstrip()  # a keyword argument may start on the next line
+    match = _IDENTIFIER.match(written)
+    complete = match is not None and match.end() < len(written)  # not cut by max_new_tokens
+    name = match.group() if match and complete else ""
+    keyword_form = task.kind != "keyword" or bool(re.match(r"[A-Za-z_]\w*\s*=(?!=)", written))
+    s = out.stats
+    return {
+        "project": task.project, "kind": task.kind, "answer": task.answer, "text": out.text, "name": name,
+        "match": name == task.answer if task.kind != "call" else call_accepted(out.text, task),
+        "named": bool(name) and keyword_form,
+        "exists": name in task.valid, "seconds": seconds, "tokens": s.generated_tokens,
+        "monitor_steps": s.monitor_steps, "monitor_queries": s.monitor_queries,
+        "monitor_timeouts": s.monitor_timeouts, "monitor_time_s": s.monitor_time_s,
+        "monitor_wait_s": s.monitor_wait_s,
+        "server_ms": _last_latencies_ms(server_state, seen) if monitors else [],
+    }
 
 
 def _last_latencies_ms(server: Any, seen: int) -> list[float]:
@@ -378,16 +375,25 @@ def _share(flags: list[bool]) -> float | None:
 
 def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: int,
               call_tokens: int = 24) -> dict[str, Any]:
+    """Every task under every configuration, the configurations of one task back to back: the wall
+    time a configuration adds is a difference of runs seconds apart, not of passes minutes apart."""
     model, tokenizer = load_model(name), load_tokenizer(name)
     constrained_generate(model, tokenizer, "import os\nos.", max_new_tokens=2)  # first-call costs
-    configs: dict[str, Any] = {"none": run_config(model, tokenizer, tasks, None, max_new_tokens, call_tokens)}
-    print(name, "none", json.dumps(configs["none"]["summary"]), flush=True)
-    for server in servers:
-        first = tasks[0]  # the server started and warm (its project loaded) before timing
-        _wait_for_answers(for_workspace(data_dir(first.language) / first.project, first.file,
-                                        language=first.language, server=server)[0].file, first.prompt)
-        configs[server] = run_config(model, tokenizer, tasks, server, max_new_tokens, call_tokens)
-        print(name, server, json.dumps(configs[server]["summary"]), flush=True)
+    first = tasks[0]
+    for server in servers:  # each server started and warm (its project loaded) before timing
+        warm = for_workspace(data_dir(first.language) / first.project, first.file, language=first.language,
+                             server=server, suffix=first.suffix)
+        _wait_for_answers(warm[0].file, first.prompt)
+        # the vocabulary's name masks are built once per process (1.6 s for Qwen's 151k tokens): not per step
+        constrained_generate(model, tokenizer, first.prompt, monitors=warm, max_new_tokens=2)
+    outputs: dict[str, list[dict[str, Any]]] = {config: [] for config in ["none", *servers]}
+    for task in tasks:
+        for config, done in outputs.items():
+            done.append(run_task(model, tokenizer, task, None if config == "none" else config, max_new_tokens,
+                                 call_tokens))
+    configs = {config: {"summary": summarise(done), "outputs": done} for config, done in outputs.items()}
+    for config, entry in configs.items():
+        print(name, config, json.dumps(entry["summary"]), flush=True)
     kinds = {k: sum(t.kind == k for t in tasks) for k in KINDS}
     return {"model": name, "max_new_tokens": max_new_tokens, "tasks": len(tasks), "task_kinds": kinds,
             "configs": configs}

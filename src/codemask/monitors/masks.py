@@ -72,7 +72,7 @@ class NameMasks:
             return None
         rows = np.concatenate([self._prefix_rows(rests), self._break_rows(rests)])
         mask = np.zeros(self.width, dtype=bool)
-        mask[self.trie.token_ids(np.unique(rows))] = True
+        mask[self.trie.token_ids(rows)] = True  # a row found twice is set twice: no np.unique
         if len(typed) > len(lead) or (free is not None and not lead):
             scope = self._scope(None, b"" if typed else free or b"")  # free only before the name starts
         else:
@@ -185,7 +185,7 @@ class NameMasks:
             prefixes = sorted({r[:k] for r in rests for k in range(1, len(r) + 1)})
             rows = np.concatenate([self._exact_rows(prefixes), self._starting_rows(rests)])
             mask = np.zeros(self.width, dtype=bool)
-            mask[self.trie.token_ids(np.unique(rows))] = True
+            mask[self.trie.token_ids(rows)] = True  # a row found twice is set twice: no np.unique
             return mask
         keys, order, lengths, first = self._stripped_index()
         prefixes = sorted({t[:k] for t in targets for k in range(1, len(t) + 1)})
@@ -193,7 +193,7 @@ class NameMasks:
                              np.flatnonzero(lengths == 0) if more_space else np.zeros(0, dtype=np.int64),
                              np.flatnonzero(np.isin(first, np.frombuffer(free, dtype=np.uint8)) & (lengths > 0))])
         mask = np.zeros(self.width, dtype=bool)
-        mask[self.trie.token_ids(order[np.unique(at)])] = True
+        mask[self.trie.token_ids(order[at])] = True
         return mask
 
     def _stripped_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
