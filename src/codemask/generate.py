@@ -192,7 +192,11 @@ def constrained_generate(
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     stage = GrammarStage(matchers, vocab.vocab_size)
     stages: list[Stage] = [stage]
-    monitor_stage = MonitorStage.for_generation(monitors, vocab, prompts) if monitors else None
+    drafter = resolve_drafter(speculative)
+    # the speculative runner and AdaDec choose outside Pipeline.process, and a top-k/top-p cut would
+    # come before a deferred mask: only there does the monitor stage ask every probe up front
+    defer = drafter is None and uncertainty is None and (temperature == 0 or (not top_k and top_p >= 1.0))
+    monitor_stage = MonitorStage.for_generation(monitors, vocab, prompts, defer) if monitors else None
     if monitor_stage is not None:  # after the grammar: its -inf lands on the grammar's, an AND
         stages.append(monitor_stage)
     if repetition is not None:  # after the grammar mask: the decay acts on the allowed tokens' probabilities
@@ -204,7 +208,6 @@ def constrained_generate(
     loop = _DecodingLoop(model, tokenizer, vocab, rows, pipeline, stage, device)
     if adadec is not None:
         adadec.attach(loop)  # the rollouts fork the loop's KV cache
-    drafter = resolve_drafter(speculative)
     try:
         if drafter is None:
             loop.run(max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)

@@ -14,6 +14,7 @@ import pytest
 from codemask import constrained_generate
 from codemask.hf import monitor_logits_processor
 from codemask.monitors import for_workspace
+from codemask.monitors.stage import MonitorStage
 
 pytestmark = pytest.mark.slow
 
@@ -154,3 +155,20 @@ def test_monitors_with_speculation_give_the_same_tokens(smollm2: tuple[Any, Any]
     assert plain.stats.monitor_timeouts == fast.stats.monitor_timeouts == 0
     assert fast.token_ids == plain.token_ids
     assert fast.stats.drafted_tokens > 0 and fast.stats.monitor_steps >= 1
+
+
+def test_deferred_probes_give_the_same_tokens_with_fewer_requests(
+        smollm2: tuple[Any, Any], project: Path, main_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Greedy decoding asks a probe (a merged ``.name`` token after a name) only when the model picks
+    such a token, and writes what asking every probe up front writes."""
+    model, tokenizer = smollm2
+    prompt = main_prefix + "total = 0\nfor name, count in inv.shelves.items():\n    total"
+    monitors = for_workspace(project, "main.py")
+    deferred = constrained_generate(model, tokenizer, prompt, max_new_tokens=32, monitors=monitors)
+    eager_stage = MonitorStage.for_generation
+    monkeypatch.setattr(MonitorStage, "for_generation",
+                        classmethod(lambda cls, m, v, p, defer=False: eager_stage(m, v, p, False)))
+    eager = constrained_generate(model, tokenizer, prompt, max_new_tokens=32, monitors=monitors)
+    assert deferred.stats.monitor_timeouts == eager.stats.monitor_timeouts == 0
+    assert deferred.token_ids == eager.token_ids
+    assert deferred.stats.monitor_queries < eager.stats.monitor_queries, (deferred.stats, eager.stats)

@@ -73,6 +73,10 @@ class StepLayout:
     def num_rows(self) -> int:
         return len(self.sequences)
 
+    def subset(self, rows: Sequence[int]) -> StepLayout:
+        """The layout of ``rows`` of this step alone (their logits gathered in that order)."""
+        return StepLayout(tuple(self.sequences[r] for r in rows), tuple(self.offsets[r] for r in rows), self.drafts)
+
 
 class Stage(ABC):
     """One transformation of the logits, with whatever per-sequence state it needs."""
@@ -83,6 +87,16 @@ class Stage(ABC):
     @abstractmethod
     def apply(self, logits: torch.Tensor, layout: StepLayout) -> None:
         """Edit ``logits`` (``[layout.num_rows, vocab]``, on the model's device) in place."""
+
+    def recheck(self, logits: torch.Tensor, layout: StepLayout, chosen: torch.Tensor) -> list[int]:
+        """Rows whose chosen token a check this stage put off now forbids (default: none).
+
+        A stage may defer a costly part of its mask to the tokens actually chosen (the monitors'
+        probe for a merged ``.name`` token asks a language server): it masks those rows of
+        ``logits`` in place here, and the pipeline chooses again for the rows returned. A stage
+        returns a row at most once per step, so the pipeline's re-selection ends.
+        """
+        return []
 
     def commit(self, sequence: int, token_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
         """``token_ids`` were appended to ``sequence`` (default: nothing to track)."""
@@ -138,12 +152,21 @@ class Pipeline:
             stage.prepare(layout)
 
     def process(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
-        """Apply every stage to ``logits`` in place and return the selected token per row."""
+        """Apply every stage to ``logits`` in place and return the selected token per row.
+
+        Rows a stage's deferred check forbids (:meth:`Stage.recheck`) are selected again from their
+        now masked logits. Accepting a choice the full mask allows and otherwise choosing again under
+        it is exact: greedy gets the masked argmax, and sampling draws ``y`` with probability
+        ``p(y) + p(forbidden) * p(y) / p(allowed) = p(y) / p(allowed)``.
+        """
         if logits.shape[0] != layout.num_rows:
             raise ValueError(f"logits have {logits.shape[0]} rows, the layout {layout.num_rows}")
         for stage in self.stages:
             stage.apply(logits, layout)
-        return self.selector.select(logits, layout)
+        chosen = self.selector.select(logits, layout)
+        while redo := sorted({r for stage in self.stages for r in stage.recheck(logits, layout, chosen)}):
+            chosen[redo] = self.selector.select(logits[redo], layout.subset(redo))
+        return chosen
 
     def commit(self, sequence: int, token_ids: Sequence[int]) -> None:
         for stage in self.stages:

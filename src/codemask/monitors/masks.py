@@ -126,6 +126,11 @@ class NameMasks:
         hi = np.searchsorted(keys, np.array(upper, dtype=keys.dtype), side="left")
         return expand_ranges(lo, hi)
 
+    def lead_scope(self, lead: bytes) -> np.ndarray:
+        """Bool over token ids: the tokens ``allowed(names, b"", lead)`` may forbid (those starting with
+        ``lead`` and an identifier byte); every other token it allows whatever the names."""
+        return self._scope(lead)
+
     def _scope(self, lead: bytes | None, free: bytes = b"") -> np.ndarray:
         """Token ids the name constraint applies to: all tokens but those starting with a ``free`` byte
         (``lead`` None), or those starting with ``lead`` and an identifier byte."""

@@ -11,8 +11,9 @@ the row keeps the grammar's mask alone — on the device, without a host synchro
 from __future__ import annotations
 
 import codecs
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from codemask.decoding.pipeline import Stage, StepLayout
 from codemask.engine.bitmask import apply_token_bitmask_, pack_bool_mask
 from codemask.engine.token_trie import ByteVocabulary
 from codemask.monitors.masks import NameMasks, name_masks
-from codemask.monitors.monitor import Monitor
+from codemask.monitors.monitor import DeferredMask, Monitor
 
 
 @dataclass
@@ -42,6 +43,14 @@ class MonitorUsage:
     wait_s: float = 0.0
 
 
+@dataclass
+class StepMasks:
+    """One text's masks: the AND of those known now (None: none), and those deferred."""
+
+    mask: np.ndarray | None
+    deferred: list[DeferredMask]
+
+
 class MonitorSet:
     """Monitors with the name masks of their languages over one vocabulary; one step's masks per text."""
 
@@ -56,23 +65,61 @@ class MonitorSet:
                 self._masks[chars] = name_masks(vocab, chars, self.width)
 
     def mask(self, prompt: str, generated: str, usage: MonitorUsage) -> np.ndarray | None:
-        """The AND of every monitor's masks for this text (None: no monitor constrains it)."""
+        """The AND of every monitor's masks for this text, deferred ones resolved (None: no monitor
+        constrains it)."""
+        found = self.step_masks(prompt, generated, usage)
+        return _and_all([found.mask, *(d.resolve() for d in found.deferred)])
+
+    def step_masks(self, prompt: str, generated: str, usage: MonitorUsage) -> StepMasks:
+        """The AND of the masks every monitor knows for this text, and the masks they deferred
+        (whose resolution is counted in ``usage`` when it happens)."""
         started = time.perf_counter()
         combined: np.ndarray | None = None
+        deferred: list[DeferredMask] = []
         texts: dict[int, str] = {}  # one text object per file: the scanner's cache keys on it
-        queries = usage.queries
+        step = _StepCount(usage)
         for monitor in self.monitors:
             text = texts.setdefault(id(monitor.file), monitor.document_text(prompt, generated))
-            before = (monitor.counters.queries, monitor.counters.timeouts)
-            found = monitor.masks(text, self._masks[monitor.language.break_characters])
-            usage.queries += monitor.counters.queries - before[0]
-            usage.timeouts += monitor.counters.timeouts - before[1]
-            for mask in found:
-                combined = mask.copy() if combined is None else np.logical_and(combined, mask, out=combined)
-        if combined is not None or usage.queries > queries:
-            usage.steps += 1
+            for item in step.counted(monitor, monitor.step_items, text, self._masks[monitor.language.break_characters]):
+                if isinstance(item, DeferredMask):
+                    deferred.append(DeferredMask(item.scope, functools.partial(step.counted, monitor, item.resolve)))
+                else:
+                    combined = item.copy() if combined is None else np.logical_and(combined, item, out=combined)
+        step.close(combined is not None)
         usage.time_s += time.perf_counter() - started
-        return combined
+        return StepMasks(combined, deferred)
+
+
+class _StepCount:
+    """Counts one step's server requests, timeouts and time into its usage, also those made later
+    (a deferred mask resolved after the forward pass); the step counts as monitored once it masked
+    or asked."""
+
+    def __init__(self, usage: MonitorUsage) -> None:
+        self.usage = usage
+        self.seen = False
+        self.asked = False
+
+    def counted(self, monitor: Monitor, work: Callable[..., Any], *args: Any) -> Any:
+        before = (monitor.counters.queries, monitor.counters.timeouts)
+        started = time.perf_counter()
+        try:
+            return work(*args)
+        finally:
+            queries = monitor.counters.queries - before[0]
+            self.usage.queries += queries
+            self.usage.timeouts += monitor.counters.timeouts - before[1]
+            if self.seen:  # after the step's own accounting: a deferred resolution
+                self.usage.time_s += time.perf_counter() - started
+                if queries and not self.asked:
+                    self.usage.steps += 1
+            self.asked = self.asked or queries > 0
+
+    def close(self, masked: bool) -> None:
+        if masked or self.asked:
+            self.usage.steps += 1
+            self.asked = True
+        self.seen = True
 
 
 def decode_text(data: bytes) -> str:
@@ -84,20 +131,29 @@ def decode_text(data: bytes) -> str:
 class MonitorStage(Stage):
     """The monitors over a batch: per sequence its prompt and generated bytes."""
 
-    def __init__(self, monitors: MonitorSet, prompts: Sequence[str], *, overlap: bool = True) -> None:
+    def __init__(self, monitors: MonitorSet, prompts: Sequence[str], *, overlap: bool = True,
+                 defer: bool = False) -> None:
         self.monitors = monitors
+        self.defer = defer
         self.token_bytes = monitors.vocab.token_bytes
         self.prompts = list(prompts)
         self.generated: list[list[bytes]] = [[] for _ in self.prompts]
         self.usage = [MonitorUsage() for _ in self.prompts]
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="codemask-monitor") if overlap else None
-        self._pending: Future[list[np.ndarray | None]] | None = None
+        self._pending: Future[list[StepMasks]] | None = None
         self._pending_layout: StepLayout | None = None
+        self._deferred: dict[int, tuple[list[DeferredMask], int]] = {}  # row -> (masks, sequence)
 
     @classmethod
-    def for_generation(cls, monitors: Sequence[Monitor], vocab: ByteVocabulary, prompts: Sequence[str]) -> MonitorStage:
-        """The stage for one ``constrained_generate`` call (the monitors' servers are shared, not owned)."""
-        return cls(MonitorSet(monitors, vocab), prompts)
+    def for_generation(cls, monitors: Sequence[Monitor], vocab: ByteVocabulary, prompts: Sequence[str],
+                       defer: bool = False) -> MonitorStage:
+        """The stage for one ``constrained_generate`` call (the monitors' servers are shared, not owned).
+
+        ``defer``: put deferred masks off until :meth:`recheck` — only for a loop whose every step goes
+        through :meth:`~codemask.decoding.pipeline.Pipeline.process` with a selector that choosing
+        again keeps exact (greedy; sampling without top-k/top-p, whose cut would come before the mask).
+        """
+        return cls(MonitorSet(monitors, vocab), prompts, defer=defer)
 
     def record(self, stats: Sequence[Any]) -> None:
         """Copy each sequence's usage into its ``GenerationStats`` (``monitor_*`` fields)."""
@@ -106,17 +162,21 @@ class MonitorStage(Stage):
             row.monitor_time_s, row.monitor_wait_s = usage.time_s, usage.wait_s
 
     def prepare(self, layout: StepLayout) -> None:
+        self._pending_layout = layout
         if self._pool is not None:
             self._pending = self._pool.submit(self._compute, layout)
-            self._pending_layout = layout
 
     def apply(self, logits: torch.Tensor, layout: StepLayout) -> None:
+        """Mask the rows; deferred masks wait for :meth:`recheck` on the step :meth:`prepare` announced
+        (a selector's lookahead applies the stage to states nobody rechecks: resolved at once there)."""
         waited = time.perf_counter()
-        if self._pending is not None and self._pending_layout is layout:
-            masks = self._pending.result()
-        else:
-            masks = self._compute(layout)
+        prepared = self._pending_layout is layout
+        found = self._pending.result() if prepared and self._pending is not None else self._compute(layout)
         self._pending = self._pending_layout = None
+        prepared = prepared and self.defer
+        if prepared:
+            self._deferred = {r: (step.deferred, layout.sequences[r]) for r, step in enumerate(found) if step.deferred}
+        masks = [step.mask if prepared else self._resolved(step) for step in found]
         rows = [r for r, m in enumerate(masks) if m is not None]
         if rows:
             apply_unless_empty(logits, rows, [m for m in masks if m is not None], self.monitors.width)
@@ -124,13 +184,43 @@ class MonitorStage(Stage):
         for seq in set(layout.sequences):
             self.usage[seq].wait_s += spent
 
-    def _compute(self, layout: StepLayout) -> list[np.ndarray | None]:
-        out: list[np.ndarray | None] = []
+    def recheck(self, logits: torch.Tensor, layout: StepLayout, chosen: torch.Tensor) -> list[int]:
+        """Resolve the deferred masks whose scope holds a row's chosen token and mask the row; the
+        rows whose choice that forbids (the rest of the row's deferred masks wait for its next choice)."""
+        if not self._deferred:
+            return []
+        waited = time.perf_counter()
+        redo: list[int] = []
+        tokens = chosen.tolist()
+        for row, (deferred, seq) in list(self._deferred.items()):
+            token = int(tokens[row])
+            due = [d for d in deferred if token < len(d.scope) and d.scope[token]]
+            if not due:
+                continue
+            left = [d for d in deferred if not (token < len(d.scope) and d.scope[token])]
+            if left:
+                self._deferred[row] = (left, seq)
+            else:
+                del self._deferred[row]
+            mask = _and_all(d.resolve() for d in due)
+            if mask is not None:
+                apply_unless_empty(logits, [row], [mask], self.monitors.width)
+                if not bool(torch.isfinite(logits[row, token])):
+                    redo.append(row)
+            self.usage[seq].wait_s += time.perf_counter() - waited
+            waited = time.perf_counter()
+        return redo
+
+    def _resolved(self, step: StepMasks) -> np.ndarray | None:
+        return _and_all([step.mask, *(d.resolve() for d in step.deferred)])
+
+    def _compute(self, layout: StepLayout) -> list[StepMasks]:
+        out: list[StepMasks] = []
         for seq, offset in zip(layout.sequences, layout.offsets, strict=True):
             data = b"".join(self.generated[seq])
             if offset:
                 data += b"".join(self.token_bytes[t] for t in layout.drafts[seq][:offset])
-            out.append(self.monitors.mask(self.prompts[seq], decode_text(data), self.usage[seq]))
+            out.append(self.monitors.step_masks(self.prompts[seq], decode_text(data), self.usage[seq]))
         return out
 
     def commit(self, sequence: int, token_ids: Sequence[int]) -> None:
@@ -144,6 +234,15 @@ class MonitorStage(Stage):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def _and_all(masks: Iterable[np.ndarray | None]) -> np.ndarray | None:
+    """The AND of the masks that are not None (None: there are none)."""
+    combined: np.ndarray | None = None
+    for mask in masks:
+        if mask is not None:
+            combined = mask if combined is None else np.logical_and(combined, mask)
+    return combined
 
 
 def apply_unless_empty(logits: torch.Tensor, rows: list[int], masks: Sequence[np.ndarray], width: int) -> None:
