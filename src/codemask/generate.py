@@ -196,7 +196,8 @@ def constrained_generate(
     # the speculative runner and AdaDec choose outside Pipeline.process, and a top-k/top-p cut would
     # come before a deferred mask: only there does the monitor stage ask every probe up front
     defer = drafter is None and uncertainty is None and (temperature == 0 or (not top_k and top_p >= 1.0))
-    monitor_stage = MonitorStage.for_generation(monitors, vocab, prompts, defer) if monitors else None
+    monitor_stage = (MonitorStage.for_generation(monitors, vocab, prompts, defer, overlap=device.type != "cpu")
+                     if monitors else None)
     if monitor_stage is not None:  # after the grammar: its -inf lands on the grammar's, an AND
         stages.append(monitor_stage)
     if repetition is not None:  # after the grammar mask: the decay acts on the allowed tokens' probabilities

@@ -167,7 +167,7 @@ def test_deferred_probes_give_the_same_tokens_with_fewer_requests(
     deferred = constrained_generate(model, tokenizer, prompt, max_new_tokens=32, monitors=monitors)
     eager_stage = MonitorStage.for_generation
     monkeypatch.setattr(MonitorStage, "for_generation",
-                        classmethod(lambda cls, m, v, p, defer=False: eager_stage(m, v, p, False)))
+                        classmethod(lambda cls, m, v, p, defer=False, overlap=True: eager_stage(m, v, p, False)))
     eager = constrained_generate(model, tokenizer, prompt, max_new_tokens=32, monitors=monitors)
     assert deferred.stats.monitor_timeouts == eager.stats.monitor_timeouts == 0
     assert deferred.token_ids == eager.token_ids
