@@ -1,8 +1,10 @@
 """Monitors as a decoding stage: the language server's masks ANDed into the step's logits.
 
-:meth:`MonitorStage.prepare` runs the monitors in a worker thread while the model's forward pass
-runs (the server is another process; waiting on its pipe releases the GIL), and
-:meth:`MonitorStage.apply` waits for them and masks the rows. The stage runs after the grammar
+On an accelerator :meth:`MonitorStage.prepare` runs the monitors in a worker thread while the
+model's forward pass runs (the server is another process; waiting on its pipe releases the GIL),
+and :meth:`MonitorStage.apply` waits for them and masks the rows; on a CPU ``apply`` runs them
+(see :class:`MonitorStage` for why). A probe for a merged ``.name`` token may be deferred to
+:meth:`MonitorStage.recheck`, after the choice. The stage runs after the grammar
 stage, so its ``-inf`` lands on logits the grammar already masked: the result is the AND of the two
 masks. If that AND would leave a row with no token at all (the grammar and the server disagree),
 the row keeps the grammar's mask alone — on the device, without a host synchronisation.
