@@ -52,6 +52,24 @@ def test_each_python_server_answers_members(project: Path, main_prefix: str, ser
     assert {"restock_shelf", "total_quantity"} <= set(names_at(monitors, main_prefix + "inv."))
 
 
+@pytest.mark.parametrize("trigger", ["inv.", "import os\nos.", "import os\nos.path.", "x = 'a'\nx.",
+                                     "from shop.pricing import "])
+def test_servers_with_complete_lists_answer_a_prefix_with_the_first_lists_subset(
+        project: Path, main_prefix: str, trigger: str) -> None:
+    """A server whose lists are taken as complete though marked ``isIncomplete`` (ty) answers a typed
+    prefix with exactly the names of its first list that start with it: reusing that list while the
+    name is typed forbids nothing the server would offer."""
+    spec = language_spec("python")
+    for server in [name for name, s in spec.servers.items() if s.complete_lists]:
+        require_server("python", server)
+        monitors = for_workspace(project, "main.py", server=server, timeout_s=10.0)
+        first = names_at(monitors, main_prefix + trigger)
+        assert first
+        for typed in sorted({n[:k] for n in first for k in (1, 2) if len(n) >= k})[:12]:
+            later = set(names_at(monitors, main_prefix + trigger + typed))
+            assert {n for n in later if n.startswith(typed)} == {n for n in first if n.startswith(typed)}, typed
+
+
 def test_utf16_positions_with_characters_beyond_the_bmp(monitors: list, main_prefix: str) -> None:
     # Each 𝔘 is one code point but two UTF-16 units: a client counting code points would put the
     # cursor three units too early, before the dot, and get no members.

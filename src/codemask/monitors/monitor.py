@@ -14,6 +14,7 @@ All monitors of one file share a :class:`WorkspaceFile`: its server (one process
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import re
 import threading
@@ -196,6 +197,8 @@ class Monitor(ABC):
         finally:
             self.counters.query_time_s += time.perf_counter() - started
         answer = parse(result)
+        if answer is not None and answer.incomplete and self.file.server.spec.complete_lists:
+            answer = dataclasses.replace(answer, incomplete=False)
         self._cache[key] = (answer, time.monotonic())
         if len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)

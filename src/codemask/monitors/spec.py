@@ -42,6 +42,7 @@ class ServerSpec:
     progress_grace_s: float = 0.2
     stall_retry_s: float = 5.0
     max_restarts: int = 3
+    complete_lists: bool = False  # its completion lists hold every name though marked isIncomplete
 
     def available(self) -> bool:
         """Whether the server's executable exists here."""
@@ -108,7 +109,7 @@ def _server(name: str, language: dict[str, Any], table: dict[str, Any]) -> Serve
         settings=table.get("settings", {}),
         env={k: _expand(v) for k, v in table.get("env", {}).items()},
         **{k: table[k] for k in ("startup_timeout_s", "request_timeout_s", "progress_grace_s",
-                                 "stall_retry_s", "max_restarts") if k in table},
+                                 "stall_retry_s", "max_restarts", "complete_lists") if k in table},
     )
 
 
