@@ -10,7 +10,8 @@ from codemask.repetition.detector import Repeat, TandemRepeats
 
 
 def brute_force(seq: list[int], max_period: int) -> Repeat | None:
-    """Whole copies of the last ``p`` symbols, counted block by block from the end; most copies, then shortest."""
+    """Whole copies of the last ``p`` symbols, counted block by block from the end; most copies, then
+    shortest; and how far the period extends, symbol by symbol."""
     best: Repeat | None = None
     n = len(seq)
     for p in range(1, min(max_period, n) + 1):
@@ -18,7 +19,10 @@ def brute_force(seq: list[int], max_period: int) -> Repeat | None:
         while (copies + 1) * p <= n and seq[n - (copies + 1) * p: n - copies * p] == seq[n - p:]:
             copies += 1
         if copies >= 2 and (best is None or copies > best.copies):
-            best = Repeat(p, copies)
+            repeated = 0  # trailing symbols equal to the one p before them
+            while repeated + p < n and seq[n - 1 - repeated] == seq[n - 1 - repeated - p]:
+                repeated += 1
+            best = Repeat(p, copies, repeated)
     return best
 
 
@@ -57,7 +61,7 @@ def test_pop_and_fork_equal_a_fresh_detector(first: list[int], second: list[int]
 def test_examples_and_errors() -> None:
     detector = TandemRepeats(4)
     detector.extend([7, 1, 2, 3, 1, 2, 3, 1, 2, 3])
-    assert detector.repeat() == Repeat(period=3, copies=3) and detector.repeat().count == 2  # type: ignore[union-attr]
+    assert detector.repeat() == Repeat(period=3, copies=3, repeated=6) and detector.repeat().count == 2  # type: ignore[union-attr]
     assert detector.next_symbol(Repeat(3, 3)) == 1
     detector.push(9)
     assert detector.repeat() is None

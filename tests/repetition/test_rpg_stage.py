@@ -84,16 +84,17 @@ def test_content_repetition_of_tokens(smollm2) -> None:
 
 
 def test_a_content_loop_that_strays_for_a_token_keeps_its_count(smollm2) -> None:
-    """Back-to-back copies restart at one after a stray token; the decay counts every generated copy."""
+    """Back-to-back copies restart at one after a stray token; the decay counts the tokens of every
+    generated copy after the first."""
     tokenizer, vocab = smollm2
     prompt = tokenizer.encode("x = 1\n", add_special_tokens=False)
     copy = tokenizer.encode("print(f(1))\n", add_special_tokens=False)
     stray = tokenizer.encode("#", add_special_tokens=False)
     state = RepetitionState(RPG(), vocab.token_bytes, prompt)
     state.append(copy * 4 + stray + copy * 2)
-    assert state.penalties().decay == {copy[0]: 5}  # six copies generated; two of them back to back
+    assert state.penalties().decay == {copy[0]: 5 * len(copy)}  # six copies generated; two of them back to back
     fresh = RepetitionState(RPG(), vocab.token_bytes, prompt + copy * 4 + stray + copy * 2)
-    assert fresh.penalties().decay == {copy[0]: 1}  # copies in the prompt are not counted
+    assert fresh.penalties().decay == {copy[0]: len(copy)}  # copies in the prompt count only back to back
 
 
 def test_rollback_and_fork_give_the_same_penalties(smollm2) -> None:

@@ -18,9 +18,11 @@ class RPG:
     ``eos_boost ** count``. With ``content=True`` the same decay applies to back-to-back repeats of
     the generated token ids themselves (content repetition: the same text again), for spans of at
     most ``max_period`` tokens covering at least ``min_content_tokens`` tokens; there ``count`` is
-    every earlier occurrence of the span in the generated tokens, adjacent or not, so a loop that
-    strays for a token and resumes keeps the count it had (back-to-back copies alone restart at
-    one after any stray token, and the loop goes on).
+    in tokens: how many tokens in a row repeat the span (each token of a verbatim loop is one more
+    repetition), or, if more, the span's length times its earlier occurrences in the generated
+    tokens, adjacent or not (a loop that strays for a token and resumes keeps its count). Counted
+    in copies, a confident small model's loop needed tens of copies before the decayed token lost
+    the argmax (SmolLM2, CodeRepetEval: EGP 33% → 42%, TR-S 51% → 40% with the count in tokens).
 
     Attributes:
         penalty: λ, the decay per repetition (0 < λ <= 1; the paper's 0.9).

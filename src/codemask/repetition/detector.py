@@ -26,10 +26,12 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Repeat:
-    """The sequence ends with ``copies`` (>= 2) back-to-back copies of its last ``period`` symbols."""
+    """The sequence ends with ``copies`` (>= 2) back-to-back copies of its last ``period`` symbols;
+    ``repeated`` symbols in all (at least ``period``) equal the symbol ``period`` before them."""
 
     period: int
     copies: int
+    repeated: int = 0
 
     @property
     def count(self) -> int:
@@ -96,7 +98,7 @@ class TandemRepeats:
         periods = self._periods[candidates]
         copies = (runs[candidates] + periods) // periods
         best = int(np.argmax(copies))  # first maximum: the shortest period
-        return Repeat(period=int(periods[best]), copies=int(copies[best]))
+        return Repeat(period=int(periods[best]), copies=int(copies[best]), repeated=int(runs[candidates[best]]))
 
     def occurrences(self, period: int, since: int = 0) -> int:
         """How many times the last ``period`` symbols occur in the sequence from position ``since`` on,

@@ -104,7 +104,8 @@ class RepetitionState:
         repeat = self.tokens.repeat()
         if repeat is not None and repeat.copies * repeat.period >= self.rpg.min_content_tokens:
             generated = self.tokens.occurrences(repeat.period, since=self.prompt_tokens)
-            result.decay[self.tokens.next_symbol(repeat)] = max(repeat.count, generated - 1)
+            looped = max(repeat.repeated, (generated - 1) * repeat.period)
+            result.decay[self.tokens.next_symbol(repeat)] = looped
 
     def _structural_repeat(self, result: Penalties) -> None:
         text = self.units.text
