@@ -67,3 +67,10 @@ def test_numpy_and_packed_paths_agree_on_a_real_vocabulary_width(monkeypatch: py
     apply_unless_empty(packed_path, [0, 1, 2], masks, 151665)
     assert torch.equal(numpy_path, packed_path)
     assert torch.isfinite(numpy_path[1]).sum() == 1 and torch.equal(numpy_path[2], logits[2])
+
+
+def test_a_mask_that_is_not_bool_is_refused() -> None:
+    """A uint8 mask would turn ``~allowed`` into 254/255 and forbid every token: refused instead."""
+    logits = torch.zeros(1, 8)
+    with pytest.raises(ValueError, match="bool"):
+        apply_unless_empty(logits, [0], [np.ones(8, dtype=np.uint8)], 8)

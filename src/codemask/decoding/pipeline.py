@@ -94,7 +94,7 @@ class Stage(ABC):
         A stage may defer a costly part of its mask to the tokens actually chosen (the monitors'
         probe for a merged ``.name`` token asks a language server): it masks those rows of
         ``logits`` in place here, and the pipeline chooses again for the rows returned. A stage
-        returns a row at most once per step, so the pipeline's re-selection ends.
+        returns a row at most once per check it deferred, so the pipeline's re-selection ends.
         """
         return []
 

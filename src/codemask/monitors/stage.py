@@ -105,16 +105,19 @@ class _StepCount:
     def counted(self, monitor: Monitor, work: Callable[..., Any], *args: Any) -> Any:
         before = (monitor.counters.queries, monitor.counters.timeouts)
         started = time.perf_counter()
+        result = None
         try:
-            return work(*args)
+            result = work(*args)
+            return result
         finally:
             queries = monitor.counters.queries - before[0]
             self.usage.queries += queries
             self.usage.timeouts += monitor.counters.timeouts - before[1]
-            if self.seen:  # after the step's own accounting: a deferred resolution
+            if self.seen:  # after the step's own accounting: a deferred resolution (a mask, or asked)
                 self.usage.time_s += time.perf_counter() - started
-                if queries and not self.asked:
+                if (queries or result is not None) and not self.asked:
                     self.usage.steps += 1
+                    self.asked = True
             self.asked = self.asked or queries > 0
 
     def close(self, masked: bool) -> None:
@@ -162,6 +165,8 @@ class MonitorStage(Stage):
         ``defer``: put deferred masks off until :meth:`recheck` — only for a loop whose every step goes
         through :meth:`~codemask.decoding.pipeline.Pipeline.process` with a selector that choosing
         again keeps exact (greedy; sampling without top-k/top-p, whose cut would come before the mask).
+        Where the grammar and the server disagree so that the step's masks together would leave a row
+        no token, the up-front path drops them all and the deferred one keeps those that fit.
         ``overlap``: run the monitors in a worker thread during the forward pass (see the class).
         """
         return cls(MonitorSet(monitors, vocab), prompts, overlap=overlap, defer=defer)
@@ -181,6 +186,7 @@ class MonitorStage(Stage):
         """Mask the rows; deferred masks wait for :meth:`recheck` on the step :meth:`prepare` announced
         (a selector's lookahead applies the stage to states nobody rechecks: resolved at once there)."""
         waited = time.perf_counter()
+        self._deferred = {}  # only this step's: recheck follows this apply (defer excludes nested applies)
         prepared = self._pending_layout is layout
         found = self._pending.result() if prepared and self._pending is not None else self._compute(layout)
         self._pending = self._pending_layout = None
@@ -285,6 +291,8 @@ _NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
 
 def _mask_row_unless_empty(row: np.ndarray, allowed: np.ndarray) -> None:
     """``row[i] = -inf`` where ``allowed`` is False and past its end, unless no finite logit would be left."""
+    if allowed.dtype != np.bool_:
+        raise ValueError(f"a monitor mask must be a bool array, got {allowed.dtype}")
     head = row[: len(allowed)]
     if bool((np.isfinite(head) & allowed).any()):
         np.putmask(head, ~allowed, -np.inf)
