@@ -62,7 +62,7 @@ def test_examples_and_errors() -> None:
     detector = TandemRepeats(4)
     detector.extend([7, 1, 2, 3, 1, 2, 3, 1, 2, 3])
     assert detector.repeat() == Repeat(period=3, copies=3, repeated=6) and detector.repeat().count == 2  # type: ignore[union-attr]
-    assert detector.next_symbol(Repeat(3, 3)) == 1
+    assert detector.next_symbol(Repeat(3, 3, 6)) == 1
     detector.push(9)
     assert detector.repeat() is None
     long_period = TandemRepeats(4)

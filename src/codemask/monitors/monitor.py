@@ -75,8 +75,8 @@ class DeferredMask:
 
     The probe for a merged token (``xs`` then ``.append``) would ask the server at almost every step
     after a name, for tokens the model seldom picks there: 69% of the requests in the monitors
-    benchmark (Qwen2.5-Coder, pyrefly). ``scope`` (bool over token ids) holds the tokens the mask
-    may forbid; ``resolve`` asks and returns the mask (None: no constraint). The decoding stage
+    benchmark (Qwen2.5-Coder, pyrefly; counted ad hoc). ``scope`` (bool over token ids) holds the
+    tokens the mask may forbid; ``resolve`` asks and returns the mask (None: no constraint). The decoding stage
     resolves it only when the chosen token is in ``scope`` and then chooses again under it
     (:meth:`codemask.decoding.pipeline.Stage.recheck`); everyone else resolves it at once.
     """

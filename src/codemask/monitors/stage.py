@@ -52,6 +52,10 @@ class StepMasks:
     mask: np.ndarray | None
     deferred: list[DeferredMask]
 
+    def resolved(self) -> np.ndarray | None:
+        """The AND of all of them, the deferred ones resolved now."""
+        return _and_all([self.mask, *(d.resolve() for d in self.deferred)])
+
 
 class MonitorSet:
     """Monitors with the name masks of their languages over one vocabulary; one step's masks per text."""
@@ -69,14 +73,13 @@ class MonitorSet:
     def mask(self, prompt: str, generated: str, usage: MonitorUsage) -> np.ndarray | None:
         """The AND of every monitor's masks for this text, deferred ones resolved (None: no monitor
         constrains it)."""
-        found = self.step_masks(prompt, generated, usage)
-        return _and_all([found.mask, *(d.resolve() for d in found.deferred)])
+        return self.step_masks(prompt, generated, usage).resolved()
 
     def step_masks(self, prompt: str, generated: str, usage: MonitorUsage) -> StepMasks:
         """The AND of the masks every monitor knows for this text, and the masks they deferred
         (whose resolution is counted in ``usage`` when it happens)."""
         started = time.perf_counter()
-        combined: np.ndarray | None = None
+        known: list[np.ndarray] = []
         deferred: list[DeferredMask] = []
         texts: dict[int, str] = {}  # one text object per file: the scanner's cache keys on it
         step = _StepCount(usage)
@@ -86,21 +89,23 @@ class MonitorSet:
                 if isinstance(item, DeferredMask):
                     deferred.append(DeferredMask(item.scope, functools.partial(step.counted, monitor, item.resolve)))
                 else:
-                    combined = item.copy() if combined is None else np.logical_and(combined, item, out=combined)
-        step.close(combined is not None)
+                    known.append(item)
+        combined = _and_all(known)
+        step.close(masked=combined is not None)
         usage.time_s += time.perf_counter() - started
         return StepMasks(combined, deferred)
 
 
 class _StepCount:
-    """Counts one step's server requests, timeouts and time into its usage, also those made later
-    (a deferred mask resolved after the forward pass); the step counts as monitored once it masked
-    or asked."""
+    """Counts one step's server requests, timeouts and time into its usage, also those of a deferred
+    mask resolved after the step (after :meth:`close`); the step counts once as monitored, when it
+    masked or asked."""
 
     def __init__(self, usage: MonitorUsage) -> None:
         self.usage = usage
-        self.seen = False
+        self.closed = False
         self.asked = False
+        self.monitored = False
 
     def counted(self, monitor: Monitor, work: Callable[..., Any], *args: Any) -> Any:
         before = (monitor.counters.queries, monitor.counters.timeouts)
@@ -110,21 +115,21 @@ class _StepCount:
             result = work(*args)
             return result
         finally:
-            queries = monitor.counters.queries - before[0]
-            self.usage.queries += queries
+            self.asked = self.asked or monitor.counters.queries > before[0]
+            self.usage.queries += monitor.counters.queries - before[0]
             self.usage.timeouts += monitor.counters.timeouts - before[1]
-            if self.seen:  # after the step's own accounting: a deferred resolution (a mask, or asked)
+            if self.closed:  # a deferred resolution: its time is not in the step's own
                 self.usage.time_s += time.perf_counter() - started
-                if (queries or result is not None) and not self.asked:
-                    self.usage.steps += 1
-                    self.asked = True
-            self.asked = self.asked or queries > 0
+                self._mark(masked=result is not None)
 
     def close(self, masked: bool) -> None:
-        if masked or self.asked:
+        self.closed = True
+        self._mark(masked)
+
+    def _mark(self, masked: bool) -> None:
+        if (masked or self.asked) and not self.monitored:
             self.usage.steps += 1
-            self.asked = True
-        self.seen = True
+            self.monitored = True
 
 
 def decode_text(data: bytes) -> str:
@@ -138,10 +143,10 @@ class MonitorStage(Stage):
 
     With ``overlap`` the monitors run in a worker thread while the forward pass runs; without, in
     :meth:`apply`. ``constrained_generate`` overlaps only on an accelerator: on a CPU the worker's
-    Python holds the GIL between the forward pass's operators and the server takes a core from
-    torch's threads, and the overlapped monitors added 3.8 ms of wall time per monitored step where
-    the same work in turn added 1.8 ms (Qwen2.5-Coder, pyrefly, 2 cores, the monitors benchmark's
-    tasks).
+    Python holds the GIL between the forward pass's operators (the server's own CPU time is
+    negligible: 0.5 s over 40 tasks), and the overlapped monitors added 3.8 ms of wall time per
+    monitored step where the same work in turn added 1.8 ms (Qwen2.5-Coder, pyrefly, 2 cores, the
+    monitors benchmark's tasks, timed with an ad-hoc interleaving script).
     """
 
     def __init__(self, monitors: MonitorSet, prompts: Sequence[str], *, overlap: bool = True,
@@ -193,7 +198,7 @@ class MonitorStage(Stage):
         prepared = prepared and self.defer
         if prepared:
             self._deferred = {r: (step.deferred, layout.sequences[r]) for r, step in enumerate(found) if step.deferred}
-        masks = [step.mask if prepared else self._resolved(step) for step in found]
+        masks = [step.mask if prepared else step.resolved() for step in found]
         rows = [r for r, m in enumerate(masks) if m is not None]
         if rows:
             apply_unless_empty(logits, rows, [m for m in masks if m is not None], self.monitors.width)
@@ -214,7 +219,7 @@ class MonitorStage(Stage):
             due = [d for d in deferred if token < len(d.scope) and d.scope[token]]
             if not due:
                 continue
-            left = [d for d in deferred if not (token < len(d.scope) and d.scope[token])]
+            left = [d for d in deferred if all(d is not e for e in due)]
             if left:
                 self._deferred[row] = (left, seq)
             else:
@@ -227,9 +232,6 @@ class MonitorStage(Stage):
             self.usage[seq].wait_s += time.perf_counter() - waited
             waited = time.perf_counter()
         return redo
-
-    def _resolved(self, step: StepMasks) -> np.ndarray | None:
-        return _and_all([step.mask, *(d.resolve() for d in step.deferred)])
 
     def _compute(self, layout: StepLayout) -> list[StepMasks]:
         out: list[StepMasks] = []

@@ -31,7 +31,7 @@ class Repeat:
 
     period: int
     copies: int
-    repeated: int = 0
+    repeated: int
 
     @property
     def count(self) -> int:
