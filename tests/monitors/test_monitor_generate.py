@@ -172,3 +172,23 @@ def test_deferred_probes_give_the_same_tokens_with_fewer_requests(
     assert deferred.stats.monitor_timeouts == eager.stats.monitor_timeouts == 0
     assert deferred.token_ids == eager.token_ids
     assert deferred.stats.monitor_queries < eager.stats.monitor_queries, (deferred.stats, eager.stats)
+
+
+def test_requests_sent_before_the_forward_pass_give_the_same_tokens(
+        smollm2: tuple[Any, Any], project: Path, main_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU the stage sends a step's requests before the forward pass and reads their answers
+    after it: the tokens are those of the monitors computed in a worker thread during the forward."""
+    model, tokenizer = smollm2
+    prompt = main_prefix + "total = inv."
+    monitors = for_workspace(project, "main.py")
+    server = monitors[0].file.server
+    before = server.answered_ahead
+    ahead = constrained_generate(model, tokenizer, prompt, max_new_tokens=24, monitors=monitors)
+    assert server.answered_ahead > before
+    stage = MonitorStage.for_generation
+    monkeypatch.setattr(MonitorStage, "for_generation",
+                        classmethod(lambda cls, m, v, p, defer=False, overlap=True: stage(m, v, p, defer, True)))
+    threaded = constrained_generate(model, tokenizer, prompt, max_new_tokens=24, monitors=monitors)
+    assert ahead.stats.monitor_timeouts == threaded.stats.monitor_timeouts == 0
+    assert ahead.token_ids == threaded.token_ids
+    assert ahead.stats.monitor_steps == threaded.stats.monitor_steps >= 1

@@ -45,6 +45,24 @@ def test_import_monitor_is_silent_for_an_unknown_module(monitors: list) -> None:
     assert imports.masks("from no_such_module import ", _masks()) == []  # pyrefly answers the builtins
 
 
+def test_a_request_sent_ahead_is_answered_once_and_only_for_its_own_text(monitors: list, main_prefix: str) -> None:
+    """``send_ahead`` then ``request`` with the same arguments takes the answer already sent for,
+    the same names as asking afresh; a request for another text is sent anew."""
+    file = monitors[0].file
+    server = file.server
+    fresh = completion_names(file.request("textDocument/completion", main_prefix + "inv."))
+    before = (server.answered, server.answered_ahead)
+    file.send_ahead("textDocument/completion", main_prefix + "inv.")
+    time.sleep(0.5)  # the answer arrives before it is asked for
+    ahead = completion_names(file.request("textDocument/completion", main_prefix + "inv."))
+    assert (server.answered, server.answered_ahead) == (before[0] + 1, before[1] + 1)
+    assert ahead == fresh and ahead is not None and "restock_shelf" in ahead.names
+    assert server.latencies_s[-1] < 0.5  # the round-trip, not the time the answer waited
+    file.send_ahead("textDocument/completion", main_prefix + "inv.")
+    other = names_at(monitors, "from shop.pricing import ")
+    assert "quote_price" in other and server.answered_ahead == before[1] + 1
+
+
 @pytest.mark.parametrize("server", ["pyrefly", "jedi", "ty"])
 def test_each_python_server_answers_members(project: Path, main_prefix: str, server: str) -> None:
     require_server("python", server)

@@ -24,10 +24,11 @@ import os
 import subprocess
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,47 @@ from codemask.monitors.text import minimal_edit, position_of
 
 class ServerUnavailable(RuntimeError):
     """The server is not running, not ready, crashed, or did not answer in time."""
+
+
+_AHEAD_LIMIT = 16  # requests sent ahead and not taken yet, per server
+
+
+@dataclass(frozen=True)
+class _RequestKey:
+    """What makes two requests the same: method, document text, cursor and extra parameters."""
+
+    method: str
+    uri: str
+    text: str
+    cursor: int
+    extra: str
+
+
+@dataclass
+class _Sent:
+    """A request on its way: the connection it went out on, its id, its answer, when it was sent
+    and when the answer came (perf_counter seconds)."""
+
+    connection: JsonRpcConnection
+    request_id: int
+    future: Future[Any]
+    started: float
+    answered_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.future.add_done_callback(self._stamp)
+
+    def _stamp(self, _: Future[Any]) -> None:
+        self.answered_at = time.perf_counter()
+
+    @property
+    def latency_s(self) -> float:
+        """The round-trip: until the answer came, not until someone took it."""
+        return (self.answered_at or time.perf_counter()) - self.started
+
+
+def _frozen(extra: dict[str, Any] | None) -> str:
+    return json.dumps(extra, sort_keys=True) if extra else ""
 
 
 class JsonRpcConnection:
@@ -193,6 +235,8 @@ class LanguageServer:
         self.restarts = 0
         self.answered = 0  # requests answered in time; the last 4096 round-trips are in latencies_s
         self.latencies_s: deque[float] = deque(maxlen=4096)
+        self.answered_ahead = 0  # of those, requests sent ahead (:meth:`send_ahead`)
+        self._ahead: OrderedDict[_RequestKey, _Sent] = OrderedDict()
         self._connection: JsonRpcConnection | None = None
         self._documents: dict[str, tuple[str, int]] = {}  # uri -> (text the server has, version)
         self._lock = threading.RLock()
@@ -425,24 +469,55 @@ class LanguageServer:
                    extra: dict[str, Any] | None = None) -> Any:
         """Sync ``uri`` to ``text`` and send ``method`` at code-point offset ``cursor``; its result.
 
-        Raises :class:`ServerUnavailable` when the server is down, restarting, still busy with a
-        request that timed out earlier (a stalled server), or does not answer within ``timeout``.
+        A request :meth:`send_ahead` sent with the same arguments is not sent again: its answer is
+        taken (sent again only if the server refused it). Raises :class:`ServerUnavailable` when the
+        server is down, restarting, still busy with a request that timed out earlier (a stalled
+        server), or does not answer within ``timeout``.
         """
+        sent = self._ahead.pop(_RequestKey(method, uri, text, cursor, _frozen(extra)), None)
+        if sent is not None and sent.future.done() and sent.future.exception() is not None:
+            sent = None  # refused (a server may cancel an answer for an older version): ask again
+        if sent is None:
+            self._check_not_stalled()
+            sent = self._send_request(method, uri, text, cursor, extra)
+        else:
+            self.answered_ahead += 1
+        try:
+            result = sent.future.result(timeout=timeout)
+        except FutureTimeout:
+            sent.connection.forget(sent.request_id)
+            self._stalled = (time.monotonic(), sent.connection.request("$/codemask/ping", None)[1])
+            raise ServerUnavailable(f"{method} took longer than {timeout:.3f} s") from None
+        self.latencies_s.append(sent.latency_s)
+        self.answered += 1
+        return result
+
+    def send_ahead(self, method: str, uri: str, text: str, cursor: int, extra: dict[str, Any] | None = None) -> None:
+        """Send the request :meth:`request_at` will make with these arguments now, so that the server
+        answers it while the caller does other work (the decoding stage: while the model's forward
+        pass runs). Not sent while another text of ``uri`` has a request ahead unanswered: a server
+        that reads the next edit before answering could answer for the wrong text. The oldest
+        requests ahead are dropped past ``_AHEAD_LIMIT``. Raises :class:`ServerUnavailable` as
+        :meth:`request_at` does.
+        """
+        key = _RequestKey(method, uri, text, cursor, _frozen(extra))
+        if key in self._ahead or any(k.uri == uri and k.text != text and not sent.future.done()
+                                     for k, sent in self._ahead.items()):
+            return
         self._check_not_stalled()
+        self._ahead[key] = self._send_request(method, uri, text, cursor, extra)
+        while len(self._ahead) > _AHEAD_LIMIT:
+            _, dropped = self._ahead.popitem(last=False)
+            if not dropped.future.done():
+                dropped.connection.forget(dropped.request_id)
+
+    def _send_request(self, method: str, uri: str, text: str, cursor: int, extra: dict[str, Any] | None) -> _Sent:
         self.sync(uri, text)
         params = {"textDocument": {"uri": uri}, "position": position_of(text, cursor), **(extra or {})}
         connection = self._ensure_running()
         started = time.perf_counter()
         request_id, future = connection.request(method, params)
-        try:
-            result = future.result(timeout=timeout)
-        except FutureTimeout:
-            connection.forget(request_id)
-            self._stalled = (time.monotonic(), connection.request("$/codemask/ping", None)[1])
-            raise ServerUnavailable(f"{method} took longer than {timeout:.3f} s") from None
-        self.latencies_s.append(time.perf_counter() - started)
-        self.answered += 1
-        return result
+        return _Sent(connection, request_id, future, started)
 
     def _check_not_stalled(self) -> None:
         """After a timeout, ask nothing more until the server answers a ping (any answer, even an error).

@@ -120,6 +120,12 @@ class WorkspaceFile:
             self._last_scan = (text, result)
             return result
 
+    def send_ahead(self, method: str, before_cursor: str, extra: dict[str, Any] | None = None) -> None:
+        """Send the request :meth:`request` will make with these arguments now (its answer arrives
+        meanwhile); a server that cannot take it is left to :meth:`request` to report."""
+        with self.server.request_lock, contextlib.suppress(ServerUnavailable):
+            self.server.send_ahead(method, self.uri, before_cursor + self.suffix, len(before_cursor), extra)
+
     def request(self, method: str, before_cursor: str, extra: dict[str, Any] | None = None,
                 temporary: bool = False) -> Any:
         """``method`` with the document equal to ``before_cursor + suffix`` and the cursor between them.
@@ -138,6 +144,11 @@ class WorkspaceFile:
                         self.server.sync(self.uri, previous)
 
 
+class _AnswerPending(Exception):
+    """Raised by :meth:`Monitor.ask` in :meth:`Monitor.items_ahead`: the answer is not known yet and
+    its request is on its way."""
+
+
 class Monitor(ABC):
     """One kind of static check: where it triggers, what it asks, and the mask it makes of the answer."""
 
@@ -146,6 +157,7 @@ class Monitor(ABC):
         self.language = file.language
         self.counters = MonitorCounters()
         self._cache: OrderedDict[tuple[str, str], tuple[Answer | None, float]] = OrderedDict()
+        self._ahead = threading.local()  # .active: ask sends its request ahead instead of waiting
 
     def document_text(self, prompt: str, generated: str) -> str:
         """The text before the cursor: the file's prefix (or the prompt) and the generated text."""
@@ -164,6 +176,22 @@ class Monitor(ABC):
         if not in_code:
             return []
         return self.step_masks(text, brackets, masks)
+
+    def items_ahead(self, text: str, masks: NameMasks) -> list[StepMask] | None:
+        """:meth:`step_items` if they need no server request; else None, and the request is sent so
+        that its answer arrives while the caller does other work.
+
+        The decoding stage calls this before the model's forward pass and :meth:`step_items` after
+        it, where the request finds its answer waiting: on a CPU the server's round-trip then
+        overlaps the forward pass with no worker thread taking the GIL from it.
+        """
+        self._ahead.active = True
+        try:
+            return self.step_items(text, masks)
+        except _AnswerPending:
+            return None
+        finally:
+            self._ahead.active = False
 
     @abstractmethod
     def step_masks(self, text: str, brackets: tuple[tuple[str, int, int], ...], masks: NameMasks) -> list[StepMask]:
@@ -187,6 +215,10 @@ class Monitor(ABC):
                 return cached
             if cached is not None and cached.incomplete and typed:
                 key = (anchor, typed)
+        if getattr(self._ahead, "active", False):
+            if not temporary:  # a temporary edit would have to be undone before the answer is read
+                self.file.send_ahead(method, anchor + typed if key[1] else anchor, extra)
+            raise _AnswerPending
         started = time.perf_counter()
         self.counters.queries += 1
         try:

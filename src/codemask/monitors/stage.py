@@ -27,7 +27,7 @@ from codemask.decoding.pipeline import Stage, StepLayout
 from codemask.engine.bitmask import apply_token_bitmask_, pack_bool_mask
 from codemask.engine.token_trie import ByteVocabulary
 from codemask.monitors.masks import NameMasks, name_masks
-from codemask.monitors.monitor import DeferredMask, Monitor
+from codemask.monitors.monitor import DeferredMask, Monitor, StepMask
 
 
 @dataclass
@@ -75,17 +75,38 @@ class MonitorSet:
         constrains it)."""
         return self.step_masks(prompt, generated, usage).resolved()
 
-    def step_masks(self, prompt: str, generated: str, usage: MonitorUsage) -> StepMasks:
+    def items_ahead(self, prompt: str, generated: str, usage: MonitorUsage) -> dict[int, list[StepMask]]:
+        """Each monitor's items for this text, by its index, where they need no server request; the
+        others' requests are sent, to be answered while the model's forward pass runs
+        (:meth:`Monitor.items_ahead`). Pass the result to :meth:`step_masks` for the same text."""
+        started = time.perf_counter()
+        known: dict[int, list[StepMask]] = {}
+        texts: dict[int, str] = {}
+        for index, monitor in enumerate(self.monitors):
+            text = texts.setdefault(id(monitor.file), monitor.document_text(prompt, generated))
+            items = monitor.items_ahead(text, self._masks[monitor.language.break_characters])
+            if items is not None:
+                known[index] = items
+        usage.time_s += time.perf_counter() - started
+        return known
+
+    def step_masks(self, prompt: str, generated: str, usage: MonitorUsage,
+                   ahead: dict[int, list[StepMask]] | None = None) -> StepMasks:
         """The AND of the masks every monitor knows for this text, and the masks they deferred
-        (whose resolution is counted in ``usage`` when it happens)."""
+        (whose resolution is counted in ``usage`` when it happens). ``ahead``: the items
+        :meth:`items_ahead` found for this text, not computed again."""
         started = time.perf_counter()
         known: list[np.ndarray] = []
         deferred: list[DeferredMask] = []
         texts: dict[int, str] = {}  # one text object per file: the scanner's cache keys on it
         step = _StepCount(usage)
-        for monitor in self.monitors:
-            text = texts.setdefault(id(monitor.file), monitor.document_text(prompt, generated))
-            for item in step.counted(monitor, monitor.step_items, text, self._masks[monitor.language.break_characters]):
+        for index, monitor in enumerate(self.monitors):
+            if ahead is not None and index in ahead:
+                items = ahead[index]
+            else:
+                text = texts.setdefault(id(monitor.file), monitor.document_text(prompt, generated))
+                items = step.counted(monitor, monitor.step_items, text, self._masks[monitor.language.break_characters])
+            for item in items:
                 if isinstance(item, DeferredMask):
                     deferred.append(DeferredMask(item.scope, functools.partial(step.counted, monitor, item.resolve)))
                 else:
@@ -160,6 +181,7 @@ class MonitorStage(Stage):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="codemask-monitor") if overlap else None
         self._pending: Future[list[StepMasks]] | None = None
         self._pending_layout: StepLayout | None = None
+        self._ahead: list[dict[int, list[StepMask]]] | None = None  # per row: items found before the forward
         self._deferred: dict[int, tuple[list[DeferredMask], int]] = {}  # row -> (masks, sequence)
 
     @classmethod
@@ -183,9 +205,14 @@ class MonitorStage(Stage):
             row.monitor_time_s, row.monitor_wait_s = usage.time_s, usage.wait_s
 
     def prepare(self, layout: StepLayout) -> None:
+        """With ``overlap``, start the step's monitors in the worker; without, compute what needs no
+        server now and send the requests the rest need, answered while the forward pass runs."""
         self._pending_layout = layout
         if self._pool is not None:
             self._pending = self._pool.submit(self._compute, layout)
+        else:
+            self._ahead = [self.monitors.items_ahead(self.prompts[seq], text, self.usage[seq])
+                           for seq, text in self._texts(layout)]
 
     def apply(self, logits: torch.Tensor, layout: StepLayout) -> None:
         """Mask the rows; deferred masks wait for :meth:`recheck` on the step :meth:`prepare` announced
@@ -193,8 +220,11 @@ class MonitorStage(Stage):
         waited = time.perf_counter()
         self._deferred = {}  # only this step's: recheck follows this apply (defer excludes nested applies)
         prepared = self._pending_layout is layout
-        found = self._pending.result() if prepared and self._pending is not None else self._compute(layout)
-        self._pending = self._pending_layout = None
+        if prepared and self._pending is not None:
+            found = self._pending.result()
+        else:
+            found = self._compute(layout, self._ahead if prepared else None)
+        self._pending = self._pending_layout = self._ahead = None
         prepared = prepared and self.defer
         if prepared:
             self._deferred = {r: (step.deferred, layout.sequences[r]) for r, step in enumerate(found) if step.deferred}
@@ -233,13 +263,19 @@ class MonitorStage(Stage):
             waited = time.perf_counter()
         return redo
 
-    def _compute(self, layout: StepLayout) -> list[StepMasks]:
-        out: list[StepMasks] = []
+    def _compute(self, layout: StepLayout, ahead: list[dict[int, list[StepMask]]] | None = None) -> list[StepMasks]:
+        return [self.monitors.step_masks(self.prompts[seq], text, self.usage[seq],
+                                         None if ahead is None else ahead[row])
+                for row, (seq, text) in enumerate(self._texts(layout))]
+
+    def _texts(self, layout: StepLayout) -> list[tuple[int, str]]:
+        """Each row's sequence and its generated text (with the drafted tokens before the row's position)."""
+        out: list[tuple[int, str]] = []
         for seq, offset in zip(layout.sequences, layout.offsets, strict=True):
             data = b"".join(self.generated[seq])
             if offset:
                 data += b"".join(self.token_bytes[t] for t in layout.drafts[seq][:offset])
-            out.append(self.monitors.step_masks(self.prompts[seq], decode_text(data), self.usage[seq]))
+            out.append((seq, decode_text(data)))
         return out
 
     def commit(self, sequence: int, token_ids: Sequence[int]) -> None:
