@@ -13,7 +13,9 @@ decoding repeats itself; every ``--stride``-th distinct prompt, ``--prompts`` of
 paper's metrics from :mod:`codemask.metrics`: EGP (ended by end-of-sequence), TR-4 over the
 completion's grammar tokens and over its statement units, TR-S (repeated lines of the completion),
 CCP (prompt + completion compiles), tokens generated and seconds per sample. On HumanEval+ it reports
-pass@1 (greedy configurations; the base tests of each task, in a subprocess with a time limit). The
+pass@1 (greedy configurations; the base tests of each task, in a subprocess with a time limit, on the
+completion cut at the first of HumanEval's stop sequences, as the HumanEval protocol and
+``adadec_eval`` do: a model that writes on after the function is judged on the function). The
 RPG row also gives the stage's CPU time per decoding step (its analysis runs beside the forward pass).
 
 Targets (issue 7; RPG vs greedy, same model): EGP +50 points, TR-S -30% relative, CCP up, pass@1 not
@@ -47,6 +49,7 @@ from typing import Any
 
 import torch
 
+from adadec_eval import HUMANEVAL_STOPS
 from codemask import RPG, constrained_generate, metrics
 from codemask.assets import load_model, load_tokenizer
 from update_readme import plot_model_panels, publish
@@ -107,7 +110,10 @@ def humaneval_tasks(count: int) -> list[dict[str, Any]]:
 
 
 def passes(task: dict[str, Any], completion: str, timeout_s: float = 10.0) -> bool:
-    program = f"{task['prompt']}{completion}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
+    """Whether ``completion``, cut at the first HumanEval stop sequence, passes the task's base tests."""
+    cut = min([completion.find(s) for s in HUMANEVAL_STOPS if s in completion], default=len(completion))
+    function = completion[:cut]
+    program = f"{task['prompt']}{function}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(program)
     try:
