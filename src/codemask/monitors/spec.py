@@ -97,7 +97,18 @@ def language_spec(language: str) -> LanguageSpec:
     )
 
 
+_SCALARS: dict[str, tuple[type, ...]] = {  # a server table's optional scalar keys and the TOML types they take
+    "startup_timeout_s": (int, float), "request_timeout_s": (int, float), "progress_grace_s": (int, float),
+    "stall_retry_s": (int, float), "max_restarts": (int,), "complete_lists": (bool,),
+}
+
+
 def _server(name: str, language: dict[str, Any], table: dict[str, Any]) -> ServerSpec:
+    for key, types in _SCALARS.items():
+        value = table.get(key)
+        if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            expected = " or ".join(t.__name__ for t in types)
+            raise ValueError(f"server {name!r}: {key} must be a {expected}, got {value!r}")
     return ServerSpec(
         name=name,
         language_id=language.get("language_id", ""),
@@ -108,8 +119,7 @@ def _server(name: str, language: dict[str, Any], table: dict[str, Any]) -> Serve
         init_options=table.get("init_options", {}),
         settings=table.get("settings", {}),
         env={k: _expand(v) for k, v in table.get("env", {}).items()},
-        **{k: table[k] for k in ("startup_timeout_s", "request_timeout_s", "progress_grace_s",
-                                 "stall_retry_s", "max_restarts", "complete_lists") if k in table},
+        **{k: table[k] for k in _SCALARS if k in table},
     )
 
 
