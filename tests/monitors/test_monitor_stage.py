@@ -1,4 +1,4 @@
-"""The monitor stage's mask application: a row is masked unless the AND would leave it no token."""
+"""The monitor stage: a row is masked unless the AND would leave it no token; a step's accounting."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from codemask.assets import load_tokenizer
 from codemask.monitors import stage
-from codemask.monitors.stage import apply_unless_empty
+from codemask.monitors.stage import MonitorSet, MonitorUsage, apply_unless_empty
+from codemask.vocab import Vocabulary
 
 
 def _case(dtype: torch.dtype) -> tuple[torch.Tensor, list[int], list[np.ndarray], int]:
@@ -74,3 +76,18 @@ def test_a_mask_that_is_not_bool_is_refused() -> None:
     logits = torch.zeros(1, 8)
     with pytest.raises(ValueError, match="bool"):
         apply_unless_empty(logits, [0], [np.ones(8, dtype=np.uint8)], 8)
+
+
+def test_a_deferred_mask_resolved_from_the_cache_counts_its_step(monitors: list, main_prefix: str) -> None:
+    """A probe whose answer is cached (the member list at ``inv.`` was asked before) resolves with no
+    request, and its step still counts as monitored — once, however often it is resolved."""
+    monitor_set = MonitorSet(monitors, Vocabulary.from_tokenizer(load_tokenizer("smollm2")))
+    member = next(m for m in monitors if type(m).__name__ == "MemberAccessMonitor")
+    assert member.ask("textDocument/completion", main_prefix + "inv.", "", member._parse) is not None
+    usage = MonitorUsage()
+    step = monitor_set.step_masks(main_prefix + "inv", "", usage)
+    assert step.mask is None and len(step.deferred) == 1 and usage.steps == 0
+    mask = step.deferred[0].resolve()
+    assert mask is not None and mask.any() and not mask.all()
+    step.deferred[0].resolve()
+    assert (usage.steps, usage.queries, usage.timeouts) == (1, 0, 0)
