@@ -121,6 +121,11 @@ def passes(program: str, timeout: float) -> bool:
             return False
 
 
+def cut_at_stops(text: str, stops: list[str]) -> str:
+    """``text`` up to the first of ``stops`` (all of it if none occurs)."""
+    return text[: min([text.find(s) for s in stops if s in text], default=len(text))]
+
+
 def generate(mode: str, model: Any, tokenizer: Any, prompt: str, stops: list[str], max_new_tokens: int,
              threshold: float) -> tuple[str, dict[str, Any]]:
     started = time.perf_counter()
@@ -131,9 +136,9 @@ def generate(mode: str, model: Any, tokenizer: Any, prompt: str, stops: list[str
                                  pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
                                  stop_strings=stops or None, tokenizer=tokenizer)
         text = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
-        cut = min([text.find(s) for s in stops if s in text], default=len(text))
         steps = int(out.shape[1] - ids["input_ids"].shape[1])
-        return text[:cut], {"steps": steps, "pauses": 0, "lookahead_tokens": 0, "time_s": time.perf_counter() - started}
+        return cut_at_stops(text, stops), {"steps": steps, "pauses": 0, "lookahead_tokens": 0,
+                                           "time_s": time.perf_counter() - started}
     decoding, _, speculation = mode.partition("+")  # "adadec+spec": AdaDec with speculative verification
     uncertainty = AdaDec(threshold=threshold) if decoding == "adadec" else None
     result = constrained_generate(model, tokenizer, prompt, max_new_tokens=max_new_tokens, stop=stops or None,

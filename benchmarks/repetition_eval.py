@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from adadec_eval import HUMANEVAL_STOPS
+from adadec_eval import HUMANEVAL_STOPS, cut_at_stops
 from codemask import RPG, constrained_generate, metrics
 from codemask.assets import load_model, load_tokenizer
 from update_readme import plot_model_panels, publish
@@ -111,8 +111,7 @@ def humaneval_tasks(count: int) -> list[dict[str, Any]]:
 
 def passes(task: dict[str, Any], completion: str, timeout_s: float = 10.0) -> bool:
     """Whether ``completion``, cut at the first HumanEval stop sequence, passes the task's base tests."""
-    cut = min([completion.find(s) for s in HUMANEVAL_STOPS if s in completion], default=len(completion))
-    function = completion[:cut]
+    function = cut_at_stops(completion, HUMANEVAL_STOPS)
     program = f"{task['prompt']}{function}\n\n{task['test']}\n\ncheck({task['entry_point']})\n"
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(program)
