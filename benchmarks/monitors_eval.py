@@ -31,7 +31,7 @@ the rest of the line as the monitors' suffix —, calls, names after ``new``).
 
 Usage: .venv/bin/python benchmarks/monitors_eval.py [--models smollm2,qwen-coder] [--servers pyrefly,jedi]
        [--max-new-tokens 10] [--call-tokens 24] [--kinds member,import,keyword,call] [--every K]
-       [--threads N] [--merge] [--update-readme] [--render]
+       [--threads N] [--repeats R] [--merge] [--update-readme] [--render]
 """
 
 from __future__ import annotations
@@ -374,9 +374,15 @@ def _share(flags: list[bool]) -> float | None:
 
 
 def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: int,
-              call_tokens: int = 24) -> dict[str, Any]:
+              call_tokens: int = 24, repeats: int = 1) -> dict[str, Any]:
     """Every task under every configuration, the configurations of one task back to back: the wall
-    time a configuration adds is a difference of runs seconds apart, not of passes minutes apart."""
+    time a configuration adds is a difference of runs seconds apart, not of passes minutes apart.
+
+    With ``repeats`` > 1 each task runs that many rounds of every configuration and each
+    configuration keeps its fastest run (greedy decoding writes the same tokens every time): a task
+    is about ten forward passes, and one of them slowed by the machine (another job, a page fault)
+    moves a single run's time by more than the monitors add, in either direction. The cost the
+    monitors add is in every run, so the fastest runs keep it and shed the noise."""
     model, tokenizer = load_model(name), load_tokenizer(name)
     constrained_generate(model, tokenizer, "import os\nos.", max_new_tokens=2)  # first-call costs
     first = tasks[0]
@@ -388,15 +394,19 @@ def run_model(name: str, tasks: list[Task], servers: list[str], max_new_tokens: 
         constrained_generate(model, tokenizer, first.prompt, monitors=warm, max_new_tokens=2)
     outputs: dict[str, list[dict[str, Any]]] = {config: [] for config in ["none", *servers]}
     for task in tasks:
+        rounds: dict[str, list[dict[str, Any]]] = {config: [] for config in outputs}
+        for _ in range(repeats):
+            for config, runs in rounds.items():
+                runs.append(run_task(model, tokenizer, task, None if config == "none" else config, max_new_tokens,
+                                     call_tokens))
         for config, done in outputs.items():
-            done.append(run_task(model, tokenizer, task, None if config == "none" else config, max_new_tokens,
-                                 call_tokens))
+            done.append(min(rounds[config], key=lambda run: run["seconds"]))
     configs = {config: {"summary": summarise(done), "outputs": done} for config, done in outputs.items()}
     for config, entry in configs.items():
         print(name, config, json.dumps(entry["summary"]), flush=True)
     kinds = {k: sum(t.kind == k for t in tasks) for k in KINDS}
     return {"model": name, "max_new_tokens": max_new_tokens, "tasks": len(tasks), "task_kinds": kinds,
-            "configs": configs}
+            "repeats": repeats, "configs": configs}
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -421,7 +431,8 @@ def markdown(report: dict[str, Any]) -> str:
         "at the prompt; *monitor ms/step*: the monitors' time per monitored step (mostly beside the forward "
         "pass); *wait ms/step*: how long decoding waited for them; *added ms/step*: the wall time the monitors "
         "added per monitored step, over the tasks where both runs wrote as many tokens (on 2 cores the work "
-        "beside the forward pass still slows it); *server ms*: request round-trip p50; "
+        "beside the forward pass still slows it), each run the fastest of the model's `--repeats` rounds; "
+        "*server ms*: request round-trip p50; "
         "*call arity ok*: generated calls whose arguments the callee accepts (— : no call tasks in that run). Outputs: "
         f"`benchmarks/results/{report.get('name', 'monitors_eval')}.json`.",
         "",
@@ -486,6 +497,8 @@ def main() -> None:
                         help="results name under benchmarks/results (a run of some kinds only keeps its own)")
     parser.add_argument("--every", type=int, default=1, help="use every k-th task (a subset for slow models)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds of every configuration per task, the fastest run of each kept (times)")
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
     parser.add_argument("--update-readme", action="store_true")
     parser.add_argument("--render", action="store_true", help="only redo the table and plot of the last results")
@@ -505,7 +518,7 @@ def main() -> None:
     servers = [s for s in args.servers.split(",") if s]
     command = ".venv/bin/python " + " ".join(["benchmarks/monitors_eval.py", *sys.argv[1:]])
     listed = [asdict(t) | {"prompt": t.prompt[-80:]} for t in tasks]
-    fresh = [run_model(name, tasks, servers, args.max_new_tokens, args.call_tokens)
+    fresh = [run_model(name, tasks, servers, args.max_new_tokens, args.call_tokens, args.repeats)
              | {"every": args.every, "command": command, "task_list": listed}
              for name in args.models.split(",")]
     previous = json.loads(path.read_text())["models"] if args.merge and path.exists() else []
