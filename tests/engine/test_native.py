@@ -21,7 +21,7 @@ from codemask import Grammar, GrammarMatcher
 from codemask.engine import native, parser
 from codemask.engine.automaton import RTN
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.lexer_masks import _walk_native, _walk_numpy
+from codemask.engine.lexer_masks import _residuals_numpy, _walk_native, _walk_numpy
 from codemask.engine.mask_cache import PositionClassifier, Uncertain
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import TokenTrie, token_trie
@@ -246,6 +246,41 @@ def test_c_lexer_walk_classifies_as_the_numpy_walk(language: str) -> None:
     assert compared >= 3 * len(starts)
 
 
+@pytest.mark.parametrize("language", ["python", "sql"])
+def test_c_residual_walk_splits_as_the_numpy_walk(language: str) -> None:
+    """The tails of every vocabulary token (after its first 1, 2 and 3 bytes), walked from the fresh
+    lexer states a real file meets by two fresh lexer cores — one in C, one in numpy — survive, die
+    and end their first lexeme alike."""
+    compiled = compiler("smollm2").compile(Grammar.builtin(language))
+    core = compiled.core
+    assert isinstance(core, LexParserCore)
+    matcher = GrammarMatcher(compiled)
+    source = {"python": Path(textwrap.__file__), "sql": CODE / "sql" / "analytics.sql"}[language]
+    for token in encode("smollm2", source.read_text(encoding="utf-8"))[:80]:
+        matcher.next_token_bitmask()
+        if not matcher.accept_token(token):
+            break
+    starts = sorted(set(core._by_allowed.values()), key=lambda cb: (sorted(cb[0]), sorted(cb[1])))[:6]
+    assert len(starts) >= 3
+    trie = token_trie(vocabulary("smollm2"))
+    lexers = [LexerCore(core.lexer.automata) for _ in range(2)]
+    ended = 0
+    for candidates, blockers in starts:
+        lids = [lexer.start(candidates, blockers) for lexer in lexers]
+        for skip in (1, 2, 3):
+            rows = np.flatnonzero(trie.lengths > skip)
+            offsets = np.full(len(rows), skip, dtype=np.int64)
+            lengths = trie.lengths[rows].astype(np.int64) - skip
+            c_alive, c_end, c_class = native.lexer_residuals(lexers[0], trie.matrix, rows, offsets, lengths, lids[0])
+            n_alive, n_end, n_class = _residuals_numpy(lexers[1], trie.matrix, rows, offsets, lengths, lids[1])
+            assert (c_alive == n_alive).all() and (c_end == n_end).all()
+            names = [[lexer.end_classes[c] if c >= 0 else None for c in classes.tolist()]
+                     for lexer, classes in zip(lexers, (c_class, n_class), strict=True)]
+            assert names[0] == names[1]
+            ended += int(((c_end > 0) & ~c_alive).sum())
+    assert ended > 500  # many tails end their first lexeme inside
+
+
 def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     compiled = compiler("smollm2").compile(Grammar.builtin("sql"))
     lexer = LexerCore(compiled.core.lexer.automata)
@@ -257,6 +292,14 @@ def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> No
         native.lexer_walk(lexer, flat, np.array([len(flat.byte)]), one, one, one)
     from codemask.engine import _native  # type: ignore[attr-defined]
 
+    matrix = token_trie(compiled.vocab).matrix
+    lid = lexer.start(frozenset(range(len(lexer.automata.names))))
+    with pytest.raises(ValueError, match="residual out of the matrix"):
+        native.lexer_residuals(lexer, matrix, np.array([len(matrix)]), np.zeros(1), np.ones(1), lid)
+    with pytest.raises(ValueError, match="residual out of the matrix"):
+        native.lexer_residuals(lexer, matrix, np.zeros(1), np.array([matrix.shape[1]]), np.ones(1), lid)
+    with pytest.raises(ValueError, match="lexer state out of range"):
+        native.lexer_residuals(lexer, matrix, np.zeros(1), np.zeros(1), np.ones(1), 10**6)
     count = len(lexer.keys)
     with pytest.raises(ValueError, match="end_class_of"):
         _native.lexer_walk(lexer.table[:count], lexer.end_class_of[: count - 1], lexer.poisoned[:count].view(np.uint8),

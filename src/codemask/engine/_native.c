@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 3
+#define NATIVE_VERSION 4
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -288,6 +288,99 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Residuals through the lexer (`lexer_masks.ResidualSets.split`).
+ *
+ * Each residual is a tail `matrix[row, start:start + length]` walked from its own lexer state with
+ * longest match: it stays alive to its end, or dies, remembering the offset just after its last
+ * match and that match's end class (0 and -1: none; a poisoned state leaves it dead with none).
+ * The per-residual `state`, `col`, `end_at`, `end_class` and `alive` arrays are updated in place,
+ * so a residual that meets a transition the table does not know yet is reported as pending and
+ * resumed where it stopped once Python has computed it.
+ * ------------------------------------------------------------------------------------------- */
+
+static PyObject *lexer_residuals(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer v[13];
+    Py_ssize_t width;
+    memset(v, 0, sizeof(v));
+    if (!PyArg_ParseTuple(args, "y*y*y*y*ny*y*y*y*w*w*w*w*w*", &v[0], &v[1], &v[2], &v[3], &width, &v[4], &v[5],
+                          &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12]))
+        return NULL;
+    PyObject *result = NULL;
+    IntBuf pending = {0};
+    LexTable lex = {(const int32_t *)v[0].buf, (const int32_t *)v[1].buf, (const uint8_t *)v[2].buf, 0};
+    const uint8_t *matrix = (const uint8_t *)v[3].buf;
+    Py_ssize_t count = v[4].len / (Py_ssize_t)sizeof(int32_t), todo = v[7].len / (Py_ssize_t)sizeof(int32_t);
+    if (v[0].len % ((Py_ssize_t)sizeof(int32_t) * 256)) {
+        bad("table: not a whole number of rows of 256 bytes");
+        goto done;
+    }
+    lex.states = v[0].len / ((Py_ssize_t)sizeof(int32_t) * 256);
+    if (need(&v[1], sizeof(int32_t), lex.states, "end_class_of") || need(&v[2], 1, lex.states, "poisoned") ||
+        need(&v[5], sizeof(int32_t), count, "starts") || need(&v[6], sizeof(int32_t), count, "lengths") ||
+        need(&v[8], sizeof(int32_t), count, "state") || need(&v[9], sizeof(int32_t), count, "col") ||
+        need(&v[10], sizeof(int32_t), count, "end_at") || need(&v[11], sizeof(int32_t), count, "end_class") ||
+        need(&v[12], 1, count, "alive"))
+        goto done;
+    if (width <= 0 || v[3].len % width) {
+        bad("matrix: not a whole number of rows of the given width");
+        goto done;
+    }
+    Py_ssize_t matrix_rows = v[3].len / width;
+    const int32_t *rows = (const int32_t *)v[4].buf, *starts = (const int32_t *)v[5].buf;
+    const int32_t *lengths = (const int32_t *)v[6].buf, *order = (const int32_t *)v[7].buf;
+    int32_t *state = (int32_t *)v[8].buf, *col = (int32_t *)v[9].buf, *end_at = (int32_t *)v[10].buf;
+    int32_t *end_class = (int32_t *)v[11].buf;
+    uint8_t *alive = (uint8_t *)v[12].buf;
+    int failed = 0;
+    for (Py_ssize_t k = 0; k < todo && !failed; k++) {
+        int32_t i = order[k];
+        if (i < 0 || i >= count) {
+            failed = bad("residual index out of range");
+            break;
+        }
+        int32_t row = rows[i], start = starts[i], length = lengths[i];
+        if (row < 0 || row >= matrix_rows || start < 0 || length < 0 || (Py_ssize_t)start + length > width) {
+            failed = bad("residual out of the matrix");
+            break;
+        }
+        const uint8_t *bytes = matrix + (Py_ssize_t)row * width + start;
+        while (alive[i] && col[i] < length) {
+            int32_t at = state[i];
+            if (at < 0 || at >= lex.states) {
+                failed = bad("lexer state out of range");
+                break;
+            }
+            int32_t next = lex.table[(Py_ssize_t)at * 256 + bytes[col[i]]];
+            if (next == UNKNOWN) {
+                failed = buf_push(&pending, i);
+                break;
+            }
+            if (next >= lex.states) {
+                failed = bad("transition to a lexer state out of range");
+                break;
+            }
+            if (next < 0 || lex.poisoned[next]) {
+                if (next >= 0) end_at[i] = 0; /* a refused reserved word has no shorter match to fall back on */
+                alive[i] = 0;
+                break;
+            }
+            state[i] = next;
+            col[i]++;
+            if (lex.end_class_of[next] >= 0) {
+                end_at[i] = col[i];
+                end_class[i] = lex.end_class_of[next];
+            }
+        }
+    }
+    if (!failed) result = buf_bytes(&pending);
+done:
+    free(pending.data);
+    for (int i = 0; i < 13; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * The parser's closure and transition rows (`ParserCore.closure` and `ParserCore._fill_row`).
  *
  * An `Interner` holds the RTN as C arrays and references to the ParserCore's interning lists and
@@ -519,9 +612,49 @@ static Py_ssize_t as_id(PyObject *found) {
     return id;
 }
 
+/* The node index's key of (q, parents): `(q, *sorted(parents))`, a tuple of ints, as `ParserCore.node`
+ * builds it. Ints only, so the garbage collector stops tracking it after its first collection: a
+ * key holding the frozenset stayed tracked, and hundreds of thousands of them made every full
+ * collection traverse them all. */
+static PyObject *node_key(Interner *x, int32_t q, PyObject *parents) {
+    Py_ssize_t n = PySet_GET_SIZE(parents);
+    PyObject *key = PyTuple_New(n + 1);
+    if (!key) return NULL;
+    Py_INCREF(x->qlong[q]);
+    PyTuple_SET_ITEM(key, 0, x->qlong[q]);
+    PyObject *items = n > 1 ? PySequence_List(parents) : PyObject_GetIter(parents);
+    if (!items) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (n > 1) {
+        if (PyList_Sort(items)) {
+            Py_DECREF(items);
+            Py_DECREF(key);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_GET_ITEM(items, i);
+            Py_INCREF(item);
+            PyTuple_SET_ITEM(key, i + 1, item);
+        }
+    } else if (n == 1) {
+        PyObject *item = PyIter_Next(items);
+        if (!item) {
+            Py_DECREF(items);
+            Py_DECREF(key);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "parents changed during the closure");
+            return NULL;
+        }
+        PyTuple_SET_ITEM(key, 1, item);
+    }
+    Py_DECREF(items);
+    return key;
+}
+
 /* The id of the node (q, parents) if interned, -2 if not, -1 on error. */
 static Py_ssize_t node_find(Interner *x, int32_t q, PyObject *parents) {
-    PyObject *key = PyTuple_Pack(2, x->qlong[q], parents);
+    PyObject *key = node_key(x, q, parents);
     if (!key) return -1;
     PyObject *found = PyDict_GetItemWithError(x->node_index, key);
     Py_DECREF(key);
@@ -531,7 +664,7 @@ static Py_ssize_t node_find(Interner *x, int32_t q, PyObject *parents) {
 
 /* `ParserCore.node`: the id of the node (q, parents), interned if new; -1 on error. */
 static Py_ssize_t node(Interner *x, int32_t q, PyObject *parents) {
-    PyObject *key = PyTuple_Pack(2, x->qlong[q], parents);
+    PyObject *key = node_key(x, q, parents);
     if (!key) return -1;
     PyObject *found = PyDict_GetItemWithError(x->node_index, key);
     if (found || PyErr_Occurred()) {
@@ -1054,6 +1187,9 @@ static PyMethodDef methods[] = {
      "lexer_walk(table, end_class_of, poisoned, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
      "match_depth, match_class) -> (accepted, exit_lo, exit_hi, exit_depth, exit_class, blocked_lo, blocked_hi, "
      "pending_node, pending_state, pending_depth, pending_class), each the bytes of an int32 array"},
+    {"lexer_residuals", lexer_residuals, METH_VARARGS,
+     "lexer_residuals(table, end_class_of, poisoned, matrix, width, rows, starts, lengths, order, state, col, "
+     "end_at, end_class, alive) -> pending, the bytes of an int32 array (state .. alive are updated in place)"},
     {"walk", walk, METH_VARARGS,
      "walk(table, alphabet, flags, has_stacks, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
      "owners) -> (ok_owner, ok_token, exit_owner, exit_lo, exit_hi, exit_depth, pending_node, pending_state, "

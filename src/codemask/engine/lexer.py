@@ -301,6 +301,7 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         self._by_allowed: dict[frozenset[int], tuple[frozenset[int], frozenset[int]]] = {}
         self._blockers: dict[int, frozenset[int]] = {}
         self._ends: dict[Config, Config | None] = {}
+        self._fresh: dict[int, Config] = {}
         self._can_end = np.full(64, -1, dtype=np.int8)  # -1: not computed yet (most states never ask)
         super().__init__()
         if spec is not None:  # the input starts as if after a newline (the first line is at column 0)
@@ -343,7 +344,12 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         return self._blockers[pid]
 
     def fresh(self, pid: int) -> Config:
-        return (pid, self.lexer.start(self.candidates(pid), self.blockers(pid)))
+        """The configuration that starts a new lexeme at parser state ``pid`` (memoised: the mask
+        computation asks it at every lexeme end it explores, tens of thousands of times per file)."""
+        found = self._fresh.get(pid)
+        if found is None:
+            found = self._fresh[pid] = (pid, self.lexer.start(self.candidates(pid), self.blockers(pid)))
+        return found
 
     def end_lexeme(self, config: Config) -> Config | None:
         """End the current lexeme as its winning terminal and start a fresh one (None: refused)."""

@@ -27,6 +27,7 @@ residual byte of every new parser context (about 2,300 per new mask).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -84,16 +85,36 @@ class ResidualSets:
         self.lexer = lexer
         self.trie = trie
         self._sets: dict[bytes, Residuals] = {}
+        self._slots: np.ndarray | None = None  # scratch, one entry per suffix number (see `_distinct`)
+        self._lock = threading.Lock()
 
     def intern(self, rows: np.ndarray, starts: np.ndarray) -> tuple[Residuals, np.ndarray]:
         """The set of distinct residuals ``row[start:]`` among these, and which one each is."""
-        keys, first, group = np.unique(self.trie.suffix_numbers(rows, starts), return_index=True, return_inverse=True)
+        keys, chosen, group = self._distinct(self.trie.suffix_numbers(rows, starts))
         key = keys.tobytes()
         found = self._sets.get(key)
         if found is None:
-            rows, starts = rows[first], starts[first]
+            rows, starts = rows[chosen], starts[chosen]
             found = self._sets[key] = Residuals(rows, starts, self.trie.lengths[rows].astype(np.int64) - starts)
-        return found, group.reshape(-1)
+        return found, group
+
+    def _distinct(self, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The sorted distinct suffix numbers, the position of one occurrence of each, and which
+        one each position holds: `np.unique` with its index and inverse, but through a scratch
+        table indexed by number (the numbers are dense) instead of a stable sort of all of them,
+        which was a fifth of the time of a new lexer state's classification. Any occurrence
+        serves as the representative: equal numbers are equal bytes."""
+        positions = np.arange(len(numbers), dtype=np.int32)
+        with self._lock:
+            if self._slots is None:
+                self._slots = np.empty(int(self.trie.suffix_ids[1].max(initial=-1)) + 1, dtype=np.int32)
+            slots = self._slots
+            slots[numbers] = positions  # where a number repeats, one of its positions is left
+            keys = np.sort(numbers[slots[numbers] == positions])
+            chosen = slots[keys]
+            slots[keys] = np.arange(len(keys), dtype=np.int32)
+            group = slots[numbers].astype(np.int64)
+        return keys, chosen, group
 
     def split(self, residuals: Residuals, lid: int) -> ResidualSplit:
         """What the first lexeme does to ``residuals`` from fresh lexer state ``lid``, memoised on the set."""
@@ -106,29 +127,9 @@ class ResidualSets:
         """Walk ``residuals`` through the lexer from fresh state ``lid`` with longest match: each
         one survives (accepted), dies without a match or as a refused reserved word (refused), or
         dies after last matching at offset ``k`` and continues as ``tail[k:]`` after that end class."""
-        lexer, matrix = self.lexer, self.trie.matrix
-        rows, starts, lengths = residuals.rows, residuals.starts, residuals.lengths
-        states = np.full(len(rows), lid, dtype=np.int64)
-        alive = np.ones(len(rows), dtype=bool)
-        end_at = np.zeros(len(rows), dtype=np.int64)  # offset just after the last match (0: none)
-        end_class = np.full(len(rows), -1, dtype=np.int64)
-        for col in range(int(lengths.max(initial=0))):
-            active = np.flatnonzero(alive & (lengths > col))
-            if not len(active):
-                break
-            nxt = lexer.advance(states[active], matrix[rows[active], starts[active] + col]).astype(np.int64)
-            live = nxt >= 0
-            poisoned = np.zeros(len(active), dtype=bool)
-            poisoned[live] = lexer.poisoned[nxt[live]]
-            end_at[active[poisoned]] = 0  # a refused reserved word has no shorter match to fall back on
-            live &= ~poisoned
-            alive[active[~live]] = False
-            active, nxt = active[live], nxt[live]
-            states[active] = nxt
-            classes = lexer.end_class_of[nxt].astype(np.int64)
-            matched = classes >= 0
-            end_at[active[matched]] = col + 1
-            end_class[active[matched]] = classes[matched]
+        rows, starts = residuals.rows, residuals.starts
+        walk = native.lexer_residuals if native.enabled() else _residuals_numpy
+        alive, end_at, end_class = walk(self.lexer, self.trie.matrix, rows, starts, residuals.lengths, lid)
         resumed = np.flatnonzero(~alive & (end_at > 0))
         children = []
         for cls in np.unique(end_class[resumed]).tolist():
@@ -136,6 +137,33 @@ class ResidualSets:
             tails, tail_of = self.intern(rows[members], starts[members] + end_at[members])
             children.append((int(cls), members, tails, tail_of))
         return ResidualSplit(accepted=alive, children=children)
+
+
+def _residuals_numpy(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, starts: np.ndarray,
+                     lengths: np.ndarray, lid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`native.lexer_residuals` column by column in numpy (without the C extension)."""
+    states = np.full(len(rows), lid, dtype=np.int64)
+    alive = np.ones(len(rows), dtype=bool)
+    end_at = np.zeros(len(rows), dtype=np.int64)  # offset just after the last match (0: none)
+    end_class = np.full(len(rows), -1, dtype=np.int64)
+    for col in range(int(lengths.max(initial=0))):
+        active = np.flatnonzero(alive & (lengths > col))
+        if not len(active):
+            break
+        nxt = lexer.advance(states[active], matrix[rows[active], starts[active] + col]).astype(np.int64)
+        live = nxt >= 0
+        poisoned = np.zeros(len(active), dtype=bool)
+        poisoned[live] = lexer.poisoned[nxt[live]]
+        end_at[active[poisoned]] = 0  # a refused reserved word has no shorter match to fall back on
+        live &= ~poisoned
+        alive[active[~live]] = False
+        active, nxt = active[live], nxt[live]
+        states[active] = nxt
+        classes = lexer.end_class_of[nxt].astype(np.int64)
+        matched = classes >= 0
+        end_at[active[matched]] = col + 1
+        end_class[active[matched]] = classes[matched]
+    return alive, end_at, end_class
 
 
 def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size: int,

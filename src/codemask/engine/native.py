@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 3
+EXPECTED_VERSION = 4
 
 
 def _load() -> ModuleType | None:
@@ -82,7 +82,7 @@ class Interner(Protocol):
 
 def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, call_lo: np.ndarray,
              callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, node_state: list[int],
-             node_parents: list[frozenset[int]], node_index: dict[tuple[int, frozenset[int]], int],
+             node_parents: list[frozenset[int]], node_index: dict[tuple[int, ...], int],
              state_stacks: list[tuple[int, ...]], state_flag: list[bool],
              state_index: dict[tuple[tuple[int, ...], bool], int], max_stacks: int) -> Interner | None:
     """The C closures over a core's RTN (``trans``, per-state ``scanning`` and ``accepting``, and
@@ -145,3 +145,35 @@ def lexer_walk(lexer: LexerCore, flat: FlatTrie, nodes: np.ndarray, states: np.n
         if len(starts[0]):
             lexer.advance(starts[1].astype(np.int64), flat.byte[starts[0]].astype(np.int64))
     return [np.concatenate([p[i] for p in parts]) for i in range(7)]
+
+
+def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, starts: np.ndarray,
+                    lengths: np.ndarray, lid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Walk the residuals ``matrix[rows, starts:starts + lengths]`` from lexer state ``lid`` with
+    longest match (`lexer_masks.ResidualSets.split`).
+
+    Returns, per residual: alive at its end (bool), the offset just after its last match (int64,
+    0: none, or refused as a reserved word) and that match's end class (int64, -1: none).
+    Transitions the table does not know yet are computed between rounds of the C loop.
+    """
+    assert _MODULE is not None
+    count = len(rows)
+    rows32, starts32, lengths32 = (np.ascontiguousarray(a, dtype=np.int32) for a in (rows, starts, lengths))
+    state = np.full(count, lid, dtype=np.int32)
+    col = np.zeros(count, dtype=np.int32)
+    end_at = np.zeros(count, dtype=np.int32)
+    end_class = np.full(count, -1, dtype=np.int32)
+    alive = np.ones(count, dtype=np.uint8)
+    order = np.arange(count, dtype=np.int32)
+    matrix = np.ascontiguousarray(matrix, dtype=np.uint8)
+    while len(order):
+        with lexer.lock:  # the tables only grow under the lock; read a consistent set
+            known = len(lexer.keys)
+            found = _MODULE.lexer_residuals(lexer.table[:known], lexer.end_class_of[:known],
+                                            lexer.poisoned[:known].view(np.uint8), matrix, matrix.shape[1],
+                                            rows32, starts32, lengths32, order, state, col, end_at, end_class, alive)
+        order = np.frombuffer(found, dtype=np.int32)
+        if len(order):
+            lexer.advance(state[order].astype(np.int64),
+                          matrix[rows32[order], starts32[order] + col[order]].astype(np.int64))
+    return alive.view(bool), end_at.astype(np.int64), end_class.astype(np.int64)
