@@ -12,6 +12,10 @@
  * per token, alive at its end (accepted), refused by a poisoned state (blocked), or the lexeme dead
  * inside it, reported with the end of the last match on the way (exits).
  *
+ * `lexer_residuals` walks residual tails (the rest of a token after a lexeme ended inside it)
+ * through their first lexeme for `lexer_masks.ResidualSets.split`, one tail at a time, resuming
+ * where a transition the table did not know stopped it.
+ *
  * `Interner` computes the parser's transitions: `ParserCore.closure` and `ParserCore._fill_row` (see
  * below), interning into the ParserCore's own Python lists and dicts exactly as the Python code
  * does, about seven times faster (`benchmarks/parser_rows.py`).

@@ -1,5 +1,5 @@
-"""The C trie walk and parser closures (`codemask.engine._native`, built by setup.py where a C
-compiler exists).
+"""The C trie walks, residual walk and parser closures (`codemask.engine._native`, built by setup.py
+where a C compiler exists).
 
 The first visit of a wide position walks most of the vocabulary's trie; in numpy that is a few
 dozen array steps per trie level and 5–50 ms, in C one depth-first loop and well under a
