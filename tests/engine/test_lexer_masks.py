@@ -90,6 +90,28 @@ def test_suffix_ids_number_equal_bytes_equally() -> None:
     assert len(first_of) == len(id_of) == int(ids.max()) + 1
 
 
+def test_residual_sets_group_tails_as_np_unique_does() -> None:
+    """`ResidualSets.intern` groups tails through a scratch table, not `np.unique`: the same sorted
+    distinct suffixes, a representative of each with those bytes, and each tail mapped to its own —
+    on the tails of every token after 1 and 2 bytes (thousands repeat another token's tail),
+    twice, so the second call meets a scratch table the first left behind."""
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    assert isinstance(compiled.core, LexParserCore)
+    trie = token_trie(compiled.vocab)
+    sets = LexerMaskComputer(compiled.core, compiled.vocab).residual_sets
+    for skip in (1, 2, 1):
+        rows = np.flatnonzero(trie.lengths > skip)
+        starts = np.full(len(rows), skip, dtype=np.int64)
+        numbers = trie.suffix_numbers(rows, starts)
+        keys, _, inverse = np.unique(numbers, return_index=True, return_inverse=True)
+        residuals, group = sets.intern(rows, starts)
+        assert len(keys) < len(rows) - 1000  # thousands of tails repeat
+        represented = trie.suffix_numbers(residuals.rows, residuals.starts)
+        assert (represented == keys).all()
+        assert (group == inverse.reshape(-1)).all()
+        assert (residuals.lengths == trie.lengths[residuals.rows] - residuals.starts).all()
+
+
 def test_a_token_whose_residual_spells_a_keyword_then_more_is_refused() -> None:
     """After ``if x`` the residual of `` isinstance`` starts a fresh lexeme that Python reads as
     one NAME, which cannot follow ``x``: longest match must not fall back to the keyword ``is``."""

@@ -102,7 +102,7 @@ class ResidualSets:
         """The sorted distinct suffix numbers, the position of one occurrence of each, and which
         one each position holds: `np.unique` with its index and inverse, but through a scratch
         table indexed by number (the numbers are dense) instead of a stable sort of all of them,
-        which was a fifth of the time of a new lexer state's classification. Any occurrence
+        which was about a sixth of the time of a new lexer state's classification (cProfile). Any occurrence
         serves as the representative: equal numbers are equal bytes."""
         positions = np.arange(len(numbers), dtype=np.int32)
         with self._lock:
