@@ -246,6 +246,67 @@ def test_c_lexer_walk_classifies_as_the_numpy_walk(language: str) -> None:
     assert compared >= 3 * len(starts)
 
 
+def explore_lexer(lexer: LexerCore, starts: list[tuple[frozenset[int], frozenset[int]]], use_native: bool,
+                  limit: int) -> None:
+    """Every byte's transition from the start states, breadth first, until ``limit`` states."""
+    with native.using(use_native):
+        todo = [lexer.start(candidates, blockers) for candidates, blockers in starts]
+        done: set[int] = set()
+        while todo and len(done) < limit:
+            state = todo.pop(0)
+            if state in done or lexer.poisoned[state]:
+                continue
+            done.add(state)
+            for byte in range(256):
+                nxt = lexer.step(state, byte)
+                if nxt >= 0 and nxt not in done:
+                    todo.append(nxt)
+
+
+@pytest.mark.parametrize("language", ["python", "sql", "javascript"])
+def test_c_lexer_transitions_intern_the_same_states_as_python(language: str) -> None:
+    """From the candidate sets of a real file's parser states, every byte from the first 300 lexer
+    states reached: the C transitions and the Python ones intern the same keys, in the same order,
+    and make the same tables (Python's indentation, reserved words and blockers; SQL's and
+    JavaScript's retyped keywords)."""
+    compiled = compiler("smollm2").compile(Grammar.builtin(language))
+    core = compiled.core
+    assert isinstance(core, LexParserCore)
+    matcher = GrammarMatcher(compiled)
+    source = {"python": Path(textwrap.__file__), "sql": CODE / "sql" / "analytics.sql",
+              "javascript": CODE / "javascript" / "dom_widgets.js"}[language]
+    for token in encode("smollm2", source.read_text(encoding="utf-8"))[:150]:
+        matcher.next_token_bitmask()
+        if not matcher.accept_token(token):
+            break
+    starts = sorted(set(core._by_allowed.values()), key=lambda cb: (sorted(cb[0]), sorted(cb[1])))
+    assert len(starts) >= 3
+    lexers = [LexerCore(core.lexer.automata) for _ in range(2)]
+    assert lexers[0]._native is not None
+    explore_lexer(lexers[0], starts, True, 300)
+    explore_lexer(lexers[1], starts, False, 300)
+    assert lexers[0].keys == lexers[1].keys
+    assert len(lexers[0].keys) > 300
+    count = len(lexers[0].keys)
+    assert (lexers[0].table[:count] == lexers[1].table[:count]).all()
+    assert lexers[0].poisoned[:count].tolist() == lexers[1].poisoned[:count].tolist()
+    if language == "python":  # the newline lexeme's measured indentation is part of the keys
+        assert any(key[5] not in (None, (0, 0)) for key in lexers[0].keys)
+        assert lexers[0].poisoned[:count].sum() == 1 and (lexers[0].table[:count] == lexers[0].poison).any()
+
+
+def test_bad_lexer_transition_arguments_raise() -> None:
+    lexer = LexerCore(compiler("smollm2").compile(Grammar.builtin("sql")).core.lexer.automata)
+    assert lexer._native is not None
+    with pytest.raises(IndexError, match="lexer state out of range"):
+        lexer._native.compute(lexer, len(lexer.keys), 0x61)
+    with pytest.raises(IndexError, match="byte out of range"):
+        lexer._native.compute(lexer, 0, 256)
+    lexer.keys.append(((10**7,), (), -1, False, True, None, ()))
+    with pytest.raises(ValueError, match="automaton state out of range"):
+        lexer._native.compute(lexer, len(lexer.keys) - 1, 0x61)
+
+
 @pytest.mark.parametrize("language", ["python", "sql"])
 def test_c_residual_walk_splits_as_the_numpy_walk(language: str) -> None:
     """The tails of every vocabulary token (after its first 1, 2 and 3 bytes), walked from the fresh

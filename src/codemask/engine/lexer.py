@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from codemask.engine import native
 from codemask.engine.automaton import BYTE_ALPHABET, compile_expr
 from codemask.engine.indentation import (
     Column,
@@ -201,6 +202,8 @@ class LexerCore(_Interner[LexerKey]):
         self._starts: dict[tuple[frozenset[int], frozenset[int]], int] = {}
         self.poison = self.intern(((), (), -1, False, False, None, ()))
         self.poisoned[self.poison] = True
+        self._native = native.lexer_stepper(automata, newline=self.newline, poison=self.poison, keys=self.keys,
+                                            index=self._index, next_column=next_column)
 
     def _on_new(self, ident: int, key: LexerKey) -> None:
         if ident >= len(self.winner_of):
@@ -251,6 +254,12 @@ class LexerCore(_Interner[LexerKey]):
         return self.end_classes[int(self.end_class_of[state])]
 
     def _compute(self, state: int, byte: int) -> int:
+        if self._native is not None and native.enabled():
+            return self._native.compute(self, state, byte)
+        return self._compute_python(state, byte)
+
+    def _compute_python(self, state: int, byte: int) -> int:
+        """`_compute` in Python (without the C extension, and the tests' oracle)."""
         alternatives, trackers, best, _matched, _fresh, column, blockers = self.keys[state]
         auto = self.automata
         trans = auto.trans

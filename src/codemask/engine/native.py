@@ -16,21 +16,21 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from codemask.engine.token_trie import FlatTrie
 
 if TYPE_CHECKING:  # parser imports this module
-    from codemask.engine.lexer import LexerCore
+    from codemask.engine.lexer import LexerCore, TerminalAutomata
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 4
+EXPECTED_VERSION = 5
 
 
 def _load() -> ModuleType | None:
@@ -119,6 +119,29 @@ def walk(core: ParserCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray
         if len(nodes):
             core.fill_rows(np.unique(states))
     return [np.concatenate([p[i] for p in parts]) for i in range(6)]
+
+
+class LexerStepper(Protocol):
+    """`_native.LexerStepper`: `LexerCore._compute` in C."""
+
+    def compute(self, core: LexerCore, state: int, byte: int) -> int: ...
+
+
+def lexer_stepper(automata: TerminalAutomata, *, newline: int, poison: int, keys: list[Any], index: dict[Any, int],
+                  next_column: Callable[[Any, int], Any]) -> LexerStepper | None:
+    """The C transitions of a lexer over ``automata`` that look keys up in its ``keys`` and ``index``
+    (which it keeps) and intern new ones through the core passed to each call (None without the
+    extension). ``next_column`` is `indentation.next_column`, called for newline lexemes."""
+    if _MODULE is None:
+        return None
+    retypes = [[s for s, _embedded in terms] for terms in automata.unless]
+    retype_lo = np.concatenate([[0], np.cumsum([len(r) for r in retypes])]).astype(np.int32)
+    retype = np.array([s for r in retypes for s in r], dtype=np.int32)
+    found: LexerStepper = _MODULE.LexerStepper(
+        np.ascontiguousarray(automata.trans, dtype=np.int32), np.ascontiguousarray(automata.accepting, dtype=np.uint8),
+        np.ascontiguousarray(automata.terminal_of, dtype=np.int32), np.ascontiguousarray(automata.rank, dtype=np.int32),
+        retype_lo, retype, newline, poison, keys, index, next_column)
+    return found
 
 
 def lexer_walk(lexer: LexerCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray, match_depth: np.ndarray,
