@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 5
+#define NATIVE_VERSION 6
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -389,10 +389,9 @@ done:
  *
  * An `Interner` holds the RTN as C arrays and references to the ParserCore's interning lists and
  * dicts (which ParserCore never rebinds), and does exactly what the Python methods do, in the same
- * order: the same stack nodes and parser states are interned with the same ids, and the frozensets
- * of parents are built by the same sequence of set operations, so even their iteration order (which
- * orders the pops of later closures) is the Python one. The Python structures stay the only record:
- * the Python methods and these functions can be mixed freely on one core.
+ * order: the same stack nodes and parser states are interned with the same ids, with the same
+ * sorted tuples of parents (whose order orders the pops of later closures). The Python structures
+ * stay the only record: the Python methods and these functions can be mixed freely on one core.
  * ------------------------------------------------------------------------------------------- */
 
 #define DEAD (-1)
@@ -483,12 +482,12 @@ static int map_put(IntMap *m, int32_t key, int32_t value) {
     return 0;
 }
 
-/* An RTN state some nodes of a closure wait on: the parents of the first such node, and (from the
- * second node on) the union of all their parents, built like the Python `set().update(...)`. */
+/* An RTN state some nodes of a closure wait on: the first such node, and (from the second node on)
+ * all their parents, sorted and made unique when the merged node is interned. */
 typedef struct {
-    int32_t q;
-    PyObject *first; /* borrowed from node_parents */
-    PyObject *set;   /* owned, NULL while one node waits here */
+    int32_t q, first;
+    int merged;
+    IntBuf parents;
 } Scan;
 
 /* Scratch memory of closures and rows, reused from call to call. */
@@ -496,7 +495,7 @@ typedef struct {
     IntMap seen, scan;
     IntBuf todo, ids, moved;
     Scan *entries;
-    Py_ssize_t entry_count, entry_cap;
+    Py_ssize_t entry_count, entry_cap, entry_ready; /* the first `entry_ready` own their buffers */
     /* per symbol of a row: the column's hash, whether it differs from the previous symbol's, and
      * its class; per class: its first symbol and outcome */
     uint64_t *hash;
@@ -513,7 +512,7 @@ typedef struct {
     int32_t *call_lo, *callee, *ret;
     PyObject **qlong; /* each RTN state as a Python int, shared by the keys and node_state */
     PyObject *node_state, *node_parents, *node_index, *state_stacks, *state_flag, *state_index;
-    PyObject **single; /* frozenset({id}) per node id, made once: the return frames of calls */
+    PyObject **single; /* (id,) per node id, made once: the return frames of calls */
     Py_ssize_t single_cap;
     Py_ssize_t max_stacks;
     Ctx *spare;
@@ -526,6 +525,7 @@ static void ctx_free(Ctx *c) {
     free(c->todo.data);
     free(c->ids.data);
     free(c->moved.data);
+    for (Py_ssize_t i = 0; i < c->entry_ready; i++) free(c->entries[i].parents.data);
     free(c->entries);
     free(c->hash);
     free(c->differs);
@@ -580,7 +580,6 @@ static void ctx_give(Interner *x, Ctx *c) {
 }
 
 static void ctx_drop_sets(Ctx *c) {
-    for (Py_ssize_t i = 0; i < c->entry_count; i++) Py_CLEAR(c->entries[i].set);
     c->entry_count = 0;
 }
 
@@ -597,8 +596,8 @@ static int node_at(Interner *x, Py_ssize_t s, int32_t *q, PyObject **parents) {
     if (state == -1 && PyErr_Occurred()) return -1;
     if (state < 0 || state >= x->states) return index_error("RTN state out of range");
     PyObject *ps = PyList_GET_ITEM(x->node_parents, s);
-    if (!PyAnySet_Check(ps)) {
-        PyErr_SetString(PyExc_TypeError, "node parents must be frozensets");
+    if (!PyTuple_Check(ps)) {
+        PyErr_SetString(PyExc_TypeError, "node parents must be tuples");
         return -1;
     }
     *q = (int32_t)state;
@@ -616,54 +615,21 @@ static Py_ssize_t as_id(PyObject *found) {
     return id;
 }
 
-/* The node index's key of (q, parents): `(q, *sorted(parents))`, a tuple of ints, as `ParserCore.node`
- * builds it. Ints only, so the garbage collector stops tracking it after its first collection: a
- * key holding the frozenset stayed tracked, and hundreds of thousands of them made every full
- * collection traverse them all. */
+/* The node index's key of (q, parents): `(q, *parents)`, a tuple of ints, as `ParserCore.node`
+ * builds it (parents are a sorted tuple). Ints only, so the garbage collector stops tracking it
+ * after its first collection. */
 static PyObject *node_key(Interner *x, int32_t q, PyObject *parents) {
-    Py_ssize_t n = PySet_GET_SIZE(parents);
+    Py_ssize_t n = PyTuple_GET_SIZE(parents);
     PyObject *key = PyTuple_New(n + 1);
     if (!key) return NULL;
     Py_INCREF(x->qlong[q]);
     PyTuple_SET_ITEM(key, 0, x->qlong[q]);
-    PyObject *items = n > 1 ? PySequence_List(parents) : PyObject_GetIter(parents);
-    if (!items) {
-        Py_DECREF(key);
-        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(parents, i);
+        Py_INCREF(item);
+        PyTuple_SET_ITEM(key, i + 1, item);
     }
-    if (n > 1) {
-        if (PyList_Sort(items)) {
-            Py_DECREF(items);
-            Py_DECREF(key);
-            return NULL;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *item = PyList_GET_ITEM(items, i);
-            Py_INCREF(item);
-            PyTuple_SET_ITEM(key, i + 1, item);
-        }
-    } else if (n == 1) {
-        PyObject *item = PyIter_Next(items);
-        if (!item) {
-            Py_DECREF(items);
-            Py_DECREF(key);
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "parents changed during the closure");
-            return NULL;
-        }
-        PyTuple_SET_ITEM(key, 1, item);
-    }
-    Py_DECREF(items);
     return key;
-}
-
-/* The id of the node (q, parents) if interned, -2 if not, -1 on error. */
-static Py_ssize_t node_find(Interner *x, int32_t q, PyObject *parents) {
-    PyObject *key = node_key(x, q, parents);
-    if (!key) return -1;
-    PyObject *found = PyDict_GetItemWithError(x->node_index, key);
-    Py_DECREF(key);
-    if (found) return as_id(found);
-    return PyErr_Occurred() ? -1 : -2;
 }
 
 /* `ParserCore.node`: the id of the node (q, parents), interned if new; -1 on error. */
@@ -685,7 +651,7 @@ static Py_ssize_t node(Interner *x, int32_t q, PyObject *parents) {
     return failed ? -1 : id;
 }
 
-/* frozenset({id}) (borrowed), the same object for every call returning to node `id`. */
+/* (id,) (borrowed), the same object for every call returning to node `id`. */
 static PyObject *singleton(Interner *x, Py_ssize_t id) {
     if (id >= x->single_cap) {
         Py_ssize_t cap = x->single_cap ? x->single_cap : 1024;
@@ -698,49 +664,69 @@ static PyObject *singleton(Interner *x, Py_ssize_t id) {
     }
     if (!x->single[id]) {
         PyObject *ident = PyLong_FromSsize_t(id);
-        PyObject *items = ident ? PyTuple_Pack(1, ident) : NULL;
-        x->single[id] = items ? PyFrozenSet_New(items) : NULL;
-        Py_XDECREF(items);
+        x->single[id] = ident ? PyTuple_Pack(1, ident) : NULL;
         Py_XDECREF(ident);
     }
     return x->single[id];
 }
 
-/* set |= parents, which is what `set.update(parents)` does. */
-static int merge_into(PyObject *set, PyObject *parents) {
-    PyObject *merged = PyNumber_InPlaceOr(set, parents);
-    if (!merged) return -1;
-    Py_DECREF(merged);
+/* Append the ids of the tuple `parents` to `out`. */
+static int push_parents(IntBuf *out, PyObject *parents) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parents); i++) {
+        long parent = PyLong_AsLong(PyTuple_GET_ITEM(parents, i));
+        if (parent == -1 && PyErr_Occurred()) return -1;
+        if (parent < INT32_MIN || parent > INT32_MAX) return index_error("stack node out of range");
+        if (buf_push(out, (int32_t)parent)) return -1;
+    }
     return 0;
 }
 
-/* `scanning.setdefault(q, set()).update(parents)`, the set made only once a second node waits at q. */
-static int scan_add(Ctx *c, int32_t q, PyObject *parents) {
+/* `scanning.setdefault(q, set()).update(parents)` for node `s` = (q, parents): the parents are
+ * collected only once a second node waits at q (one node is its own merged node). */
+static int scan_add(Interner *x, Ctx *c, int32_t s, int32_t q, PyObject *parents) {
     int32_t at = map_get(&c->scan, q);
     if (at < 0) {
         if (reserve((void **)&c->entries, &c->entry_cap, c->entry_count, sizeof(Scan), 64)) return -1;
         if (map_put(&c->scan, q, (int32_t)c->entry_count)) return -1;
-        c->entries[c->entry_count++] = (Scan){q, parents, NULL};
+        if (c->entry_count == c->entry_ready) c->entries[c->entry_ready++].parents = (IntBuf){0};
+        Scan *e = &c->entries[c->entry_count++];
+        e->q = q;
+        e->first = s;
+        e->merged = 0;
+        e->parents.size = 0;
         return 0;
     }
     Scan *e = &c->entries[at];
-    if (!e->set) {
-        e->set = PySet_New(NULL);
-        if (!e->set || merge_into(e->set, e->first)) return -1;
+    if (!e->merged) {
+        int32_t q0;
+        PyObject *first;
+        if (node_at(x, e->first, &q0, &first) || push_parents(&e->parents, first)) return -1;
+        e->merged = 1;
     }
-    return merge_into(e->set, parents);
+    return push_parents(&e->parents, parents);
 }
 
-/* The merged node of one scanning entry: `node(q, frozenset(parents))`. */
+static int cmp_int32(const void *a, const void *b);
+
+/* The merged node of one scanning entry: `node(q, tuple(sorted(parents)))`. */
 static Py_ssize_t scan_node(Interner *x, Scan *e) {
-    if (!e->set) { /* one node waits here: its own parents are an equal key */
-        Py_ssize_t found = node_find(x, e->q, e->first);
-        if (found != -2) return found;
-        e->set = PySet_New(NULL);
-        if (!e->set || merge_into(e->set, e->first)) return -1;
+    if (!e->merged) return e->first; /* one node waits here: it is its own merged node */
+    int32_t *ids = e->parents.data;
+    Py_ssize_t n = e->parents.size, k = n ? 1 : 0;
+    qsort(ids, (size_t)n, sizeof(int32_t), cmp_int32);
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (ids[i] != ids[k - 1]) ids[k++] = ids[i];
     }
-    PyObject *parents = PyFrozenSet_New(e->set);
+    PyObject *parents = PyTuple_New(k);
     if (!parents) return -1;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *item = PyLong_FromLong(ids[i]);
+        if (!item) {
+            Py_DECREF(parents);
+            return -1;
+        }
+        PyTuple_SET_ITEM(parents, i, item);
+    }
     Py_ssize_t id = node(x, e->q, parents);
     Py_DECREF(parents);
     return id;
@@ -851,24 +837,18 @@ static int expand(Interner *x, Ctx *c, int32_t q, PyObject *parents, int *flag) 
         if (callee < 0 || buf_push(&c->todo, (int32_t)callee)) return -1;
     }
     if (!x->accepting[q]) return 0;
-    PyObject *it = PyObject_GetIter(parents);
-    if (!it) return -1;
-    PyObject *item;
-    while ((item = PyIter_Next(it))) {
-        long parent = PyLong_AsLong(item);
-        Py_DECREF(item);
-        if (parent == -1 && PyErr_Occurred()) break;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parents); i++) {
+        long parent = PyLong_AsLong(PyTuple_GET_ITEM(parents, i));
+        if (parent == -1 && PyErr_Occurred()) return -1;
         if (parent < 0) {
             *flag = 1;
         } else if (parent > INT32_MAX) {
-            index_error("stack node out of range");
-            break;
+            return index_error("stack node out of range");
         } else if (buf_push(&c->todo, (int32_t)parent)) {
-            break;
+            return -1;
         }
     }
-    Py_DECREF(it);
-    return PyErr_Occurred() ? -1 : 0;
+    return 0;
 }
 
 /* `ParserCore.closure` of nodes `stacks`: the state id, DEAD, or FAILED. */
@@ -893,7 +873,7 @@ static int32_t closure(Interner *x, PyObject *core, Ctx *c, const int32_t *stack
         int32_t q;
         PyObject *parents;
         if (node_at(x, s, &q, &parents)) goto done;
-        if (x->scanning[q] && scan_add(c, q, parents)) goto done;
+        if (x->scanning[q] && scan_add(x, c, s, q, parents)) goto done;
         if (expand(x, c, q, parents, &flag)) goto done;
     }
     if (!c->entry_count && !flag) {

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 5
+EXPECTED_VERSION = 6
 
 
 def _load() -> ModuleType | None:
@@ -82,7 +82,7 @@ class Interner(Protocol):
 
 def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, call_lo: np.ndarray,
              callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, node_state: list[int],
-             node_parents: list[frozenset[int]], node_index: dict[tuple[int, ...], int],
+             node_parents: list[tuple[int, ...]], node_index: dict[tuple[int, ...], int],
              state_stacks: list[tuple[int, ...]], state_flag: list[bool],
              state_index: dict[tuple[tuple[int, ...], bool], int], max_stacks: int) -> Interner | None:
     """The C closures over a core's RTN (``trans``, per-state ``scanning`` and ``accepting``, and

@@ -1,7 +1,8 @@
 """The parser over a recursive transition network, with interned states and memoised steps.
 
 A *stack node* is an RTN state on top of a set of parent nodes (a graph-structured stack, as in
-GLR parsing), interned to an integer id, so equal stacks are one object and sharing is free. A
+GLR parsing; the set is a sorted tuple of ids, so its order is fixed and the garbage collector
+soon stops tracking it), interned to an integer id, so equal stacks are one object and sharing is free. A
 *parser state* is the set of nodes a non-deterministic parse can be in after closure (calls
 pushed, finished rules popped), reduced to the nodes that wait on a byte, with nodes of the same
 RTN state merged into one node whose parents are the union of theirs: an ambiguous grammar then
@@ -36,8 +37,8 @@ DEAD = -1
 UNKNOWN = -2
 # A closure that visits more stack nodes than this is a grammar too ambiguous to parse byte by byte.
 MAX_STACKS = 50_000
-_ROOT_SET = frozenset((ROOT,))
-_FRAME_SET = frozenset((FRAME,))
+_ROOT_SET = (ROOT,)
+_FRAME_SET = (FRAME,)
 
 
 def _distinct_columns(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -67,9 +68,9 @@ class ParserCore:
             for calls in rtn.calls
         ]
         self.node_state: list[int] = []
-        self.node_parents: list[frozenset[int]] = []
-        # keyed by (state, *sorted(parents)): ints only, so the garbage collector soon stops tracking
-        # the keys (a file's masks intern hundreds of thousands of nodes; see `node`)
+        self.node_parents: list[tuple[int, ...]] = []  # each sorted, without repeats
+        # keyed by (state, *parents): ints only, so the garbage collector soon stops tracking the
+        # keys (a file's masks intern hundreds of thousands of nodes; see `node`)
         self._node_index: dict[tuple[int, ...], int] = {}
         self.state_stacks: list[tuple[int, ...]] = []
         self.state_flag: list[bool] = []
@@ -85,14 +86,15 @@ class ParserCore:
 
     # -- interning ---------------------------------------------------------------------------
 
-    def node(self, state: int, parents: frozenset[int]) -> int:
-        """The id of the stack node ``state`` on top of the nodes ``parents`` (or a bottom).
+    def node(self, state: int, parents: tuple[int, ...]) -> int:
+        """The id of the stack node ``state`` on top of the nodes ``parents`` (or a bottom), a
+        sorted tuple without repeats.
 
-        The key is a tuple of ints rather than ``(state, parents)``: a tuple holding a frozenset
-        stays tracked by the garbage collector, and with one per node every full collection
-        traversed them all (a fifth of the mask time of four Python files, ad hoc).
+        Keys and parents are tuples of ints: the garbage collector stops tracking those after their
+        first collection, where a frozenset stays tracked, and with one per node every full
+        collection traversed them all (a fifth of the mask time of four Python files, ad hoc).
         """
-        key = (state, *sorted(parents))
+        key = (state, *parents)
         found = self._node_index.get(key)
         if found is None:
             found = self._node_index[key] = len(self.node_state)
@@ -150,8 +152,8 @@ class ParserCore:
 
     def _closure(self, stacks: list[int]) -> int:
         """`closure` in Python (without the C extension, and the tests' oracle). The order of
-        every step (the pops, the iteration over parents, the order of the sets' updates) fixes
-        the ids of new nodes and states, and the C version follows it exactly."""
+        every step (the pops, the parents in their sorted order, the scanning states in the order
+        first met) fixes the ids of new nodes and states, and the C version follows it exactly."""
         seen: set[int] = set()
         todo = list(stacks)
         scanning: dict[int, set[int]] = {}  # RTN state -> parents of the nodes waiting there
@@ -169,7 +171,7 @@ class ParserCore:
             if self._scanning[q]:
                 scanning.setdefault(q, set()).update(parents)
             for callee_start, ret, tail in self._calls[q]:
-                base = parents if tail else frozenset((self.node(ret, parents),))
+                base = parents if tail else (self.node(ret, parents),)
                 todo.append(self.node(callee_start, base))
             if self._accepting[q]:
                 for parent in parents:
@@ -179,7 +181,7 @@ class ParserCore:
                         todo.append(parent)
         if not scanning and not flag:
             return DEAD
-        merged = tuple(sorted(self.node(q, frozenset(ps)) for q, ps in scanning.items()))
+        merged = tuple(sorted(self.node(q, tuple(sorted(ps))) for q, ps in scanning.items()))
         return self._intern_state(merged, flag)
 
     def step(self, state: int, symbol: int) -> int:
