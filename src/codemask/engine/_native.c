@@ -8,13 +8,11 @@
  * pending transitions (they intern new parser states) and calls again with the pending pairs;
  * the findings of all calls together are the walk's.
  *
- * `lexer_walk` is the same walk through the lexer's states for `lexer_masks.classify_lexer_state`:
- * per token, alive at its end (accepted), refused by a poisoned state (blocked), or the lexeme dead
- * inside it, reported with the end of the last match on the way (exits).
- *
- * `lexer_residuals` walks residual tails (the rest of a token after a lexeme ended inside it)
- * through their first lexeme for `lexer_masks.ResidualSets.split`, one tail at a time, resuming
- * where a transition the table did not know stopped it.
+ * `LexerStepper` computes the lexer's transitions (`LexerCore._compute`), and walks through the
+ * lexer's states computing the transitions it meets on the way: `walk`, the trie walk of
+ * `lexer_masks.classify_lexer_state` (per token, alive at its end (accepted), refused by a poisoned
+ * state (blocked), or the lexeme dead inside it, reported with the end of the last match on the
+ * way: exits), and `residuals`, the tails' first lexeme for `lexer_masks.ResidualSets.split`.
  *
  * `Interner` computes the parser's transitions: `ParserCore.closure` and `ParserCore._fill_row` (see
  * below), interning into the ParserCore's own Python lists and dicts exactly as the Python code
@@ -30,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 6
+#define NATIVE_VERSION 7
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -197,189 +195,6 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     result = outputs_tuple(out, NUM_OUT);
 done:
     for (int i = 0; i < NUM_OUT; i++) free(out[i].data);
-    for (int i = 0; i < 13; i++) PyBuffer_Release(&v[i]);
-    return result;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * The lexer's trie walk (`lexer_masks.classify_lexer_state`).
- *
- * A path carries the depth and end class of its last match (`end_class_of[state] >= 0`): where
- * the lexeme dies, every token below that node exits there (longest match ends the lexeme at that
- * depth, or depth -1 / 0 when it never matched / matched before the token). A poisoned state
- * refuses its whole subtree; an unknown transition is reported as pending with the path's match.
- * ------------------------------------------------------------------------------------------- */
-
-enum { LX_ACCEPTED, LX_EXIT_LO, LX_EXIT_HI, LX_EXIT_DEPTH, LX_EXIT_CLASS, LX_BLOCKED_LO, LX_BLOCKED_HI,
-       LX_PEND_NODE, LX_PEND_STATE, LX_PEND_DEPTH, LX_PEND_CLASS, LX_NUM_OUT };
-
-typedef struct {
-    const int32_t *table, *end_class_of;
-    const uint8_t *poisoned;
-    Py_ssize_t states;
-} LexTable;
-
-static int push4(IntBuf *out, int first, int32_t a, int32_t b, int32_t c, int32_t d) {
-    return buf_push(&out[first], a) || buf_push(&out[first + 1], b) || buf_push(&out[first + 2], c) ||
-           buf_push(&out[first + 3], d);
-}
-
-static int lexer_visit(const Trie *trie, const LexTable *lex, int32_t node, int32_t state, int32_t depth,
-                       int32_t cls, IntBuf *out, IntBuf *stack) {
-    if (node < 0 || node >= trie->count) return bad("trie node out of range");
-    if (state < 0 || state >= lex->states) return bad("lexer state out of range");
-    int32_t next = lex->table[(Py_ssize_t)state * 256 + trie->byte[node]];
-    if (next == UNKNOWN) return push4(out, LX_PEND_NODE, node, state, depth, cls);
-    if (next < 0) return push4(out, LX_EXIT_LO, trie->lo[node], trie->hi[node], depth, cls);
-    if (next >= lex->states) return bad("transition to a lexer state out of range");
-    if (lex->poisoned[next])
-        return buf_push(&out[LX_BLOCKED_LO], trie->lo[node]) || buf_push(&out[LX_BLOCKED_HI], trie->hi[node]);
-    if (trie->token[node] >= 0 && buf_push(&out[LX_ACCEPTED], trie->token[node])) return -1;
-    if (lex->end_class_of[next] >= 0) {
-        depth = trie->depth[node];
-        cls = lex->end_class_of[next];
-    }
-    int32_t lo = trie->child_lo[node], hi = trie->child_hi[node];
-    if (hi <= lo) return 0;
-    if (lo < 0 || hi > trie->count) return bad("trie children out of range");
-    for (int32_t child = hi - 1; child >= lo; child--) {
-        if (buf_push(stack, child) || buf_push(stack, next) || buf_push(stack, depth) || buf_push(stack, cls))
-            return -1;
-    }
-    return 0;
-}
-
-static PyObject *lexer_walk(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer v[14];
-    memset(v, 0, sizeof(v));
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                          &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13]))
-        return NULL;
-    PyObject *result = NULL;
-    IntBuf out[LX_NUM_OUT], stack = {0};
-    memset(out, 0, sizeof(out));
-    LexTable lex = {(const int32_t *)v[0].buf, (const int32_t *)v[1].buf, (const uint8_t *)v[2].buf, 0};
-    Trie trie;
-    Py_ssize_t items = v[10].len / (Py_ssize_t)sizeof(int32_t);
-    if (trie_of(&v[3], &trie)) goto done;
-    if (v[0].len % ((Py_ssize_t)sizeof(int32_t) * 256)) {
-        bad("table: not a whole number of rows of 256 bytes");
-        goto done;
-    }
-    lex.states = v[0].len / ((Py_ssize_t)sizeof(int32_t) * 256);
-    if (need(&v[1], sizeof(int32_t), lex.states, "end_class_of") || need(&v[2], 1, lex.states, "poisoned"))
-        goto done;
-    for (int i = 10; i <= 13; i++) {
-        if (need(&v[i], sizeof(int32_t), items, "start array")) goto done;
-    }
-    int failed = 0;
-    for (Py_ssize_t i = items - 1; i >= 0 && !failed; i--) {
-        failed = buf_push(&stack, ((const int32_t *)v[10].buf)[i]) || buf_push(&stack, ((const int32_t *)v[11].buf)[i]) ||
-                 buf_push(&stack, ((const int32_t *)v[12].buf)[i]) || buf_push(&stack, ((const int32_t *)v[13].buf)[i]);
-    }
-    while (!failed && stack.size) {
-        stack.size -= 4;
-        const int32_t *top = stack.data + stack.size;
-        failed = lexer_visit(&trie, &lex, top[0], top[1], top[2], top[3], out, &stack);
-    }
-    if (!failed) result = outputs_tuple(out, LX_NUM_OUT);
-done:
-    free(stack.data);
-    for (int i = 0; i < LX_NUM_OUT; i++) free(out[i].data);
-    for (int i = 0; i < 14; i++) PyBuffer_Release(&v[i]);
-    return result;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Residuals through the lexer (`lexer_masks.ResidualSets.split`).
- *
- * Each residual is a tail `matrix[row, start:start + length]` walked from its own lexer state with
- * longest match: it stays alive to its end, or dies, remembering the offset just after its last
- * match and that match's end class (0 and -1: none; a poisoned state leaves it dead with none).
- * The per-residual `state`, `col`, `end_at`, `end_class` and `alive` arrays are updated in place,
- * so a residual that meets a transition the table does not know yet is reported as pending and
- * resumed where it stopped once Python has computed it.
- * ------------------------------------------------------------------------------------------- */
-
-static PyObject *lexer_residuals(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer v[13];
-    Py_ssize_t width;
-    memset(v, 0, sizeof(v));
-    if (!PyArg_ParseTuple(args, "y*y*y*y*ny*y*y*y*w*w*w*w*w*", &v[0], &v[1], &v[2], &v[3], &width, &v[4], &v[5],
-                          &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12]))
-        return NULL;
-    PyObject *result = NULL;
-    IntBuf pending = {0};
-    LexTable lex = {(const int32_t *)v[0].buf, (const int32_t *)v[1].buf, (const uint8_t *)v[2].buf, 0};
-    const uint8_t *matrix = (const uint8_t *)v[3].buf;
-    Py_ssize_t count = v[4].len / (Py_ssize_t)sizeof(int32_t), todo = v[7].len / (Py_ssize_t)sizeof(int32_t);
-    if (v[0].len % ((Py_ssize_t)sizeof(int32_t) * 256)) {
-        bad("table: not a whole number of rows of 256 bytes");
-        goto done;
-    }
-    lex.states = v[0].len / ((Py_ssize_t)sizeof(int32_t) * 256);
-    if (need(&v[1], sizeof(int32_t), lex.states, "end_class_of") || need(&v[2], 1, lex.states, "poisoned") ||
-        need(&v[5], sizeof(int32_t), count, "starts") || need(&v[6], sizeof(int32_t), count, "lengths") ||
-        need(&v[8], sizeof(int32_t), count, "state") || need(&v[9], sizeof(int32_t), count, "col") ||
-        need(&v[10], sizeof(int32_t), count, "end_at") || need(&v[11], sizeof(int32_t), count, "end_class") ||
-        need(&v[12], 1, count, "alive"))
-        goto done;
-    if (width <= 0 || v[3].len % width) {
-        bad("matrix: not a whole number of rows of the given width");
-        goto done;
-    }
-    Py_ssize_t matrix_rows = v[3].len / width;
-    const int32_t *rows = (const int32_t *)v[4].buf, *starts = (const int32_t *)v[5].buf;
-    const int32_t *lengths = (const int32_t *)v[6].buf, *order = (const int32_t *)v[7].buf;
-    int32_t *state = (int32_t *)v[8].buf, *col = (int32_t *)v[9].buf, *end_at = (int32_t *)v[10].buf;
-    int32_t *end_class = (int32_t *)v[11].buf;
-    uint8_t *alive = (uint8_t *)v[12].buf;
-    int failed = 0;
-    for (Py_ssize_t k = 0; k < todo && !failed; k++) {
-        int32_t i = order[k];
-        if (i < 0 || i >= count) {
-            failed = bad("residual index out of range");
-            break;
-        }
-        int32_t row = rows[i], start = starts[i], length = lengths[i];
-        if (row < 0 || row >= matrix_rows || start < 0 || length < 0 || (Py_ssize_t)start + length > width) {
-            failed = bad("residual out of the matrix");
-            break;
-        }
-        const uint8_t *bytes = matrix + (Py_ssize_t)row * width + start;
-        while (alive[i] && col[i] < length) {
-            int32_t at = state[i];
-            if (at < 0 || at >= lex.states) {
-                failed = bad("lexer state out of range");
-                break;
-            }
-            int32_t next = lex.table[(Py_ssize_t)at * 256 + bytes[col[i]]];
-            if (next == UNKNOWN) {
-                failed = buf_push(&pending, i);
-                break;
-            }
-            if (next >= lex.states) {
-                failed = bad("transition to a lexer state out of range");
-                break;
-            }
-            if (next < 0 || lex.poisoned[next]) {
-                if (next >= 0) end_at[i] = 0; /* a refused reserved word has no shorter match to fall back on */
-                alive[i] = 0;
-                break;
-            }
-            state[i] = next;
-            col[i]++;
-            if (lex.end_class_of[next] >= 0) {
-                end_at[i] = col[i];
-                end_class[i] = lex.end_class_of[next];
-            }
-        }
-    }
-    if (!failed) result = buf_bytes(&pending);
-done:
-    free(pending.data);
     for (int i = 0; i < 13; i++) PyBuffer_Release(&v[i]);
     return result;
 }
@@ -1437,9 +1252,224 @@ static PyObject *stepper_call(LexerStepper *x, PyObject *args) {
     return result == FAILED ? NULL : PyLong_FromLong(result);
 }
 
+/* The lexer's memo arrays (`table`, `end_class_of`, `poisoned`), read from the core, and read again
+ * whenever a transition interned a new state (the core may have grown them into new arrays). */
+typedef struct {
+    Py_buffer table, end_class_of, poisoned;
+    Py_ssize_t states; /* how many states are interned: len(keys) */
+} LexViews;
+
+static void views_release(LexViews *v) {
+    if (v->table.obj) PyBuffer_Release(&v->table);
+    if (v->end_class_of.obj) PyBuffer_Release(&v->end_class_of);
+    if (v->poisoned.obj) PyBuffer_Release(&v->poisoned);
+    memset(v, 0, sizeof(*v));
+}
+
+static int view_of(PyObject *core, const char *name, Py_ssize_t itemsize, Py_ssize_t count, Py_buffer *view) {
+    PyObject *array = PyObject_GetAttrString(core, name);
+    if (!array) return -1;
+    int status = PyObject_GetBuffer(array, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS);
+    Py_DECREF(array);
+    if (status) return -1;
+    if (view->itemsize != itemsize || view->len < itemsize * count) {
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        PyErr_Format(PyExc_ValueError, "lexer.%s: fewer than %zd items of %zd bytes", name, count, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static int views_get(LexerStepper *x, PyObject *core, LexViews *v) {
+    views_release(v);
+    v->states = PyList_GET_SIZE(x->keys);
+    if (view_of(core, "table", sizeof(int32_t), v->states * 256, &v->table) ||
+        view_of(core, "end_class_of", sizeof(int32_t), v->states, &v->end_class_of) ||
+        view_of(core, "poisoned", 1, v->states, &v->poisoned)) {
+        views_release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* `LexerCore.step`: the memoised transition, computed (and recorded) where the table does not know
+ * it yet; FAILED on error. */
+static int32_t lex_next(LexerStepper *x, PyObject *core, LexViews *v, int32_t state, uint8_t byte) {
+    if (state < 0 || state >= v->states) return bad("lexer state out of range"), FAILED;
+    int32_t next = ((const int32_t *)v->table.buf)[(Py_ssize_t)state * 256 + byte];
+    if (next == UNKNOWN) {
+        next = stepper_compute(x, core, state, byte);
+        if (next == FAILED) return FAILED;
+        if (PyList_GET_SIZE(x->keys) != v->states && views_get(x, core, v)) return FAILED;
+        ((int32_t *)v->table.buf)[(Py_ssize_t)state * 256 + byte] = next;
+    }
+    if (next >= v->states) return bad("transition to a lexer state out of range"), FAILED;
+    return next;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The lexer's trie walk (`lexer_masks.classify_lexer_state`).
+ *
+ * A path carries the depth and end class of its last match (`end_class_of[state] >= 0`): where
+ * the lexeme dies, every token below that node exits there (longest match ends the lexeme at that
+ * depth, or depth -1 / 0 when it never matched / matched before the token). A poisoned state
+ * refuses its whole subtree. Transitions not known yet are computed on the way.
+ * ------------------------------------------------------------------------------------------- */
+
+enum { LX_ACCEPTED, LX_EXIT_LO, LX_EXIT_HI, LX_EXIT_DEPTH, LX_EXIT_CLASS, LX_BLOCKED_LO, LX_BLOCKED_HI, LX_NUM_OUT };
+
+static int push4(IntBuf *out, int first, int32_t a, int32_t b, int32_t c, int32_t d) {
+    return buf_push(&out[first], a) || buf_push(&out[first + 1], b) || buf_push(&out[first + 2], c) ||
+           buf_push(&out[first + 3], d);
+}
+
+static int lexer_visit(LexerStepper *x, PyObject *core, LexViews *v, const Trie *trie, int32_t node, int32_t state,
+                       int32_t depth, int32_t cls, IntBuf *out, IntBuf *stack) {
+    if (node < 0 || node >= trie->count) return bad("trie node out of range");
+    int32_t next = lex_next(x, core, v, state, trie->byte[node]);
+    if (next == FAILED) return -1;
+    if (next < 0) return push4(out, LX_EXIT_LO, trie->lo[node], trie->hi[node], depth, cls);
+    if (((const uint8_t *)v->poisoned.buf)[next])
+        return buf_push(&out[LX_BLOCKED_LO], trie->lo[node]) || buf_push(&out[LX_BLOCKED_HI], trie->hi[node]);
+    if (trie->token[node] >= 0 && buf_push(&out[LX_ACCEPTED], trie->token[node])) return -1;
+    int32_t end_class = ((const int32_t *)v->end_class_of.buf)[next];
+    if (end_class >= 0) {
+        depth = trie->depth[node];
+        cls = end_class;
+    }
+    int32_t lo = trie->child_lo[node], hi = trie->child_hi[node];
+    if (hi <= lo) return 0;
+    if (lo < 0 || hi > trie->count) return bad("trie children out of range");
+    for (int32_t child = hi - 1; child >= lo; child--) {
+        if (buf_push(stack, child) || buf_push(stack, next) || buf_push(stack, depth) || buf_push(stack, cls))
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *stepper_walk(LexerStepper *x, PyObject *args) {
+    PyObject *core;
+    Py_buffer v[11];
+    memset(v, 0, sizeof(v));
+    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*y*y*y*y*y*y*", &core, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                          &v[7], &v[8], &v[9], &v[10]))
+        return NULL;
+    PyObject *result = NULL;
+    IntBuf out[LX_NUM_OUT], stack = {0};
+    memset(out, 0, sizeof(out));
+    LexViews views;
+    memset(&views, 0, sizeof(views));
+    Trie trie;
+    Py_ssize_t items = v[7].len / (Py_ssize_t)sizeof(int32_t);
+    if (trie_of(&v[0], &trie) || views_get(x, core, &views)) goto done;
+    for (int i = 7; i <= 10; i++) {
+        if (need(&v[i], sizeof(int32_t), items, "start array")) goto done;
+    }
+    int failed = 0;
+    for (Py_ssize_t i = items - 1; i >= 0 && !failed; i--) {
+        failed = buf_push(&stack, ((const int32_t *)v[7].buf)[i]) || buf_push(&stack, ((const int32_t *)v[8].buf)[i]) ||
+                 buf_push(&stack, ((const int32_t *)v[9].buf)[i]) || buf_push(&stack, ((const int32_t *)v[10].buf)[i]);
+    }
+    while (!failed && stack.size) {
+        stack.size -= 4;
+        const int32_t *top = stack.data + stack.size;
+        failed = lexer_visit(x, core, &views, &trie, top[0], top[1], top[2], top[3], out, &stack);
+    }
+    if (!failed) result = outputs_tuple(out, LX_NUM_OUT);
+done:
+    views_release(&views);
+    free(stack.data);
+    for (int i = 0; i < LX_NUM_OUT; i++) free(out[i].data);
+    for (int i = 0; i < 11; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Residuals through the lexer (`lexer_masks.ResidualSets.split`).
+ *
+ * Each residual is a tail `matrix[row, start:start + length]` walked from lexer state `lid` with
+ * longest match: it stays alive to its end, or dies, remembering the offset just after its last
+ * match and that match's end class (0 and -1: none; a poisoned state leaves it dead with none).
+ * ------------------------------------------------------------------------------------------- */
+
+static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
+    PyObject *core;
+    Py_buffer v[4];
+    Py_ssize_t width;
+    int lid;
+    memset(v, 0, sizeof(v));
+    if (!PyArg_ParseTuple(args, "Oy*ny*y*y*i", &core, &v[0], &width, &v[1], &v[2], &v[3], &lid)) return NULL;
+    PyObject *result = NULL, *alive_out = NULL, *end_at_out = NULL, *class_out = NULL;
+    LexViews views;
+    memset(&views, 0, sizeof(views));
+    Py_ssize_t count = v[1].len / (Py_ssize_t)sizeof(int32_t);
+    if (need(&v[2], sizeof(int32_t), count, "starts") || need(&v[3], sizeof(int32_t), count, "lengths")) goto done;
+    if (width <= 0 || v[0].len % width) {
+        bad("matrix: not a whole number of rows of the given width");
+        goto done;
+    }
+    if (views_get(x, core, &views)) goto done;
+    if (lid < 0 || lid >= views.states) {
+        bad("lexer state out of range");
+        goto done;
+    }
+    alive_out = PyBytes_FromStringAndSize(NULL, count);
+    end_at_out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int32_t));
+    class_out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int32_t));
+    if (!alive_out || !end_at_out || !class_out) goto done;
+    uint8_t *alive = (uint8_t *)PyBytes_AS_STRING(alive_out);
+    int32_t *end_at = (int32_t *)PyBytes_AS_STRING(end_at_out), *end_class = (int32_t *)PyBytes_AS_STRING(class_out);
+    const uint8_t *matrix = (const uint8_t *)v[0].buf;
+    Py_ssize_t matrix_rows = v[0].len / width;
+    const int32_t *rows = (const int32_t *)v[1].buf, *starts = (const int32_t *)v[2].buf;
+    const int32_t *lengths = (const int32_t *)v[3].buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t row = rows[i], start = starts[i], length = lengths[i];
+        if (row < 0 || row >= matrix_rows || start < 0 || length < 0 || (Py_ssize_t)start + length > width) {
+            bad("residual out of the matrix");
+            goto done;
+        }
+        const uint8_t *bytes = matrix + (Py_ssize_t)row * width + start;
+        int32_t state = lid;
+        alive[i] = 1;
+        end_at[i] = 0;
+        end_class[i] = -1;
+        for (int32_t col = 0; col < length; col++) {
+            int32_t next = lex_next(x, core, &views, state, bytes[col]);
+            if (next == FAILED) goto done;
+            if (next < 0 || ((const uint8_t *)views.poisoned.buf)[next]) {
+                if (next >= 0) end_at[i] = 0; /* a refused reserved word has no shorter match to fall back on */
+                alive[i] = 0;
+                break;
+            }
+            state = next;
+            int32_t cls = ((const int32_t *)views.end_class_of.buf)[next];
+            if (cls >= 0) {
+                end_at[i] = col + 1;
+                end_class[i] = cls;
+            }
+        }
+    }
+    result = PyTuple_Pack(3, alive_out, end_at_out, class_out);
+done:
+    Py_XDECREF(alive_out);
+    Py_XDECREF(end_at_out);
+    Py_XDECREF(class_out);
+    views_release(&views);
+    for (int i = 0; i < 4; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
 static PyMethodDef stepper_methods[] = {
     {"compute", (PyCFunction)stepper_call, METH_VARARGS,
      "compute(core, state, byte) -> state: LexerCore._compute, interning new keys through core.intern"},
+    {"walk", (PyCFunction)stepper_walk, METH_VARARGS,
+     "walk(core, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, match_depth, match_class) -> "
+     "(accepted, exit_lo, exit_hi, exit_depth, exit_class, blocked_lo, blocked_hi), each the bytes of an int32 array"},
+    {"residuals", (PyCFunction)stepper_residuals, METH_VARARGS,
+     "residuals(core, matrix, width, rows, starts, lengths, lid) -> (alive, end_at, end_class): the bytes of a "
+     "uint8 and two int32 arrays"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1455,13 +1485,6 @@ static PyTypeObject LexerStepperType = {
 };
 
 static PyMethodDef methods[] = {
-    {"lexer_walk", lexer_walk, METH_VARARGS,
-     "lexer_walk(table, end_class_of, poisoned, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
-     "match_depth, match_class) -> (accepted, exit_lo, exit_hi, exit_depth, exit_class, blocked_lo, blocked_hi, "
-     "pending_node, pending_state, pending_depth, pending_class), each the bytes of an int32 array"},
-    {"lexer_residuals", lexer_residuals, METH_VARARGS,
-     "lexer_residuals(table, end_class_of, poisoned, matrix, width, rows, starts, lengths, order, state, col, "
-     "end_at, end_class, alive) -> pending, the bytes of an int32 array (state .. alive are updated in place)"},
     {"walk", walk, METH_VARARGS,
      "walk(table, alphabet, flags, has_stacks, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
      "owners) -> (ok_owner, ok_token, exit_owner, exit_lo, exit_hi, exit_depth, pending_node, pending_state, "

@@ -253,6 +253,12 @@ class LexerCore(_Interner[LexerKey]):
         """How the lexeme ends if it ends here: terminal and, for a newline, its indentation."""
         return self.end_classes[int(self.end_class_of[state])]
 
+    def native_stepper(self) -> native.LexerStepper:
+        """The C transitions and walks of this lexer (only where the extension is loaded)."""
+        if self._native is None:
+            raise RuntimeError("the C extension is not loaded")
+        return self._native
+
     def _compute(self, state: int, byte: int) -> int:
         if self._native is not None and native.enabled():
             return self._native.compute(self, state, byte)

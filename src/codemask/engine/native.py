@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 6
+EXPECTED_VERSION = 7
 
 
 def _load() -> ModuleType | None:
@@ -122,9 +122,15 @@ def walk(core: ParserCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray
 
 
 class LexerStepper(Protocol):
-    """`_native.LexerStepper`: `LexerCore._compute` in C."""
+    """`_native.LexerStepper`: `LexerCore._compute` in C, and the walks that compute transitions
+    on the way (see `lexer_walk` and `lexer_residuals`)."""
 
     def compute(self, core: LexerCore, state: int, byte: int) -> int: ...
+
+    def walk(self, core: LexerCore, *arrays: np.ndarray) -> tuple[bytes, ...]: ...
+
+    def residuals(self, core: LexerCore, matrix: np.ndarray, width: int, rows: np.ndarray, starts: np.ndarray,
+                  lengths: np.ndarray, lid: int) -> tuple[bytes, bytes, bytes]: ...
 
 
 def lexer_stepper(automata: TerminalAutomata, *, newline: int, poison: int, keys: list[Any], index: dict[Any, int],
@@ -151,23 +157,14 @@ def lexer_walk(lexer: LexerCore, flat: FlatTrie, nodes: np.ndarray, states: np.n
 
     Returns int32 arrays: accepted (sorted token), exit (token range lo, hi, match depth, match
     class), blocked (token range lo, hi). Transitions the table does not know yet are computed
-    between rounds of the C walk.
+    on the way (`LexerStepper`).
     """
-    assert _MODULE is not None
-    parts: list[tuple[np.ndarray, ...]] = []
+    stepper = lexer.native_stepper()
     starts = [np.ascontiguousarray(a, dtype=np.int32) for a in (nodes, states, match_depth, match_class)]
-    while len(starts[0]):
-        with lexer.lock:  # the tables only grow under the lock; read a consistent set
-            count = len(lexer.keys)
-            found = _MODULE.lexer_walk(lexer.table[:count], lexer.end_class_of[:count],
-                                       lexer.poisoned[:count].view(np.uint8), flat.byte, flat.lo, flat.hi,
-                                       flat.token, flat.child_lo, flat.child_hi, flat.depth, *starts)
-        arrays = tuple(np.frombuffer(b, dtype=np.int32) for b in found)
-        parts.append(arrays[:7])
-        starts = list(arrays[7:])
-        if len(starts[0]):
-            lexer.advance(starts[1].astype(np.int64), flat.byte[starts[0]].astype(np.int64))
-    return [np.concatenate([p[i] for p in parts]) for i in range(7)]
+    with lexer.lock:  # transitions are computed and recorded under the lexer's lock
+        found = stepper.walk(lexer, flat.byte, flat.lo, flat.hi, flat.token, flat.child_lo, flat.child_hi,
+                             flat.depth, *starts)
+    return [np.frombuffer(b, dtype=np.int32) for b in found]
 
 
 def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, starts: np.ndarray,
@@ -177,26 +174,13 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
 
     Returns, per residual: alive at its end (bool), the offset just after its last match (int64,
     0: none, or refused as a reserved word) and that match's end class (int64, -1: none).
-    Transitions the table does not know yet are computed between rounds of the C loop.
+    Transitions the table does not know yet are computed on the way (`LexerStepper`).
     """
-    assert _MODULE is not None
-    count = len(rows)
+    stepper = lexer.native_stepper()
     rows32, starts32, lengths32 = (np.ascontiguousarray(a, dtype=np.int32) for a in (rows, starts, lengths))
-    state = np.full(count, lid, dtype=np.int32)
-    col = np.zeros(count, dtype=np.int32)
-    end_at = np.zeros(count, dtype=np.int32)
-    end_class = np.full(count, -1, dtype=np.int32)
-    alive = np.ones(count, dtype=np.uint8)
-    order = np.arange(count, dtype=np.int32)
     matrix = np.ascontiguousarray(matrix, dtype=np.uint8)
-    while len(order):
-        with lexer.lock:  # the tables only grow under the lock; read a consistent set
-            known = len(lexer.keys)
-            found = _MODULE.lexer_residuals(lexer.table[:known], lexer.end_class_of[:known],
-                                            lexer.poisoned[:known].view(np.uint8), matrix, matrix.shape[1],
-                                            rows32, starts32, lengths32, order, state, col, end_at, end_class, alive)
-        order = np.frombuffer(found, dtype=np.int32)
-        if len(order):
-            lexer.advance(state[order].astype(np.int64),
-                          matrix[rows32[order], starts32[order] + col[order]].astype(np.int64))
-    return alive.view(bool), end_at.astype(np.int64), end_class.astype(np.int64)
+    with lexer.lock:
+        alive, end_at, end_class = stepper.residuals(lexer, matrix, matrix.shape[1], rows32, starts32, lengths32,
+                                                     lid)
+    return (np.frombuffer(alive, dtype=bool), np.frombuffer(end_at, dtype=np.int32).astype(np.int64),
+            np.frombuffer(end_class, dtype=np.int32).astype(np.int64))
