@@ -168,51 +168,52 @@ def _residuals_numpy(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, sta
 
 def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size: int,
                          residual_sets: ResidualSets) -> LexerPosition:
-    """Walk the trie through the lexer automata from ``lid`` (see module docstring)."""
+    """Walk the trie through the lexer automata from ``lid`` (see module docstring).
+
+    The walk reports exits as ranges of trie rows (a subtree whose lexeme died at one node), so
+    the uncertain tokens are grouped by end class range by range, not over a row-sized array per
+    outcome (half of a classification's time after the C walk, ad hoc).
+    """
     walk = _walk_native if native.enabled() else _walk_numpy
-    accepted, blocked, exit_depth, exit_winner = walk(lexer, trie, lid)
-    fail = ~accepted & ~blocked & (exit_depth <= 0)
+    accepted_rows, exit_lo, exit_hi, exit_depth, exit_class = walk(lexer, trie, lid)
+    failing = exit_depth <= 0
     uncertain: dict[int, UncertainTokens] = {}
-    unc_rows = np.flatnonzero(~accepted & ~blocked & (exit_depth >= 1))
-    for end_class in np.unique(exit_winner[unc_rows]).tolist():
-        rows = unc_rows[exit_winner[unc_rows] == end_class]
-        residuals, residual_of = residual_sets.intern(rows, exit_depth[rows])
+    resumed = np.flatnonzero(~failing)
+    resumed = resumed[np.argsort(exit_class[resumed], kind="stable")]
+    classes, firsts = np.unique(exit_class[resumed], return_index=True)
+    groups = np.split(resumed, firsts[1:]) if len(resumed) else []
+    for end_class, group in zip(classes.tolist(), groups, strict=True):
+        lo, hi = exit_lo[group], exit_hi[group]
+        rows = expand_ranges(lo, hi)
+        residuals, residual_of = residual_sets.intern(rows, np.repeat(exit_depth[group], hi - lo))
         token_ids, residual_of = trie.expand_pairs(rows, residual_of)
         uncertain[int(end_class)] = UncertainTokens(token_ids.astype(np.int32), residuals, residual_of)
     return LexerPosition(
-        accepted=pack_ids(trie.token_ids(np.flatnonzero(accepted)), vocab_size),
-        fail=pack_ids(trie.token_ids(np.flatnonzero(fail)), vocab_size),
+        accepted=pack_ids(trie.token_ids(accepted_rows), vocab_size),
+        fail=pack_ids(trie.token_ids(expand_ranges(exit_lo[failing], exit_hi[failing])), vocab_size),
         uncertain=uncertain,
     )
 
 
-Walk = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # accepted, blocked, exit depth, exit end class
+# accepted rows, and the exits as row ranges: lo, hi, the depth of the last match above (-1: none,
+# 0: before the token) and its end class; rows in neither are refused (a poisoned state)
+Walk = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _walk_native(lexer: LexerCore, trie: TokenTrie, lid: int) -> Walk:
     """The trie walk in C (`native.lexer_walk`), one depth-first loop."""
-    n = trie.num_tokens
     winner0 = int(lexer.end_class_of[lid])
     roots = np.arange(*trie.root_children, dtype=np.int32)
     match_depth = np.full(len(roots), 0 if winner0 >= 0 else -1)
     found = native.lexer_walk(lexer, trie.flat, roots, np.full(len(roots), lid), match_depth,
                               np.full(len(roots), winner0))
-    accepted_rows, exit_lo, exit_hi, exit_at, exit_class, blocked_lo, blocked_hi = found
-    accepted = np.zeros(n, dtype=bool)
-    accepted[accepted_rows] = True
-    blocked = np.zeros(n, dtype=bool)
-    blocked[expand_ranges(blocked_lo, blocked_hi)] = True
-    counts = exit_hi - exit_lo
-    exits = expand_ranges(exit_lo, exit_hi)
-    exit_depth = np.full(n, -1, dtype=np.int64)
-    exit_depth[exits] = np.repeat(exit_at, counts)
-    exit_winner = np.full(n, -1, dtype=np.int64)
-    exit_winner[exits] = np.repeat(exit_class, counts)
-    return accepted, blocked, exit_depth, exit_winner
+    accepted_rows, exit_lo, exit_hi, exit_at, exit_class = found[:5]
+    return (accepted_rows.astype(np.int64), exit_lo.astype(np.int64), exit_hi.astype(np.int64),
+            exit_at.astype(np.int64), exit_class.astype(np.int64))
 
 
 def _walk_numpy(lexer: LexerCore, trie: TokenTrie, lid: int) -> Walk:
-    """The trie walk level by level in numpy (without the C extension)."""
+    """The trie walk level by level in numpy (without the C extension); each exit is one row."""
     n = trie.num_tokens
     accepted = np.zeros(n, dtype=bool)
     exit_depth = np.full(n, -1, dtype=np.int64)
@@ -255,7 +256,8 @@ def _walk_numpy(lexer: LexerCore, trie: TokenTrie, lid: int) -> Walk:
         acc_depth = np.repeat(acc_depth, counts)
         acc_winner = np.repeat(acc_winner, counts)
         idx = expand_ranges(lo, hi)
-    return accepted, blocked, exit_depth, exit_winner
+    exits = np.flatnonzero(~accepted & ~blocked)
+    return np.flatnonzero(accepted), exits, exits + 1, exit_depth[exits], exit_winner[exits]
 
 
 class LexerMaskComputer:
