@@ -194,19 +194,29 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
         core._native.closure(core, [-1])
     with pytest.raises(IndexError, match="parser state out of range"):
         core._native.fill_rows(core, [core.num_states])
+    with pytest.raises(IndexError, match="stack node out of range"):
+        core.node(0, (len(core.node_state),))
+    with pytest.raises(ValueError, match="sorted, without repeats"):
+        core.node(0, (1, 0))
+    with pytest.raises(IndexError, match="RTN state out of range"):
+        core.node(len(core.rtn.accepting), ())
+    assert core.node(0, (0, 1)) == core.node(0, (0, 1)) == len(core.node_state) - 1  # interned once
     from codemask.engine import _native  # type: ignore[attr-defined]
 
     rtn = core.rtn
     with pytest.raises(ValueError, match="accepting"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting[:-1], np.zeros(1, np.int32),
-                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, [], [], {},
-                         10)
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], [], [], {}, 10)
     calls = np.zeros(len(rtn.accepting) + 1, np.int32)
     calls[1:] = 1
     with pytest.raises(ValueError, match="out of range"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, calls,
                          np.array([len(rtn.accepting)], np.int32), np.zeros(1, np.int32), np.zeros(1, np.uint8),
-                         [], [], {}, [], [], {}, 10)
+                         [], [], [], [], {}, 10)
+    with pytest.raises(ValueError, match="must start empty"):
+        _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(len(rtn.accepting) + 1,
+                         np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8),
+                         [0], [()], [], [], {}, 10)
 
 
 def per_row(lexer: LexerCore, walk: tuple[np.ndarray, ...]) -> tuple[list[int], dict[int, tuple[int, object]]]:

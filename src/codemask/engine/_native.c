@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 7
+#define NATIVE_VERSION 8
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -202,11 +202,13 @@ done:
 /* ---------------------------------------------------------------------------------------------
  * The parser's closure and transition rows (`ParserCore.closure` and `ParserCore._fill_row`).
  *
- * An `Interner` holds the RTN as C arrays and references to the ParserCore's interning lists and
- * dicts (which ParserCore never rebinds), and does exactly what the Python methods do, in the same
- * order: the same stack nodes and parser states are interned with the same ids, with the same
- * sorted tuples of parents (whose order orders the pops of later closures). The Python structures
- * stay the only record: the Python methods and these functions can be mixed freely on one core.
+ * An `Interner` holds the RTN as C arrays, the stack nodes with their index (all nodes of its core
+ * are interned here, `ParserCore.node` included), and references to the ParserCore's lists and
+ * dicts, which it appends to (which ParserCore never rebinds). It does exactly what the Python
+ * methods do, in the same order: the same stack nodes and parser states are interned with the same
+ * ids, with the same sorted tuples of parents (whose order orders the pops of later closures). The
+ * lists stay the record Python reads, so the Python methods and these functions can be mixed freely
+ * on one core.
  * ------------------------------------------------------------------------------------------- */
 
 #define DEAD (-1)
@@ -325,8 +327,18 @@ typedef struct {
     Py_ssize_t alphabet, states;
     uint8_t *scanning, *accepting, *tail;
     int32_t *call_lo, *callee, *ret;
-    PyObject **qlong; /* each RTN state as a Python int, shared by the keys and node_state */
-    PyObject *node_state, *node_parents, *node_index, *state_stacks, *state_flag, *state_index;
+    PyObject **qlong; /* each RTN state as a Python int, shared by node_state */
+    PyObject *node_state, *node_parents, *state_stacks, *state_flag, *state_index;
+    /* The stack nodes, also in C (node_state and node_parents are their Python record): per node
+     * its RTN state, where its parents start in `par` and how many, and its hash; `slots` is the
+     * open-addressing index by (state, parents) (node id, or -1). Nodes that share their parents
+     * with an older node (a tail call, a moved top) share its run of `par`. */
+    int32_t *nq, *npn, *slots;
+    int64_t *npo;
+    uint64_t *nh;
+    int32_t *par;
+    Py_ssize_t ncount, ncap, par_size, par_cap;
+    int slot_bits;
     PyObject **single; /* (id,) per node id, made once: the return frames of calls */
     Py_ssize_t single_cap;
     Py_ssize_t max_stacks;
@@ -403,20 +415,12 @@ static int index_error(const char *what) {
     return -1;
 }
 
-/* The RTN state and parents of stack node `s` (parents borrowed: node_parents only grows). */
-static int node_at(Interner *x, Py_ssize_t s, int32_t *q, PyObject **parents) {
-    if (s < 0 || s >= PyList_GET_SIZE(x->node_state) || s >= PyList_GET_SIZE(x->node_parents))
-        return index_error("stack node out of range");
-    long state = PyLong_AsLong(PyList_GET_ITEM(x->node_state, s));
-    if (state == -1 && PyErr_Occurred()) return -1;
-    if (state < 0 || state >= x->states) return index_error("RTN state out of range");
-    PyObject *ps = PyList_GET_ITEM(x->node_parents, s);
-    if (!PyTuple_Check(ps)) {
-        PyErr_SetString(PyExc_TypeError, "node parents must be tuples");
-        return -1;
-    }
-    *q = (int32_t)state;
-    *parents = ps;
+/* The RTN state of stack node `s`, and its parents: `*n` ids at `x->par + x->npo[s]` (read them
+ * before interning another node, which may move `par`). */
+static int node_at(Interner *x, Py_ssize_t s, int32_t *q, Py_ssize_t *n) {
+    if (s < 0 || s >= x->ncount) return index_error("stack node out of range");
+    *q = x->nq[s];
+    *n = x->npn[s];
     return 0;
 }
 
@@ -430,40 +434,104 @@ static Py_ssize_t as_id(PyObject *found) {
     return id;
 }
 
-/* The node index's key of (q, parents): `(q, *parents)`, a tuple of ints, as `ParserCore.node`
- * builds it (parents are a sorted tuple). Ints only, so the garbage collector stops tracking it
- * after its first collection. */
-static PyObject *node_key(Interner *x, int32_t q, PyObject *parents) {
-    Py_ssize_t n = PyTuple_GET_SIZE(parents);
-    PyObject *key = PyTuple_New(n + 1);
-    if (!key) return NULL;
-    Py_INCREF(x->qlong[q]);
-    PyTuple_SET_ITEM(key, 0, x->qlong[q]);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GET_ITEM(parents, i);
-        Py_INCREF(item);
-        PyTuple_SET_ITEM(key, i + 1, item);
-    }
-    return key;
+/* The index's hash of (q, parents); its top bits pick the slot, so it ends with a full avalanche
+ * (MurmurHash3's finaliser): small ids otherwise differ only in low bits. */
+static uint64_t node_hash(int32_t q, const int32_t *ps, Py_ssize_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)q;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)ps[i]) * 0x100000001B3ull + 0x632BE59BD9B4E019ull;
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 33);
 }
 
-/* `ParserCore.node`: the id of the node (q, parents), interned if new; -1 on error. */
-static Py_ssize_t node(Interner *x, int32_t q, PyObject *parents) {
-    PyObject *key = node_key(x, q, parents);
-    if (!key) return -1;
-    PyObject *found = PyDict_GetItemWithError(x->node_index, key);
-    if (found || PyErr_Occurred()) {
-        Py_DECREF(key);
-        return found ? as_id(found) : -1;
+static int grow_slots(Interner *x) {
+    int bits = x->slot_bits ? x->slot_bits + 1 : 12;
+    size_t size = (size_t)1 << bits, mask = size - 1;
+    int32_t *slots = (int32_t *)malloc(size * sizeof(int32_t));
+    if (!slots) return PyErr_NoMemory(), -1;
+    memset(slots, 0xFF, size * sizeof(int32_t));
+    for (Py_ssize_t id = 0; id < x->ncount; id++) {
+        size_t i = (size_t)(x->nh[id] >> (64 - bits));
+        while (slots[i] >= 0) i = (i + 1) & mask;
+        slots[i] = (int32_t)id;
     }
-    Py_ssize_t id = PyList_GET_SIZE(x->node_state);
-    PyObject *ident = id <= INT32_MAX ? PyLong_FromSsize_t(id) : NULL;
-    int failed = !ident || PyDict_SetItem(x->node_index, key, ident) || PyList_Append(x->node_state, x->qlong[q]) ||
-                 PyList_Append(x->node_parents, parents);
-    if (!ident && !PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "too many stack nodes");
-    Py_XDECREF(ident);
-    Py_DECREF(key);
-    return failed ? -1 : id;
+    free(x->slots);
+    x->slots = slots;
+    x->slot_bits = bits;
+    return 0;
+}
+
+/* `ParserCore.node` of (q, the `n` sorted ids at `ps`): the node's id, interned if new; -1 on
+ * error. `tuple` is the parents as a Python tuple when the caller has one (borrowed; made here
+ * otherwise), `same_as` a node with these very parents (whose run of `par` is shared) or -1. */
+static Py_ssize_t node(Interner *x, int32_t q, const int32_t *ps, Py_ssize_t n, PyObject *tuple, Py_ssize_t same_as) {
+    uint64_t h = node_hash(q, ps, n);
+    size_t mask = ((size_t)1 << x->slot_bits) - 1, i = (size_t)(h >> (64 - x->slot_bits));
+    for (int32_t id; (id = x->slots[i]) >= 0; i = (i + 1) & mask) {
+        if (x->nh[id] == h && x->nq[id] == q && x->npn[id] == n &&
+            !memcmp(x->par + x->npo[id], ps, (size_t)n * sizeof(int32_t)))
+            return id;
+    }
+    Py_ssize_t id = x->ncount;
+    if (id >= INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many stack nodes");
+        return -1;
+    }
+    PyObject *made = NULL;
+    if (!tuple) {
+        if (!(tuple = made = PyTuple_New(n))) return -1;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *item = PyLong_FromLong(ps[k]);
+            if (!item) {
+                Py_DECREF(made);
+                return -1;
+            }
+            PyTuple_SET_ITEM(made, k, item);
+        }
+    }
+    int failed = PyList_Append(x->node_state, x->qlong[q]) || PyList_Append(x->node_parents, tuple);
+    Py_XDECREF(made);
+    if (failed) return -1;
+    int64_t offset;
+    if (same_as >= 0) {
+        offset = x->npo[same_as];
+    } else {
+        Py_ssize_t inside = ps >= x->par && ps < x->par + x->par_size ? ps - x->par : -1;
+        while (x->par_size + n > x->par_cap) {
+            Py_ssize_t cap = x->par_cap ? 2 * x->par_cap : 4096;
+            int32_t *grown = (int32_t *)realloc(x->par, (size_t)cap * sizeof(int32_t));
+            if (!grown) return PyErr_NoMemory(), -1;
+            x->par = grown;
+            x->par_cap = cap;
+        }
+        if (inside >= 0) ps = x->par + inside;
+        memcpy(x->par + x->par_size, ps, (size_t)n * sizeof(int32_t));
+        offset = x->par_size;
+        x->par_size += n;
+    }
+    if (id >= x->ncap) {
+        Py_ssize_t cap = x->ncap ? 2 * x->ncap : 4096;
+        int32_t *nq = (int32_t *)realloc(x->nq, (size_t)cap * sizeof(int32_t));
+        if (nq) x->nq = nq;
+        int32_t *npn = nq ? (int32_t *)realloc(x->npn, (size_t)cap * sizeof(int32_t)) : NULL;
+        if (npn) x->npn = npn;
+        int64_t *npo = npn ? (int64_t *)realloc(x->npo, (size_t)cap * sizeof(int64_t)) : NULL;
+        if (npo) x->npo = npo;
+        uint64_t *nh = npo ? (uint64_t *)realloc(x->nh, (size_t)cap * sizeof(uint64_t)) : NULL;
+        if (!nh) return PyErr_NoMemory(), -1;
+        x->nh = nh;
+        x->ncap = cap;
+    }
+    x->nq[id] = q;
+    x->npn[id] = (int32_t)n;
+    x->npo[id] = offset;
+    x->nh[id] = h;
+    x->slots[i] = (int32_t)id;
+    x->ncount++;
+    if (2 * x->ncount > ((Py_ssize_t)1 << x->slot_bits) && grow_slots(x)) return -1;
+    return id;
 }
 
 /* (id,) (borrowed), the same object for every call returning to node `id`. */
@@ -485,20 +553,17 @@ static PyObject *singleton(Interner *x, Py_ssize_t id) {
     return x->single[id];
 }
 
-/* Append the ids of the tuple `parents` to `out`. */
-static int push_parents(IntBuf *out, PyObject *parents) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parents); i++) {
-        long parent = PyLong_AsLong(PyTuple_GET_ITEM(parents, i));
-        if (parent == -1 && PyErr_Occurred()) return -1;
-        if (parent < INT32_MIN || parent > INT32_MAX) return index_error("stack node out of range");
-        if (buf_push(out, (int32_t)parent)) return -1;
+/* Append the `n` ids at `ps` to `out`. */
+static int push_ids(IntBuf *out, const int32_t *ps, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (buf_push(out, ps[i])) return -1;
     }
     return 0;
 }
 
 /* `scanning.setdefault(q, set()).update(parents)` for node `s` = (q, parents): the parents are
  * collected only once a second node waits at q (one node is its own merged node). */
-static int scan_add(Interner *x, Ctx *c, int32_t s, int32_t q, PyObject *parents) {
+static int scan_add(Interner *x, Ctx *c, int32_t s, int32_t q) {
     int32_t at = map_get(&c->scan, q);
     if (at < 0) {
         if (reserve((void **)&c->entries, &c->entry_cap, c->entry_count, sizeof(Scan), 64)) return -1;
@@ -513,12 +578,10 @@ static int scan_add(Interner *x, Ctx *c, int32_t s, int32_t q, PyObject *parents
     }
     Scan *e = &c->entries[at];
     if (!e->merged) {
-        int32_t q0;
-        PyObject *first;
-        if (node_at(x, e->first, &q0, &first) || push_parents(&e->parents, first)) return -1;
+        if (push_ids(&e->parents, x->par + x->npo[e->first], x->npn[e->first])) return -1;
         e->merged = 1;
     }
-    return push_parents(&e->parents, parents);
+    return push_ids(&e->parents, x->par + x->npo[s], x->npn[s]);
 }
 
 static int cmp_int32(const void *a, const void *b);
@@ -532,19 +595,7 @@ static Py_ssize_t scan_node(Interner *x, Scan *e) {
     for (Py_ssize_t i = 1; i < n; i++) {
         if (ids[i] != ids[k - 1]) ids[k++] = ids[i];
     }
-    PyObject *parents = PyTuple_New(k);
-    if (!parents) return -1;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        PyObject *item = PyLong_FromLong(ids[i]);
-        if (!item) {
-            Py_DECREF(parents);
-            return -1;
-        }
-        PyTuple_SET_ITEM(parents, i, item);
-    }
-    Py_ssize_t id = node(x, e->q, parents);
-    Py_DECREF(parents);
-    return id;
+    return node(x, e->q, ids, k, NULL, -1);
 }
 
 /* A writable view of the array `core.<name>` holding at least `count` items of `itemsize` bytes. */
@@ -639,27 +690,27 @@ static int cmp_int32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Push the nodes a popped node leads to: its calls' callees, and (if its rule may end here) its
- * parents, or the flag for a bottom. */
-static int expand(Interner *x, Ctx *c, int32_t q, PyObject *parents, int *flag) {
+/* Push the nodes a popped node `s` (at RTN state `q`) leads to: its calls' callees, and (if its
+ * rule may end here) its parents, or the flag for a bottom. */
+static int expand(Interner *x, Ctx *c, int32_t s, int32_t q, int *flag) {
     for (int32_t k = x->call_lo[q]; k < x->call_lo[q + 1]; k++) {
-        PyObject *base = parents;
-        if (!x->tail[k]) {
-            Py_ssize_t frame = node(x, x->ret[k], parents);
-            if (frame < 0 || !(base = singleton(x, frame))) return -1;
+        Py_ssize_t callee;
+        if (x->tail[k]) {
+            callee = node(x, x->callee[k], x->par + x->npo[s], x->npn[s], PyList_GET_ITEM(x->node_parents, s), s);
+        } else {
+            Py_ssize_t frame = node(x, x->ret[k], x->par + x->npo[s], x->npn[s], PyList_GET_ITEM(x->node_parents, s), s);
+            PyObject *base = frame < 0 ? NULL : singleton(x, frame);
+            int32_t one = (int32_t)frame;
+            callee = base ? node(x, x->callee[k], &one, 1, base, -1) : -1;
         }
-        Py_ssize_t callee = node(x, x->callee[k], base);
         if (callee < 0 || buf_push(&c->todo, (int32_t)callee)) return -1;
     }
     if (!x->accepting[q]) return 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parents); i++) {
-        long parent = PyLong_AsLong(PyTuple_GET_ITEM(parents, i));
-        if (parent == -1 && PyErr_Occurred()) return -1;
+    for (int32_t i = 0; i < x->npn[s]; i++) {
+        int32_t parent = x->par[x->npo[s] + i];
         if (parent < 0) {
             *flag = 1;
-        } else if (parent > INT32_MAX) {
-            return index_error("stack node out of range");
-        } else if (buf_push(&c->todo, (int32_t)parent)) {
+        } else if (buf_push(&c->todo, parent)) {
             return -1;
         }
     }
@@ -686,10 +737,10 @@ static int32_t closure(Interner *x, PyObject *core, Ctx *c, const int32_t *stack
             goto done;
         }
         int32_t q;
-        PyObject *parents;
-        if (node_at(x, s, &q, &parents)) goto done;
-        if (x->scanning[q] && scan_add(x, c, s, q, parents)) goto done;
-        if (expand(x, c, q, parents, &flag)) goto done;
+        Py_ssize_t n;
+        if (node_at(x, s, &q, &n)) goto done;
+        if (x->scanning[q] && scan_add(x, c, s, q)) goto done;
+        if (expand(x, c, s, q, &flag)) goto done;
     }
     if (!c->entry_count && !flag) {
         result = DEAD;
@@ -774,15 +825,16 @@ static int fill_row(Interner *x, PyObject *core, Ctx *c, Py_ssize_t state) {
     Py_ssize_t count = PyTuple_GET_SIZE(stacks);
     if (!count) return write_row(x, core, state, NULL, DEAD);
     int32_t *tops = (int32_t *)malloc((size_t)count * sizeof(int32_t));
-    PyObject **parents = (PyObject **)malloc((size_t)count * sizeof(PyObject *));
+    int32_t *nodes = (int32_t *)malloc((size_t)count * sizeof(int32_t));
     int status = -1;
-    if (!tops || !parents) {
+    if (!tops || !nodes) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(stacks, i));
-        if ((s == -1 && PyErr_Occurred()) || node_at(x, s, &tops[i], &parents[i])) goto done;
+        Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(stacks, i)), n;
+        if ((s == -1 && PyErr_Occurred()) || node_at(x, s, &tops[i], &n)) goto done;
+        nodes[i] = (int32_t)s;
     }
     Py_ssize_t classes = group_columns(x, c, tops, count);
     const int32_t *trans = (const int32_t *)x->trans.buf;
@@ -795,7 +847,8 @@ static int fill_row(Interner *x, PyObject *core, Ctx *c, Py_ssize_t state) {
                 index_error("RTN transition out of range");
                 goto done;
             }
-            Py_ssize_t moved = node(x, t, parents[i]);
+            int32_t s = nodes[i];
+            Py_ssize_t moved = node(x, t, x->par + x->npo[s], x->npn[s], PyList_GET_ITEM(x->node_parents, s), s);
             if (moved < 0 || buf_push(&c->moved, (int32_t)moved)) goto done;
         }
         int32_t outcome = c->moved.size ? closure(x, core, c, c->moved.data, c->moved.size) : DEAD;
@@ -806,7 +859,7 @@ static int fill_row(Interner *x, PyObject *core, Ctx *c, Py_ssize_t state) {
     status = write_row(x, core, state, c->row, 0);
 done:
     free(tops);
-    free(parents);
+    free(nodes);
     return status;
 }
 
@@ -828,7 +881,12 @@ static void interner_dealloc(Interner *x) {
     free(x->single);
     Py_XDECREF(x->node_state);
     Py_XDECREF(x->node_parents);
-    Py_XDECREF(x->node_index);
+    free(x->nq);
+    free(x->npn);
+    free(x->npo);
+    free(x->nh);
+    free(x->par);
+    free(x->slots);
     Py_XDECREF(x->state_stacks);
     Py_XDECREF(x->state_flag);
     Py_XDECREF(x->state_index);
@@ -859,24 +917,22 @@ static int check_rtn(Interner *x, Py_ssize_t calls) {
 
 static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"trans", "alphabet", "scanning", "accepting", "call_lo", "callee", "ret", "tail",
-                            "node_state", "node_parents", "node_index", "state_stacks", "state_flag",
-                            "state_index", "max_stacks", NULL};
+                            "node_state", "node_parents", "state_stacks", "state_flag", "state_index",
+                            "max_stacks", NULL};
     Py_buffer v[6];
     memset(v, 0, sizeof(v));
     Interner *x = (Interner *)type->tp_alloc(type, 0);
     if (!x) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!O!O!O!O!n", names, &x->trans, &x->alphabet,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!O!O!O!n", names, &x->trans, &x->alphabet,
                                      &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &PyList_Type, &x->node_state,
-                                     &PyList_Type, &x->node_parents, &PyDict_Type, &x->node_index, &PyList_Type,
-                                     &x->state_stacks, &PyList_Type, &x->state_flag, &PyDict_Type, &x->state_index,
-                                     &x->max_stacks)) {
-        x->node_state = x->node_parents = x->node_index = x->state_stacks = x->state_flag = x->state_index = NULL;
+                                     &PyList_Type, &x->node_parents, &PyList_Type, &x->state_stacks, &PyList_Type,
+                                     &x->state_flag, &PyDict_Type, &x->state_index, &x->max_stacks)) {
+        x->node_state = x->node_parents = x->state_stacks = x->state_flag = x->state_index = NULL;
         Py_DECREF(x);
         return NULL;
     }
     Py_INCREF(x->node_state);
     Py_INCREF(x->node_parents);
-    Py_INCREF(x->node_index);
     Py_INCREF(x->state_stacks);
     Py_INCREF(x->state_flag);
     Py_INCREF(x->state_index);
@@ -902,6 +958,11 @@ static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     for (Py_ssize_t q = 0; q < x->states; q++) {
         if (!(x->qlong[q] = PyLong_FromSsize_t(q))) goto done;
     }
+    if (PyList_GET_SIZE(x->node_state) || PyList_GET_SIZE(x->node_parents)) {
+        bad("the interner keeps every stack node: node_state and node_parents must start empty");
+        goto done;
+    }
+    if (grow_slots(x)) goto done;
     failed = 0;
 done:
     for (int i = 0; i < 6; i++) PyBuffer_Release(&v[i]);
@@ -946,6 +1007,34 @@ static PyObject *interner_closure(Interner *x, PyObject *args) {
     return result == FAILED ? NULL : PyLong_FromLong(result);
 }
 
+static PyObject *interner_node(Interner *x, PyObject *args) {
+    int q;
+    PyObject *parents;
+    if (!PyArg_ParseTuple(args, "iO!", &q, &PyTuple_Type, &parents)) return NULL;
+    if (q < 0 || q >= x->states) return index_error("RTN state out of range"), NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(parents);
+    int32_t *ids = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!ids) return PyErr_NoMemory();
+    Py_ssize_t id = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long parent = PyLong_AsLong(PyTuple_GET_ITEM(parents, i));
+        if (parent == -1 && PyErr_Occurred()) goto done;
+        if (parent < -2 || parent >= x->ncount) {
+            index_error("stack node out of range");
+            goto done;
+        }
+        if (i && parent <= ids[i - 1]) {
+            bad("parents must be sorted, without repeats");
+            goto done;
+        }
+        ids[i] = (int32_t)parent;
+    }
+    id = node(x, (int32_t)q, ids, n, parents, -1);
+done:
+    free(ids);
+    return id < 0 ? NULL : PyLong_FromSsize_t(id);
+}
+
 static PyObject *interner_fill_rows(Interner *x, PyObject *args) {
     PyObject *core, *states;
     if (!PyArg_ParseTuple(args, "OO", &core, &states)) return NULL;
@@ -965,6 +1054,8 @@ static PyObject *interner_fill_rows(Interner *x, PyObject *args) {
 static PyMethodDef interner_methods[] = {
     {"closure", (PyCFunction)interner_closure, METH_VARARGS,
      "closure(core, stacks) -> state: ParserCore.closure of the node ids `stacks`"},
+    {"node", (PyCFunction)interner_node, METH_VARARGS,
+     "node(q, parents) -> id: ParserCore.node, the stack node q on top of the sorted tuple of node ids parents"},
     {"fill_rows", (PyCFunction)interner_fill_rows, METH_VARARGS,
      "fill_rows(core, states): ParserCore._fill_row of each state, in order"},
     {NULL, NULL, 0, NULL},
@@ -976,7 +1067,7 @@ static PyTypeObject InternerType = {
     .tp_dealloc = (destructor)interner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Interner(trans, alphabet, scanning, accepting, call_lo, callee, ret, tail, node_state, node_parents, "
-              "node_index, state_stacks, state_flag, state_index, max_stacks): a ParserCore's closures in C",
+              "state_stacks, state_flag, state_index, max_stacks): a ParserCore's stack nodes and closures in C",
     .tp_methods = interner_methods,
     .tp_new = interner_new,
 };

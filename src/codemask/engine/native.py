@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 7
+EXPECTED_VERSION = 8
 
 
 def _load() -> ModuleType | None:
@@ -73,7 +73,10 @@ def using(native: bool) -> Iterator[None]:
 
 
 class Interner(Protocol):
-    """`_native.Interner`: `ParserCore.closure` and `ParserCore._fill_row` of one core in C."""
+    """`_native.Interner`: the stack nodes of one `ParserCore`, `ParserCore.closure` and
+    `ParserCore._fill_row` in C."""
+
+    def node(self, state: int, parents: tuple[int, ...]) -> int: ...
 
     def closure(self, core: ParserCore, stacks: Sequence[int]) -> int: ...
 
@@ -82,19 +85,19 @@ class Interner(Protocol):
 
 def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, call_lo: np.ndarray,
              callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, node_state: list[int],
-             node_parents: list[tuple[int, ...]], node_index: dict[tuple[int, ...], int],
-             state_stacks: list[tuple[int, ...]], state_flag: list[bool],
+             node_parents: list[tuple[int, ...]], state_stacks: list[tuple[int, ...]], state_flag: list[bool],
              state_index: dict[tuple[tuple[int, ...], bool], int], max_stacks: int) -> Interner | None:
-    """The C closures over a core's RTN (``trans``, per-state ``scanning`` and ``accepting``, and
-    its calls as ``callee[k]``, ``ret[k]``, ``tail[k]`` for ``k`` in ``call_lo[q]:call_lo[q+1]``)
-    that intern into its lists and dicts, which it keeps (None without the extension)."""
+    """The C stack nodes and closures over a core's RTN (``trans``, per-state ``scanning`` and
+    ``accepting``, and its calls as ``callee[k]``, ``ret[k]``, ``tail[k]`` for ``k`` in
+    ``call_lo[q]:call_lo[q+1]``) that append to its (empty) node lists and its state lists and
+    dict, which it keeps (None without the extension)."""
     if _MODULE is None:
         return None
     ints = [np.ascontiguousarray(a, dtype=np.int32) for a in (trans, call_lo, callee, ret)]
     flags = [np.ascontiguousarray(a, dtype=np.uint8) for a in (scanning, accepting, tail)]
     found: Interner = _MODULE.Interner(ints[0], trans.shape[1], flags[0], flags[1], ints[1], ints[2], ints[3],
-                                       flags[2], node_state, node_parents, node_index, state_stacks, state_flag,
-                                       state_index, max_stacks)
+                                       flags[2], node_state, node_parents, state_stacks, state_flag, state_index,
+                                       max_stacks)
     return found
 
 

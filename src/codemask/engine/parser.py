@@ -69,8 +69,7 @@ class ParserCore:
         ]
         self.node_state: list[int] = []
         self.node_parents: list[tuple[int, ...]] = []  # each sorted, without repeats
-        # keyed by (state, *parents): ints only, so the garbage collector soon stops tracking the
-        # keys (a file's masks intern hundreds of thousands of nodes; see `node`)
+        # keyed by (state, *parents), where the C extension (which keeps its own index) is missing
         self._node_index: dict[tuple[int, ...], int] = {}
         self.state_stacks: list[tuple[int, ...]] = []
         self.state_flag: list[bool] = []
@@ -90,10 +89,13 @@ class ParserCore:
         """The id of the stack node ``state`` on top of the nodes ``parents`` (or a bottom), a
         sorted tuple without repeats.
 
-        Keys and parents are tuples of ints: the garbage collector stops tracking those after their
-        first collection, where a frozenset stays tracked, and with one per node every full
-        collection traversed them all (a fifth of the mask time of four Python files, ad hoc).
+        Parents are tuples of ints: the garbage collector stops tracking those after their first
+        collection, where a frozenset stays tracked, and with one per node every full collection
+        traversed them all (a fifth of the mask time of four Python files, ad hoc). With the C
+        extension the index is C's, whichever closure (C or Python) asks.
         """
+        if self._native is not None:
+            return self._native.node(state, parents)
         key = (state, *parents)
         found = self._node_index.get(key)
         if found is None:
@@ -128,16 +130,15 @@ class ParserCore:
         return len(self.state_stacks)
 
     def _native_interner(self) -> native.Interner | None:
-        """`closure` and `_fill_row` in C, interning into this core's own lists and dicts (None
-        without the extension). The lists and dicts are never rebound, so it keeps them."""
+        """The stack nodes, `closure` and `_fill_row` in C, appending to this core's own lists and
+        dicts (None without the extension). They are never rebound, so it keeps them."""
         sizes = np.fromiter(map(len, self._calls), dtype=np.int64, count=len(self._calls))
         calls = np.fromiter(chain.from_iterable(chain.from_iterable(self._calls)), dtype=np.int64).reshape(-1, 3)
         return native.interner(
             trans=self._trans, scanning=self._scanning, accepting=self.rtn.accepting,
             call_lo=np.concatenate([[0], np.cumsum(sizes)]), callee=calls[:, 0], ret=calls[:, 1], tail=calls[:, 2],
-            node_state=self.node_state, node_parents=self.node_parents, node_index=self._node_index,
-            state_stacks=self.state_stacks, state_flag=self.state_flag, state_index=self._state_index,
-            max_stacks=MAX_STACKS)
+            node_state=self.node_state, node_parents=self.node_parents, state_stacks=self.state_stacks,
+            state_flag=self.state_flag, state_index=self._state_index, max_stacks=MAX_STACKS)
 
     # -- closure and steps -------------------------------------------------------------------
 
