@@ -130,13 +130,22 @@ class ResidualSets:
         rows, starts = residuals.rows, residuals.starts
         walk = native.lexer_residuals if native.enabled() else _residuals_numpy
         alive, end_at, end_class = walk(self.lexer, self.trie.matrix, rows, starts, residuals.lengths, lid)
-        resumed = np.flatnonzero(~alive & (end_at > 0))
         children = []
-        for cls in np.unique(end_class[resumed]).tolist():
-            members = resumed[end_class[resumed] == cls]
+        for cls, members in _grouped(np.flatnonzero(~alive & (end_at > 0)), end_class):
             tails, tail_of = self.intern(rows[members], starts[members] + end_at[members])
-            children.append((int(cls), members, tails, tail_of))
+            children.append((cls, members, tails, tail_of))
         return ResidualSplit(accepted=alive, children=children)
+
+
+def _grouped(items: np.ndarray, keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``items`` grouped by ``keys[items]``, in increasing key order, each group in its order in
+    ``items``: one stable sort, where a pass per key cost a pass over all items for each (Python's
+    newlines end as one class per indentation, dozens in a file)."""
+    if not len(items):
+        return []
+    items = items[np.argsort(keys[items], kind="stable")]
+    values, firsts = np.unique(keys[items], return_index=True)
+    return list(zip(values.tolist(), np.split(items, firsts[1:]), strict=True))
 
 
 def _residuals_numpy(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, starts: np.ndarray,
@@ -178,16 +187,12 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
     accepted_rows, exit_lo, exit_hi, exit_depth, exit_class = walk(lexer, trie, lid)
     failing = exit_depth <= 0
     uncertain: dict[int, UncertainTokens] = {}
-    resumed = np.flatnonzero(~failing)
-    resumed = resumed[np.argsort(exit_class[resumed], kind="stable")]
-    classes, firsts = np.unique(exit_class[resumed], return_index=True)
-    groups = np.split(resumed, firsts[1:]) if len(resumed) else []
-    for end_class, group in zip(classes.tolist(), groups, strict=True):
+    for end_class, group in _grouped(np.flatnonzero(~failing), exit_class):
         lo, hi = exit_lo[group], exit_hi[group]
         rows = expand_ranges(lo, hi)
         residuals, residual_of = residual_sets.intern(rows, np.repeat(exit_depth[group], hi - lo))
         token_ids, residual_of = trie.expand_pairs(rows, residual_of)
-        uncertain[int(end_class)] = UncertainTokens(token_ids.astype(np.int32), residuals, residual_of)
+        uncertain[end_class] = UncertainTokens(token_ids.astype(np.int32), residuals, residual_of)
     return LexerPosition(
         accepted=pack_ids(trie.token_ids(accepted_rows), vocab_size),
         fail=pack_ids(trie.token_ids(expand_ranges(exit_lo[failing], exit_hi[failing])), vocab_size),
