@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 8
+#define NATIVE_VERSION 9
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -419,6 +419,7 @@ static int index_error(const char *what) {
  * before interning another node, which may move `par`). */
 static int node_at(Interner *x, Py_ssize_t s, int32_t *q, Py_ssize_t *n) {
     if (s < 0 || s >= x->ncount) return index_error("stack node out of range");
+    if (s >= PyList_GET_SIZE(x->node_parents)) return bad("node_parents is shorter than the interned nodes");
     *q = x->nq[s];
     *n = x->npn[s];
     return 0;
@@ -468,19 +469,21 @@ static int grow_slots(Interner *x) {
  * otherwise), `same_as` a node with these very parents (whose run of `par` is shared) or -1. */
 static Py_ssize_t node(Interner *x, int32_t q, const int32_t *ps, Py_ssize_t n, PyObject *tuple, Py_ssize_t same_as) {
     uint64_t h = node_hash(q, ps, n);
-    size_t mask = ((size_t)1 << x->slot_bits) - 1, i = (size_t)(h >> (64 - x->slot_bits));
-    for (int32_t id; (id = x->slots[i]) >= 0; i = (i + 1) & mask) {
-        if (x->nh[id] == h && x->nq[id] == q && x->npn[id] == n &&
-            !memcmp(x->par + x->npo[id], ps, (size_t)n * sizeof(int32_t)))
-            return id;
-    }
-    Py_ssize_t id = x->ncount;
-    if (id >= INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "too many stack nodes");
-        return -1;
-    }
     PyObject *made = NULL;
-    if (!tuple) {
+    size_t mask, i;
+    Py_ssize_t id;
+probe:
+    mask = ((size_t)1 << x->slot_bits) - 1;
+    i = (size_t)(h >> (64 - x->slot_bits));
+    for (int32_t found; (found = x->slots[i]) >= 0; i = (i + 1) & mask) {
+        if (x->nh[found] == h && x->nq[found] == q && x->npn[found] == n &&
+            (!n || !memcmp(x->par + x->npo[found], ps, (size_t)n * sizeof(int32_t)))) {
+            Py_XDECREF(made);
+            return found;
+        }
+    }
+    id = x->ncount;
+    if (!tuple) { /* a Python allocation, which may run the collector: probe again if a node came meanwhile */
         if (!(tuple = made = PyTuple_New(n))) return -1;
         for (Py_ssize_t k = 0; k < n; k++) {
             PyObject *item = PyLong_FromLong(ps[k]);
@@ -490,28 +493,23 @@ static Py_ssize_t node(Interner *x, int32_t q, const int32_t *ps, Py_ssize_t n, 
             }
             PyTuple_SET_ITEM(made, k, item);
         }
+        if (x->ncount != id) goto probe;
     }
-    int failed = PyList_Append(x->node_state, x->qlong[q]) || PyList_Append(x->node_parents, tuple);
-    Py_XDECREF(made);
-    if (failed) return -1;
-    int64_t offset;
-    if (same_as >= 0) {
-        offset = x->npo[same_as];
-    } else {
-        Py_ssize_t inside = ps >= x->par && ps < x->par + x->par_size ? ps - x->par : -1;
-        while (x->par_size + n > x->par_cap) {
-            Py_ssize_t cap = x->par_cap ? 2 * x->par_cap : 4096;
-            int32_t *grown = (int32_t *)realloc(x->par, (size_t)cap * sizeof(int32_t));
-            if (!grown) return PyErr_NoMemory(), -1;
+    /* from here on nothing runs Python code: C arrays first, the Python lists last */
+    int failed = id >= INT32_MAX;
+    if (failed) PyErr_SetString(PyExc_OverflowError, "too many stack nodes");
+    Py_ssize_t inside = ps >= x->par && ps < x->par + x->par_size ? ps - x->par : -1;
+    while (!failed && same_as < 0 && x->par_size + n > x->par_cap) {
+        Py_ssize_t cap = x->par_cap ? 2 * x->par_cap : 4096;
+        int32_t *grown = (int32_t *)realloc(x->par, (size_t)cap * sizeof(int32_t));
+        if (grown) {
             x->par = grown;
             x->par_cap = cap;
+        } else {
+            failed = 1;
         }
-        if (inside >= 0) ps = x->par + inside;
-        memcpy(x->par + x->par_size, ps, (size_t)n * sizeof(int32_t));
-        offset = x->par_size;
-        x->par_size += n;
     }
-    if (id >= x->ncap) {
+    if (!failed && id >= x->ncap) {
         Py_ssize_t cap = x->ncap ? 2 * x->ncap : 4096;
         int32_t *nq = (int32_t *)realloc(x->nq, (size_t)cap * sizeof(int32_t));
         if (nq) x->nq = nq;
@@ -520,13 +518,31 @@ static Py_ssize_t node(Interner *x, int32_t q, const int32_t *ps, Py_ssize_t n, 
         int64_t *npo = npn ? (int64_t *)realloc(x->npo, (size_t)cap * sizeof(int64_t)) : NULL;
         if (npo) x->npo = npo;
         uint64_t *nh = npo ? (uint64_t *)realloc(x->nh, (size_t)cap * sizeof(uint64_t)) : NULL;
-        if (!nh) return PyErr_NoMemory(), -1;
-        x->nh = nh;
-        x->ncap = cap;
+        if (nh) {
+            x->nh = nh;
+            x->ncap = cap;
+        } else {
+            failed = 1;
+        }
+    }
+    if (failed && !PyErr_Occurred()) PyErr_NoMemory();
+    if (!failed && PyList_Append(x->node_state, x->qlong[q])) failed = 1;
+    if (!failed && PyList_Append(x->node_parents, tuple)) {
+        PyList_SetSlice(x->node_state, id, id + 1, NULL); /* keep the lists in step with the C record */
+        failed = 1;
+    }
+    Py_XDECREF(made);
+    if (failed) return -1;
+    if (same_as >= 0) {
+        x->npo[id] = x->npo[same_as];
+    } else {
+        if (inside >= 0) ps = x->par + inside;
+        if (n) memcpy(x->par + x->par_size, ps, (size_t)n * sizeof(int32_t));
+        x->npo[id] = x->par_size;
+        x->par_size += n;
     }
     x->nq[id] = q;
     x->npn[id] = (int32_t)n;
-    x->npo[id] = offset;
     x->nh[id] = h;
     x->slots[i] = (int32_t)id;
     x->ncount++;
@@ -1165,8 +1181,9 @@ static PyObject *stepper_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
             goto done;
         }
     }
+    /* a key's trackers and the states it drops for retyping: at most all states twice */
     x->moved = (int32_t *)malloc((size_t)(x->states + 1) * sizeof(int32_t));
-    x->tracked = (int32_t *)malloc((size_t)(x->states + 1) * sizeof(int32_t));
+    x->tracked = (int32_t *)malloc((size_t)(2 * x->states + 1) * sizeof(int32_t));
     if (!x->moved || !x->tracked) {
         PyErr_NoMemory();
         goto done;
@@ -1319,10 +1336,12 @@ static int32_t stepper_compute(LexerStepper *x, PyObject *core, Py_ssize_t state
     int newline_alive = 0;
     for (Py_ssize_t i = 0; x->newline >= 0 && i < n_moved && !newline_alive; i++)
         newline_alive = x->terminal_of[x->moved[i]] == x->newline;
-    PyObject *next = newline_alive ? PyObject_CallFunction(x->next_column, "Oi", column, byte) : Py_NewRef(Py_None);
-    PyObject *alternatives = next ? int_tuple(x->moved, n_moved) : NULL;
+    /* the scratch arrays are read before any Python code runs (next_column) */
+    PyObject *alternatives = int_tuple(x->moved, n_moved);
     PyObject *trackers = alternatives ? int_tuple(x->tracked, n_tracked) : NULL;
-    PyObject *best_obj = trackers ? PyLong_FromLong(best) : NULL;
+    PyObject *next = !trackers ? NULL
+                     : newline_alive ? PyObject_CallFunction(x->next_column, "Oi", column, byte) : Py_NewRef(Py_None);
+    PyObject *best_obj = next ? PyLong_FromLong(best) : NULL;
     PyObject *made = best_obj ? PyTuple_Pack(7, alternatives, trackers, best_obj, matched ? Py_True : Py_False,
                                              Py_False, next, blockers) : NULL;
     int32_t result = made ? intern_key(x, core, made) : FAILED;
@@ -1395,7 +1414,7 @@ static int32_t lex_next(LexerStepper *x, PyObject *core, LexViews *v, int32_t st
         if (PyList_GET_SIZE(x->keys) != v->states && views_get(x, core, v)) return FAILED;
         ((int32_t *)v->table.buf)[(Py_ssize_t)state * 256 + byte] = next;
     }
-    if (next >= v->states) return bad("transition to a lexer state out of range"), FAILED;
+    if (next >= v->states || next < DEAD) return bad("transition to a lexer state out of range"), FAILED;
     return next;
 }
 
@@ -1591,13 +1610,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&InternerType) || PyType_Ready(&LexerStepperType)) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    Py_INCREF(&InternerType);
-    Py_INCREF(&LexerStepperType);
     if (PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) ||
-        PyModule_AddObject(m, "Interner", (PyObject *)&InternerType) ||
-        PyModule_AddObject(m, "LexerStepper", (PyObject *)&LexerStepperType)) {
-        Py_DECREF(&InternerType);
-        Py_DECREF(&LexerStepperType);
+        PyModule_AddObjectRef(m, "Interner", (PyObject *)&InternerType) ||
+        PyModule_AddObjectRef(m, "LexerStepper", (PyObject *)&LexerStepperType)) {
         Py_DECREF(m);
         return NULL;
     }

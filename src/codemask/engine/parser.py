@@ -95,7 +95,8 @@ class ParserCore:
         extension the index is C's, whichever closure (C or Python) asks.
         """
         if self._native is not None:
-            return self._native.node(state, parents)
+            with self.lock:  # a new node's tuple may run the collector, and with it another thread
+                return self._native.node(state, parents)
         key = (state, *parents)
         found = self._node_index.get(key)
         if found is None:
@@ -146,10 +147,12 @@ class ParserCore:
         """Intern the parser state reached from ``stacks`` by pushing calls and popping ends.
 
         Returns `DEAD` when nothing is left (no stack waits on input and no bottom was reached).
+        Under the core's lock: callers such as `frame_state` and `exit_state` do not hold it.
         """
-        if self._native is not None and native.enabled():
-            return self._native.closure(self, stacks)
-        return self._closure(stacks)
+        with self.lock:
+            if self._native is not None and native.enabled():
+                return self._native.closure(self, stacks)
+            return self._closure(stacks)
 
     def _closure(self, stacks: list[int]) -> int:
         """`closure` in Python (without the C extension, and the tests' oracle). The order of
