@@ -181,7 +181,7 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
 
     The walk reports exits as ranges of trie rows (a subtree whose lexeme died at one node), so
     the uncertain tokens are grouped by end class range by range, not over a row-sized array per
-    outcome (half of a classification's time after the C walk, ad hoc).
+    outcome (over a third of a classification's time besides the C walk, ad hoc).
     """
     walk = _walk_native if native.enabled() else _walk_numpy
     accepted_rows, exit_lo, exit_hi, exit_depth, exit_class = walk(lexer, trie, lid)
