@@ -1546,8 +1546,13 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
         end_at[i] = 0;
         end_class[i] = -1;
         for (int32_t col = 0; col < length; col++) {
-            int32_t next = lex_next(x, core, &views, state, bytes[col]);
-            if (next == FAILED) goto done;
+            /* the memo table read inline; lex_next (which may grow and move the arrays) only for
+             * a transition not known yet: most of a split's time is this loop */
+            int32_t next = ((const int32_t *)views.table.buf)[(Py_ssize_t)state * 256 + bytes[col]];
+            if (next == UNKNOWN || next >= views.states || next < DEAD) {
+                next = lex_next(x, core, &views, state, bytes[col]);
+                if (next == FAILED) goto done;
+            }
             if (next < 0 || ((const uint8_t *)views.poisoned.buf)[next]) {
                 if (next >= 0) end_at[i] = 0; /* a refused reserved word has no shorter match to fall back on */
                 alive[i] = 0;
