@@ -92,9 +92,9 @@ def test_suffix_ids_number_equal_bytes_equally() -> None:
 
 def test_residual_sets_group_tails_as_np_unique_does() -> None:
     """`ResidualSets.intern` groups tails through a scratch table, not `np.unique`: the same sorted
-    distinct suffixes, a representative of each with those bytes, and each tail mapped to its own —
-    on the tails of every token after 1 and 2 bytes (thousands repeat another token's tail),
-    twice, so the second call meets a scratch table the first left behind."""
+    distinct suffixes, a representative of each with those bytes (members in trie-row order), and
+    each tail mapped to its own — on the tails of every token after 1 and 2 bytes (thousands repeat
+    another token's tail), twice, so the second call meets a scratch table the first left behind."""
     compiled = compiler("smollm2").compile(Grammar.builtin("python"))
     assert isinstance(compiled.core, LexParserCore)
     trie = token_trie(compiled.vocab)
@@ -107,8 +107,10 @@ def test_residual_sets_group_tails_as_np_unique_does() -> None:
         residuals, group = sets.intern(rows, starts)
         assert len(keys) < len(rows) - 1000  # thousands of tails repeat
         represented = trie.suffix_numbers(residuals.rows, residuals.starts)
-        assert (represented == keys).all()
-        assert (group == inverse.reshape(-1)).all()
+        assert (represented[residuals.member_of_key] == keys).all()  # members are in row order
+        assert (np.diff(residuals.rows) >= 0).all()
+        assert (represented[group] == numbers).all()  # each tail maps to a member with its bytes
+        assert (residuals.member_of_key[inverse.reshape(-1)] == group).all()
         assert (residuals.lengths == trie.lengths[residuals.rows] - residuals.starts).all()
 
 
