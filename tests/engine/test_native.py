@@ -369,13 +369,11 @@ def test_c_residual_walk_splits_as_the_numpy_walk(language: str) -> None:
 def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     compiled = compiler("smollm2").compile(Grammar.builtin("sql"))
     lexer = LexerCore(compiled.core.lexer.automata)
-    flat = token_trie(compiled.vocab).flat
-    one = np.zeros(1, dtype=np.int32)
+    trie = token_trie(compiled.vocab)
+    pre = trie.preorder
     with pytest.raises(ValueError, match="lexer state out of range"):
-        native.lexer_walk(lexer, flat, one, np.array([10**6]), one, one)
-    with pytest.raises(ValueError, match="trie node out of range"):
-        native.lexer_walk(lexer, flat, np.array([len(flat.byte)]), one, one, one)
-    matrix = token_trie(compiled.vocab).matrix
+        native.lexer_walk(lexer, pre, 10**6, -1, -1)
+    matrix = trie.matrix
     lid = lexer.start(frozenset(range(len(lexer.automata.names))))
     with pytest.raises(ValueError, match="residual out of the matrix"):
         native.lexer_residuals(lexer, matrix, np.array([len(matrix)]), np.zeros(1), np.ones(1), lid)
@@ -385,11 +383,15 @@ def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> No
         native.lexer_residuals(lexer, matrix, np.zeros(1), np.zeros(1), np.ones(1), 10**6)
     stepper = lexer.native_stepper()
     with pytest.raises(ValueError, match="trie array"):
-        stepper.walk(lexer, flat.byte, flat.lo[:-1], flat.hi, flat.token, flat.child_lo, flat.child_hi, flat.depth,
-                     one, one, one, one)
-    with pytest.raises(ValueError, match="start array"):
-        stepper.walk(lexer, flat.byte, flat.lo, flat.hi, flat.token, flat.child_lo, flat.child_hi, flat.depth,
-                     one, np.zeros(2, dtype=np.int32), one, one)
+        stepper.walk(lexer, pre.byte, pre.depth, pre.lo[:-1], pre.hi, pre.token, pre.end, lid, -1, -1)
+    broken = pre.end.copy()
+    broken[5] = 5  # a subtree that ends where it starts would scan forever
+    with pytest.raises(ValueError, match="subtree end out of order"):
+        stepper.walk(lexer, pre.byte, pre.depth, pre.lo, pre.hi, pre.token, broken, lid, -1, -1)
+    deeper = pre.depth.copy()
+    deeper[0] = 2  # a node below a level the scan has not entered: its state would be garbage
+    with pytest.raises(ValueError, match="deeper than its parent"):
+        stepper.walk(lexer, pre.byte, deeper, pre.lo, pre.hi, pre.token, pre.end, lid, -1, -1)
     lexer.end_class_of = lexer.end_class_of[:1]  # a core whose arrays do not cover its states
     with pytest.raises(ValueError, match=r"lexer\.end_class_of"):
-        native.lexer_walk(lexer, flat, one, one, one, one)
+        native.lexer_walk(lexer, pre, lid, -1, -1)

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 9
+#define NATIVE_VERSION 10
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -1421,10 +1421,13 @@ static int32_t lex_next(LexerStepper *x, PyObject *core, LexViews *v, int32_t st
 /* ---------------------------------------------------------------------------------------------
  * The lexer's trie walk (`lexer_masks.classify_lexer_state`).
  *
- * A path carries the depth and end class of its last match (`end_class_of[state] >= 0`): where
- * the lexeme dies, every token below that node exits there (longest match ends the lexeme at that
- * depth, or depth -1 / 0 when it never matched / matched before the token). A poisoned state
- * refuses its whole subtree. Transitions not known yet are computed on the way.
+ * One forward scan over the trie's nodes in depth-first preorder (`token_trie.PreorderTrie`), with
+ * the lexer state and last match of the current path kept per depth, jumping to a subtree's end
+ * where the lexeme dies: memory is read in order (the level layout's depth-first walk took twice
+ * as long, ad hoc). A path carries the depth and end class of its last match (`end_class_of[state]
+ * >= 0`): where the lexeme dies, every token below that node exits there (longest match ends the
+ * lexeme at that depth, or depth -1 / 0 when it never matched / matched before the token). A
+ * poisoned state refuses its whole subtree. Transitions not known yet are computed on the way.
  * ------------------------------------------------------------------------------------------- */
 
 enum { LX_ACCEPTED, LX_EXIT_LO, LX_EXIT_HI, LX_EXIT_DEPTH, LX_EXIT_CLASS, LX_BLOCKED_LO, LX_BLOCKED_HI, LX_NUM_OUT };
@@ -1434,64 +1437,91 @@ static int push4(IntBuf *out, int first, int32_t a, int32_t b, int32_t c, int32_
            buf_push(&out[first + 3], d);
 }
 
-static int lexer_visit(LexerStepper *x, PyObject *core, LexViews *v, const Trie *trie, int32_t node, int32_t state,
-                       int32_t depth, int32_t cls, IntBuf *out, IntBuf *stack) {
-    if (node < 0 || node >= trie->count) return bad("trie node out of range");
-    int32_t next = lex_next(x, core, v, state, trie->byte[node]);
-    if (next == FAILED) return -1;
-    if (next < 0) return push4(out, LX_EXIT_LO, trie->lo[node], trie->hi[node], depth, cls);
-    if (((const uint8_t *)v->poisoned.buf)[next])
-        return buf_push(&out[LX_BLOCKED_LO], trie->lo[node]) || buf_push(&out[LX_BLOCKED_HI], trie->hi[node]);
-    if (trie->token[node] >= 0 && buf_push(&out[LX_ACCEPTED], trie->token[node])) return -1;
-    int32_t end_class = ((const int32_t *)v->end_class_of.buf)[next];
-    if (end_class >= 0) {
-        depth = trie->depth[node];
-        cls = end_class;
-    }
-    int32_t lo = trie->child_lo[node], hi = trie->child_hi[node];
-    if (hi <= lo) return 0;
-    if (lo < 0 || hi > trie->count) return bad("trie children out of range");
-    for (int32_t child = hi - 1; child >= lo; child--) {
-        if (buf_push(stack, child) || buf_push(stack, next) || buf_push(stack, depth) || buf_push(stack, cls))
-            return -1;
-    }
-    return 0;
-}
-
 static PyObject *stepper_walk(LexerStepper *x, PyObject *args) {
     PyObject *core;
-    Py_buffer v[11];
+    Py_buffer v[6];
+    int lid, match_depth, match_class;
     memset(v, 0, sizeof(v));
-    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*y*y*y*y*y*y*", &core, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                          &v[7], &v[8], &v[9], &v[10]))
+    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*y*iii", &core, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &lid,
+                          &match_depth, &match_class))
         return NULL;
     PyObject *result = NULL;
-    IntBuf out[LX_NUM_OUT], stack = {0};
+    IntBuf out[LX_NUM_OUT];
     memset(out, 0, sizeof(out));
+    int32_t *st_state = NULL, *st_depth = NULL, *st_class = NULL;
     LexViews views;
     memset(&views, 0, sizeof(views));
-    Trie trie;
-    Py_ssize_t items = v[7].len / (Py_ssize_t)sizeof(int32_t);
-    if (trie_of(&v[0], &trie) || views_get(x, core, &views)) goto done;
-    for (int i = 7; i <= 10; i++) {
-        if (need(&v[i], sizeof(int32_t), items, "start array")) goto done;
+    Py_ssize_t n = v[0].len, max_depth = 0;
+    for (int i = 1; i <= 5; i++) {
+        if (need(&v[i], sizeof(int32_t), n, "trie array")) goto done;
     }
-    int failed = 0;
-    for (Py_ssize_t i = items - 1; i >= 0 && !failed; i--) {
-        failed = buf_push(&stack, ((const int32_t *)v[7].buf)[i]) || buf_push(&stack, ((const int32_t *)v[8].buf)[i]) ||
-                 buf_push(&stack, ((const int32_t *)v[9].buf)[i]) || buf_push(&stack, ((const int32_t *)v[10].buf)[i]);
+    const uint8_t *byte = (const uint8_t *)v[0].buf;
+    const int32_t *depth = (const int32_t *)v[1].buf, *lo = (const int32_t *)v[2].buf, *hi = (const int32_t *)v[3].buf;
+    const int32_t *token = (const int32_t *)v[4].buf, *end = (const int32_t *)v[5].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (depth[i] < 1 || end[i] <= i || end[i] > n) {
+            bad("trie arrays: a depth below 1 or a subtree end out of order");
+            goto done;
+        }
+        if (depth[i] > max_depth) max_depth = depth[i];
     }
-    while (!failed && stack.size) {
-        stack.size -= 4;
-        const int32_t *top = stack.data + stack.size;
-        failed = lexer_visit(x, core, &views, &trie, top[0], top[1], top[2], top[3], out, &stack);
+    if (views_get(x, core, &views)) goto done;
+    if (lid < 0 || lid >= views.states) {
+        bad("lexer state out of range");
+        goto done;
     }
-    if (!failed) result = outputs_tuple(out, LX_NUM_OUT);
+    st_state = (int32_t *)malloc((size_t)(max_depth + 1) * sizeof(int32_t));
+    st_depth = (int32_t *)malloc((size_t)(max_depth + 1) * sizeof(int32_t));
+    st_class = (int32_t *)malloc((size_t)(max_depth + 1) * sizeof(int32_t));
+    if (!st_state || !st_depth || !st_class) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* per depth: the lexer state after the prefix so far, and its last match (depth, end class) */
+    st_state[0] = lid;
+    st_depth[0] = match_depth;
+    st_class[0] = match_class;
+    Py_ssize_t reached = 0; /* the deepest level whose entry belongs to the current path */
+    for (Py_ssize_t i = 0; i < n;) {
+        int32_t d = depth[i];
+        if (d > reached + 1) {
+            bad("trie arrays: a node deeper than its parent's next level");
+            goto done;
+        }
+        int32_t state = st_state[d - 1];
+        int32_t next = ((const int32_t *)views.table.buf)[(Py_ssize_t)state * 256 + byte[i]];
+        if (next == UNKNOWN || next >= views.states || next < DEAD) {
+            next = lex_next(x, core, &views, state, byte[i]);
+            if (next == FAILED) goto done;
+        }
+        if (next < 0) {
+            if (push4(out, LX_EXIT_LO, lo[i], hi[i], st_depth[d - 1], st_class[d - 1])) goto done;
+            i = end[i];
+            reached = d - 1;
+            continue;
+        }
+        if (((const uint8_t *)views.poisoned.buf)[next]) {
+            if (buf_push(&out[LX_BLOCKED_LO], lo[i]) || buf_push(&out[LX_BLOCKED_HI], hi[i])) goto done;
+            i = end[i];
+            reached = d - 1;
+            continue;
+        }
+        if (token[i] >= 0 && buf_push(&out[LX_ACCEPTED], token[i])) goto done;
+        int32_t cls = ((const int32_t *)views.end_class_of.buf)[next];
+        st_state[d] = next;
+        st_depth[d] = cls >= 0 ? d : st_depth[d - 1];
+        st_class[d] = cls >= 0 ? cls : st_class[d - 1];
+        reached = d;
+        i++;
+    }
+    result = outputs_tuple(out, LX_NUM_OUT);
 done:
+    free(st_state);
+    free(st_depth);
+    free(st_class);
     views_release(&views);
-    free(stack.data);
     for (int i = 0; i < LX_NUM_OUT; i++) free(out[i].data);
-    for (int i = 0; i < 11; i++) PyBuffer_Release(&v[i]);
+    for (int i = 0; i < 6; i++) PyBuffer_Release(&v[i]);
     return result;
 }
 
@@ -1580,7 +1610,7 @@ static PyMethodDef stepper_methods[] = {
     {"compute", (PyCFunction)stepper_call, METH_VARARGS,
      "compute(core, state, byte) -> state: LexerCore._compute, interning new keys through core.intern"},
     {"walk", (PyCFunction)stepper_walk, METH_VARARGS,
-     "walk(core, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, match_depth, match_class) -> "
+     "walk(core, byte, depth, lo, hi, token, end, lid, match_depth, match_class) over a trie in preorder -> "
      "(accepted, exit_lo, exit_hi, exit_depth, exit_class, blocked_lo, blocked_hi), each the bytes of an int32 array"},
     {"residuals", (PyCFunction)stepper_residuals, METH_VARARGS,
      "residuals(core, matrix, width, rows, starts, lengths, lid) -> (alive, end_at, end_class): the bytes of a "

@@ -217,12 +217,9 @@ Walk = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _walk_native(lexer: LexerCore, trie: TokenTrie, lid: int) -> Walk:
-    """The trie walk in C (`native.lexer_walk`), one depth-first loop."""
+    """The trie walk in C (`native.lexer_walk`), one forward scan of the trie in preorder."""
     winner0 = int(lexer.end_class_of[lid])
-    roots = np.arange(*trie.root_children, dtype=np.int32)
-    match_depth = np.full(len(roots), 0 if winner0 >= 0 else -1)
-    found = native.lexer_walk(lexer, trie.flat, roots, np.full(len(roots), lid), match_depth,
-                              np.full(len(roots), winner0))
+    found = native.lexer_walk(lexer, trie.preorder, lid, 0 if winner0 >= 0 else -1, winner0)
     accepted_rows, exit_lo, exit_hi, exit_at, exit_class = found[:5]
     return (accepted_rows.astype(np.int64), exit_lo.astype(np.int64), exit_hi.astype(np.int64),
             exit_at.astype(np.int64), exit_class.astype(np.int64))

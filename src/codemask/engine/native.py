@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from codemask.engine.token_trie import FlatTrie
+from codemask.engine.token_trie import FlatTrie, PreorderTrie
 
 if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.lexer import LexerCore, TerminalAutomata
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 9
+EXPECTED_VERSION = 10
 
 
 def _load() -> ModuleType | None:
@@ -130,7 +130,8 @@ class LexerStepper(Protocol):
 
     def compute(self, core: LexerCore, state: int, byte: int) -> int: ...
 
-    def walk(self, core: LexerCore, *arrays: np.ndarray) -> tuple[bytes, ...]: ...
+    def walk(self, core: LexerCore, byte: np.ndarray, depth: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+             token: np.ndarray, end: np.ndarray, lid: int, match_depth: int, match_class: int) -> tuple[bytes, ...]: ...
 
     def residuals(self, core: LexerCore, matrix: np.ndarray, width: int, rows: np.ndarray, starts: np.ndarray,
                   lengths: np.ndarray, lid: int) -> tuple[bytes, bytes, bytes]: ...
@@ -153,20 +154,20 @@ def lexer_stepper(automata: TerminalAutomata, *, newline: int, poison: int, keys
     return found
 
 
-def lexer_walk(lexer: LexerCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray, match_depth: np.ndarray,
-               match_class: np.ndarray) -> list[np.ndarray]:
-    """Consume trie nodes ``nodes`` from lexer ``states`` (with the depth and end class of each
-    path's last match) and everything below them, with the lexer's longest match.
+def lexer_walk(lexer: LexerCore, trie: PreorderTrie, lid: int, match_depth: int, match_class: int
+               ) -> list[np.ndarray]:
+    """Walk every token of the trie from lexer state ``lid`` (whose last match, if the lexeme
+    already matched, is at ``match_depth`` 0 as ``match_class``; -1, -1 if not) with the lexer's
+    longest match.
 
     Returns int32 arrays: accepted (sorted token), exit (token range lo, hi, match depth, match
     class), blocked (token range lo, hi). Transitions the table does not know yet are computed
     on the way (`LexerStepper`).
     """
     stepper = lexer.native_stepper()
-    starts = [np.ascontiguousarray(a, dtype=np.int32) for a in (nodes, states, match_depth, match_class)]
     with lexer.lock:  # transitions are computed and recorded under the lexer's lock
-        found = stepper.walk(lexer, flat.byte, flat.lo, flat.hi, flat.token, flat.child_lo, flat.child_hi,
-                             flat.depth, *starts)
+        found = stepper.walk(lexer, trie.byte, trie.depth, trie.lo, trie.hi, trie.token, trie.end, lid,
+                             match_depth, match_class)
     return [np.frombuffer(b, dtype=np.int32) for b in found]
 
 

@@ -56,6 +56,20 @@ class FlatTrie:
     offsets: np.ndarray  # int64 [levels + 1]: the global id of each level's first node
 
 
+@dataclass
+class PreorderTrie:
+    """The trie's nodes in depth-first preorder (the lexicographic order of their prefixes), each
+    with the end of its subtree: a walk is then one forward scan that jumps over a dead subtree,
+    reading memory in order, where the level layout sends a depth-first walk to and fro."""
+
+    byte: np.ndarray  # uint8
+    depth: np.ndarray  # int32, >= 1
+    lo: np.ndarray  # int32: the node's range of sorted tokens
+    hi: np.ndarray  # int32
+    token: np.ndarray  # int32: the sorted token equal to the node's prefix, or -1
+    end: np.ndarray  # int32: the first node after the subtree
+
+
 class TokenTrie:
     """Sorted vocabulary and its level-by-level trie (tokens with bytes that grammars may use)."""
 
@@ -100,6 +114,18 @@ class TokenTrie:
         child_lo, child_hi = cat("child_lo", 1), cat("child_hi", 1)
         return FlatTrie(byte=byte.astype(np.uint8), lo=cat("lo"), hi=cat("hi"), token=cat("token"),
                         child_lo=child_lo, child_hi=child_hi, depth=depth, offsets=offsets)
+
+    @functools.cached_property
+    def preorder(self) -> PreorderTrie:
+        """The nodes in depth-first preorder (built on first use). Tokens are sorted, so a node's
+        subtree is the nodes whose first token falls in its range: preorder sorts by (first token,
+        depth), and a subtree ends at the first node whose first token is past the range."""
+        flat = self.flat
+        order = np.lexsort((flat.depth, flat.lo))
+        lo = flat.lo[order]
+        return PreorderTrie(byte=flat.byte[order], depth=flat.depth[order].astype(np.int32), lo=lo,
+                            hi=flat.hi[order], token=flat.token[order],
+                            end=np.searchsorted(lo, flat.hi[order], side="left").astype(np.int32))
 
     @functools.cached_property
     def suffix_ids(self) -> tuple[np.ndarray, np.ndarray]:
