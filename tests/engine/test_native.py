@@ -219,6 +219,26 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
                          [0], [()], [], [], {}, 10)
 
 
+REAL_SOURCES = {"python": Path(textwrap.__file__), "sql": CODE / "sql" / "analytics.sql",
+                "go": CODE / "go" / "shapes.go", "javascript": CODE / "javascript" / "dom_widgets.js"}
+
+
+def met_candidate_sets(language: str, tokens: int) -> tuple[LexParserCore, list[tuple[frozenset[int], frozenset[int]]]]:
+    """The builtin grammar's lexer-mode core after the first ``tokens`` SmolLM2 tokens of a real
+    file (with their masks), and the (candidates, blockers) sets its parser states met, sorted."""
+    compiled = compiler("smollm2").compile(Grammar.builtin(language))
+    core = compiled.core
+    assert isinstance(core, LexParserCore)
+    matcher = GrammarMatcher(compiled)
+    for token in encode("smollm2", REAL_SOURCES[language].read_text(encoding="utf-8"))[:tokens]:
+        matcher.next_token_bitmask()
+        if not matcher.accept_token(token):
+            break
+    starts = sorted(set(core._by_allowed.values()), key=lambda cb: (sorted(cb[0]), sorted(cb[1])))
+    assert len(starts) >= 3
+    return core, starts
+
+
 def per_row(lexer: LexerCore, walk: tuple[np.ndarray, ...]) -> tuple[list[int], dict[int, tuple[int, object]]]:
     """A trie walk's accepted rows, and per exiting row the depth and end class (by its name) of
     the last match above it."""
@@ -235,18 +255,7 @@ def test_c_lexer_walk_classifies_as_the_numpy_walk(language: str) -> None:
     """From the candidate sets a real file meets (and a few bytes into a lexeme), two fresh lexer
     cores — one walked in C, computing the transitions it meets in C, one in numpy with the Python
     transitions — classify every token alike; the C walk grows its core's arrays on the way."""
-    compiled = compiler("smollm2").compile(Grammar.builtin(language))
-    core = compiled.core
-    assert isinstance(core, LexParserCore)
-    matcher = GrammarMatcher(compiled)
-    source = {"python": Path(textwrap.__file__), "sql": CODE / "sql" / "analytics.sql",
-              "go": CODE / "go" / "shapes.go"}[language]
-    for token in encode("smollm2", source.read_text(encoding="utf-8"))[:120]:
-        matcher.next_token_bitmask()
-        if not matcher.accept_token(token):
-            break
-    starts = sorted(set(core._by_allowed.values()), key=lambda cb: (sorted(cb[0]), sorted(cb[1])))
-    assert len(starts) >= 3
+    core, starts = met_candidate_sets(language, 120)
     trie = token_trie(vocabulary("smollm2"))
     lexers = [LexerCore(core.lexer.automata) for _ in range(2)]
     compared = 0
@@ -256,8 +265,8 @@ def test_c_lexer_walk_classifies_as_the_numpy_walk(language: str) -> None:
                 states = [lexer.walk(lexer.start(candidates, blockers), prefix) for lexer in lexers]
             # the C walk computes transitions depth first, numpy level by level: new states are
             # numbered in another order, so states and end classes are compared by their keys
-            assert [lexer.keys[s] if s >= 0 else None for lexer, s in zip(lexers, states, strict=True)] == \
-                [lexers[0].keys[states[0]] if states[0] >= 0 else None] * 2
+            keys = [lexer.keys[s] if s >= 0 else None for lexer, s in zip(lexers, states, strict=True)]
+            assert keys[0] == keys[1]
             if states[0] < 0 or lexers[0].poisoned[states[0]]:
                 continue
             c_walk = per_row(lexers[0], _walk_native(lexers[0], trie, states[0]))
@@ -292,18 +301,7 @@ def test_c_lexer_transitions_intern_the_same_states_as_python(language: str) -> 
     states reached: the C transitions and the Python ones intern the same keys, in the same order,
     and make the same tables (Python's indentation, reserved words and blockers; SQL's and
     JavaScript's retyped keywords)."""
-    compiled = compiler("smollm2").compile(Grammar.builtin(language))
-    core = compiled.core
-    assert isinstance(core, LexParserCore)
-    matcher = GrammarMatcher(compiled)
-    source = {"python": Path(textwrap.__file__), "sql": CODE / "sql" / "analytics.sql",
-              "javascript": CODE / "javascript" / "dom_widgets.js"}[language]
-    for token in encode("smollm2", source.read_text(encoding="utf-8"))[:150]:
-        matcher.next_token_bitmask()
-        if not matcher.accept_token(token):
-            break
-    starts = sorted(set(core._by_allowed.values()), key=lambda cb: (sorted(cb[0]), sorted(cb[1])))
-    assert len(starts) >= 3
+    core, starts = met_candidate_sets(language, 150)
     lexers = [LexerCore(core.lexer.automata) for _ in range(2)]
     assert lexers[0]._native is not None
     explore_lexer(lexers[0], starts, True, 300)
@@ -335,17 +333,8 @@ def test_c_residual_walk_splits_as_the_numpy_walk(language: str) -> None:
     """The tails of every vocabulary token (after its first 1, 2 and 3 bytes), walked from the fresh
     lexer states a real file meets by two fresh lexer cores — one in C, one in numpy — survive, die
     and end their first lexeme alike."""
-    compiled = compiler("smollm2").compile(Grammar.builtin(language))
-    core = compiled.core
-    assert isinstance(core, LexParserCore)
-    matcher = GrammarMatcher(compiled)
-    source = {"python": Path(textwrap.__file__), "sql": CODE / "sql" / "analytics.sql"}[language]
-    for token in encode("smollm2", source.read_text(encoding="utf-8"))[:80]:
-        matcher.next_token_bitmask()
-        if not matcher.accept_token(token):
-            break
-    starts = sorted(set(core._by_allowed.values()), key=lambda cb: (sorted(cb[0]), sorted(cb[1])))[:6]
-    assert len(starts) >= 3
+    core, starts = met_candidate_sets(language, 80)
+    starts = starts[:6]
     trie = token_trie(vocabulary("smollm2"))
     lexers = [LexerCore(core.lexer.automata) for _ in range(2)]
     ended = 0

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 10
+#define NATIVE_VERSION 11
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -56,6 +56,21 @@ static int buf_push(IntBuf *b, int32_t value) {
     if (reserve((void **)&b->data, &b->cap, b->size, sizeof(int32_t), 1024)) return -1;
     b->data[b->size++] = value;
     return 0;
+}
+
+/* A tuple of the `n` ints at `a`. */
+static PyObject *int_tuple(const int32_t *a, Py_ssize_t n) {
+    PyObject *t = PyTuple_New(n);
+    if (!t) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyLong_FromLong(a[i]);
+        if (!item) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, item);
+    }
+    return t;
 }
 
 static PyObject *buf_bytes(const IntBuf *b) {
@@ -484,15 +499,7 @@ probe:
     }
     id = x->ncount;
     if (!tuple) { /* a Python allocation, which may run the collector: probe again if a node came meanwhile */
-        if (!(tuple = made = PyTuple_New(n))) return -1;
-        for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *item = PyLong_FromLong(ps[k]);
-            if (!item) {
-                Py_DECREF(made);
-                return -1;
-            }
-            PyTuple_SET_ITEM(made, k, item);
-        }
+        if (!(tuple = made = int_tuple(ps, n))) return -1;
         if (x->ncount != id) goto probe;
     }
     /* from here on nothing runs Python code: C arrays first, the Python lists last */
@@ -614,16 +621,18 @@ static Py_ssize_t scan_node(Interner *x, Scan *e) {
     return node(x, e->q, ids, k, NULL, -1);
 }
 
-/* A writable view of the array `core.<name>` holding at least `count` items of `itemsize` bytes. */
-static int core_view(PyObject *core, const char *name, Py_ssize_t itemsize, Py_ssize_t count, Py_buffer *view) {
-    PyObject *array = PyObject_GetAttrString(core, name);
+/* A writable view of the array `owner.<name>` holding at least `count` items of `itemsize` bytes (errors
+ * name it as `label.<name>`). */
+static int array_view(PyObject *owner, const char *label, const char *name, Py_ssize_t itemsize, Py_ssize_t count,
+                      Py_buffer *view) {
+    PyObject *array = PyObject_GetAttrString(owner, name);
     if (!array) return -1;
     int status = PyObject_GetBuffer(array, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS);
     Py_DECREF(array);
     if (status) return -1;
     if (view->itemsize != itemsize || view->len < itemsize * count) {
         PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "core.%s: fewer than %zd items of %zd bytes", name, count, itemsize);
+        PyErr_Format(PyExc_ValueError, "%s.%s: fewer than %zd items of %zd bytes", label, name, count, itemsize);
         return -1;
     }
     return 0;
@@ -642,10 +651,10 @@ static int mark_state(PyObject *core, Py_ssize_t id, int flag, int has_stacks) {
         Py_DECREF(done);
     }
     Py_buffer view;
-    if (core_view(core, "flags", 1, id + 1, &view)) return -1;
+    if (array_view(core, "core", "flags", 1, id + 1, &view)) return -1;
     ((uint8_t *)view.buf)[id] = (uint8_t)flag;
     PyBuffer_Release(&view);
-    if (core_view(core, "has_stacks", 1, id + 1, &view)) return -1;
+    if (array_view(core, "core", "has_stacks", 1, id + 1, &view)) return -1;
     ((uint8_t *)view.buf)[id] = (uint8_t)has_stacks;
     PyBuffer_Release(&view);
     return 0;
@@ -653,16 +662,8 @@ static int mark_state(PyObject *core, Py_ssize_t id, int flag, int has_stacks) {
 
 /* `ParserCore._intern_state` of the sorted node ids. */
 static int32_t intern_state(Interner *x, PyObject *core, const int32_t *ids, Py_ssize_t count, int flag) {
-    PyObject *stacks = PyTuple_New(count);
+    PyObject *stacks = int_tuple(ids, count);
     if (!stacks) return FAILED;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *ident = PyLong_FromLong(ids[i]);
-        if (!ident) {
-            Py_DECREF(stacks);
-            return FAILED;
-        }
-        PyTuple_SET_ITEM(stacks, i, ident);
-    }
     PyObject *flag_obj = flag ? Py_True : Py_False;
     PyObject *key = PyTuple_Pack(2, stacks, flag_obj);
     int32_t result = FAILED;
@@ -823,7 +824,7 @@ static Py_ssize_t group_columns(const Interner *x, Ctx *c, const int32_t *tops, 
 /* Write `row` (alphabet ints) as `core.table[state]`. */
 static int write_row(Interner *x, PyObject *core, Py_ssize_t state, const int32_t *row, int32_t fill) {
     Py_buffer view;
-    if (core_view(core, "table", sizeof(int32_t), (state + 1) * x->alphabet, &view)) return -1;
+    if (array_view(core, "core", "table", sizeof(int32_t), (state + 1) * x->alphabet, &view)) return -1;
     int32_t *out = (int32_t *)view.buf + state * x->alphabet;
     for (Py_ssize_t a = 0; a < x->alphabet; a++) out[a] = row ? row[a] : fill;
     PyBuffer_Release(&view);
@@ -1226,20 +1227,6 @@ static Py_ssize_t sort_unique(int32_t *a, Py_ssize_t n) {
     return k;
 }
 
-static PyObject *int_tuple(const int32_t *a, Py_ssize_t n) {
-    PyObject *t = PyTuple_New(n);
-    if (!t) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyLong_FromLong(a[i]);
-        if (!item) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(t, i, item);
-    }
-    return t;
-}
-
 static int in_tuple(PyObject *items, long value) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
         long v = PyLong_AsLong(PyTuple_GET_ITEM(items, i));
@@ -1376,27 +1363,12 @@ static void views_release(LexViews *v) {
     memset(v, 0, sizeof(*v));
 }
 
-static int view_of(PyObject *core, const char *name, Py_ssize_t itemsize, Py_ssize_t count, Py_buffer *view) {
-    PyObject *array = PyObject_GetAttrString(core, name);
-    if (!array) return -1;
-    int status = PyObject_GetBuffer(array, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS);
-    Py_DECREF(array);
-    if (status) return -1;
-    if (view->itemsize != itemsize || view->len < itemsize * count) {
-        PyBuffer_Release(view);
-        view->obj = NULL;
-        PyErr_Format(PyExc_ValueError, "lexer.%s: fewer than %zd items of %zd bytes", name, count, itemsize);
-        return -1;
-    }
-    return 0;
-}
-
 static int views_get(LexerStepper *x, PyObject *core, LexViews *v) {
     views_release(v);
     v->states = PyList_GET_SIZE(x->keys);
-    if (view_of(core, "table", sizeof(int32_t), v->states * 256, &v->table) ||
-        view_of(core, "end_class_of", sizeof(int32_t), v->states, &v->end_class_of) ||
-        view_of(core, "poisoned", 1, v->states, &v->poisoned)) {
+    if (array_view(core, "lexer", "table", sizeof(int32_t), v->states * 256, &v->table) ||
+        array_view(core, "lexer", "end_class_of", sizeof(int32_t), v->states, &v->end_class_of) ||
+        array_view(core, "lexer", "poisoned", 1, v->states, &v->poisoned)) {
         views_release(v);
         return -1;
     }

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 10
+EXPECTED_VERSION = 11
 
 
 def _load() -> ModuleType | None:

@@ -95,7 +95,6 @@ class TokenTrie:
             data = token_bytes[i]
             self.matrix[row, : len(data)] = np.frombuffer(data, dtype=np.uint8)
         self.levels = self._build_levels()
-        self.root_children = (0, len(self.levels[0].byte)) if self.levels else (0, 0)
 
     @functools.cached_property
     def flat(self) -> FlatTrie:
