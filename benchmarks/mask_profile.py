@@ -11,7 +11,8 @@ per file). Per step, the mask time (``fill_next_token_bitmask``, ``perf_counter_
 spent inside it in:
 
 - ``classify``: first visits of a lexer state (`lexer_masks.classify_lexer_state`: the vocabulary's
-  trie walked through the lexer, uncertain tokens grouped);
+  trie walked through the lexer, uncertain tokens grouped), and inside it ``scan``, the C trie scan
+  alone (`native.lexer_walk`);
 - ``split``: a residual set's first lexeme from a lexer state not met with it before
   (`ResidualSets._split`);
 - ``closure``: new parser states (`ParserCore.closure`);
@@ -19,7 +20,8 @@ spent inside it in:
 - ``other``: the rest — the recursion over residual sets and parser states in Python, cached masks.
 
 The wrappers add about a microsecond per call (~1% here). Prints the totals, the slow steps (over
-1 ms) and the ``--top`` slowest; writes ``benchmarks/results/mask_profile_<language>.{json,md,png}``.
+1 ms) and the ``--top`` slowest, and how many lexer states, candidate sets and parser states the
+files made; writes ``benchmarks/results/mask_profile_<language>.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Timers:
     def __init__(self) -> None:
         self.ns = dict.fromkeys(PARTS, 0)
         self.calls = dict.fromkeys(PARTS, 0)
+        self.scan_ns = 0  # inside classify: the C trie scan
         self._depth = 0
         self._gc_start = 0
 
@@ -74,6 +77,15 @@ class Timers:
                 self._depth -= 1
         return timed
 
+    def wrap_scan(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.scan_ns += time.perf_counter_ns() - start
+        return timed
+
     def on_gc(self, phase: str, _info: dict[str, Any]) -> None:
         if phase == "start":
             self._gc_start = time.perf_counter_ns()
@@ -85,13 +97,15 @@ class Timers:
 @contextmanager
 def instrumented(timers: Timers) -> Iterator[None]:
     """The engine's cold paths wrapped with ``timers`` inside the block."""
-    from codemask.engine import lexer_masks, parser
+    from codemask.engine import lexer_masks, native, parser
 
     targets = [(lexer_masks, "classify_lexer_state", "classify"), (lexer_masks.ResidualSets, "_split", "split"),
                (parser.ParserCore, "closure", "closure")]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _part in targets]
+    originals.append((native, "lexer_walk", native.lexer_walk))
     for owner, name, part in targets:
         setattr(owner, name, timers.wrap(part, getattr(owner, name)))
+    native.lexer_walk = timers.wrap_scan(native.lexer_walk)
     gc.callbacks.append(timers.on_gc)
     try:
         yield
@@ -132,8 +146,11 @@ def profile(language: str, files: int, max_tokens: int, seed: int) -> dict[str, 
                               "classified": timers.calls["classify"] - calls})
                 if not matcher.accept_token(token):
                     raise SystemExit(f"{doc.name}: token {index} refused — not a valid file for the grammar")
+    core = compiled.core
     return {"language": language, "files": [d.name for d in docs], "compile_s": compile_s, "steps": steps,
-            "calls": timers.calls}
+            "calls": timers.calls, "scan_s": timers.scan_ns / 1e9,
+            "made": {"lexer states": len(core.lexer.keys), "candidate sets": len(core._by_allowed),
+                     "parser states": core.parser.num_states}}
 
 
 def summarise(run: dict[str, Any], top: int) -> dict[str, Any]:
@@ -146,7 +163,7 @@ def summarise(run: dict[str, Any], top: int) -> dict[str, Any]:
         "slow_steps": len(slow), "slow_steps_classifying": sum(1 for s in slow if s["classified"]),
         "total_s_by_part": {p: sum(s["parts"][p] for s in run["steps"]) / 1e9 for p in parts},
         "slow_s_by_part": {p: sum(s["parts"][p] for s in slow) / 1e9 for p in parts},
-        "calls": run["calls"],
+        "calls": run["calls"], "scan_s": run["scan_s"], "made": run["made"],
         "slowest": sorted(run["steps"], key=lambda s: -s["ns"])[:top],
     }
 
@@ -160,10 +177,14 @@ def markdown(run: dict[str, Any], summary: dict[str, Any], command: str) -> str:
              f"p99 {summary['p99_ms']:.1f} ms, max {summary['max_ms']:.0f} ms; "
              f"{summary['slow_steps']} steps over 1 ms, "
              f"{summary['slow_steps_classifying']} of them classifying a new lexer state.", "",
+             "The files made " + ", ".join(f"{n} {what}" for what, n in summary["made"].items()) + ".", "",
              "| part | calls | s, all steps | s, steps over 1 ms |", "|---|---:|---:|---:|"]
     for p in parts:
         calls = summary["calls"].get(p, "")
         lines.append(f"| {p} | {calls} | {summary['total_s_by_part'][p]:.3f} | {summary['slow_s_by_part'][p]:.3f} |")
+        if p == "classify" and calls:
+            lines.append(f"| … of which the C trie scan | | {summary['scan_s']:.3f} "
+                         f"({summary['scan_s'] / calls * 1e3:.2f} ms a state) | |")
     lines += ["", "| slowest steps | ms | " + " | ".join(parts) + " |", "|---|---:|" + "---:|" * len(parts)]
     for s in summary["slowest"]:
         lines.append(f"| {s['file']} #{s['step']} | {s['ns'] / 1e6:.1f} | "
