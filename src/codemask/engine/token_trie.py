@@ -44,7 +44,7 @@ class TrieLevel:
 @dataclass
 class FlatTrie:
     """All levels of a trie in one set of int32 arrays indexed by a global node id (level 0
-    first), with children as global id ranges: the layout the C walk reads."""
+    first), with children as global id ranges: the layout the parser's C walk reads."""
 
     byte: np.ndarray  # uint8
     lo: np.ndarray
