@@ -45,6 +45,22 @@ def model_stop_token_ids(model: Any) -> list[int]:
     return [int(eos)] if isinstance(eos, int) else [int(i) for i in eos]
 
 
+def ordered_stop_token_ids(stop_token_ids: Iterable[int], model: Any = None,
+                           eos_token_id: int | None = None) -> list[int]:
+    """``stop_token_ids`` sorted, the model's own end-of-sequence ids first (else the tokenizer's ``eos_token_id``).
+
+    Where one token must stand for "end here" (RPG's transfer to end-of-sequence), it should be the
+    one Hugging Face ``generate`` stops at: the generation config's, not another id the vocabulary
+    also counts as a stop (SmolLM2's config stops at id 2; its ``<|endoftext|>``, id 0, is a stop too).
+    """
+    stops = sorted(set(stop_token_ids))
+    first = model_stop_token_ids(model) if model is not None else []
+    if not first and eos_token_id is not None:
+        first = [eos_token_id]
+    first = [t for t in first if t in stops]
+    return first + [t for t in stops if t not in first]
+
+
 def model_vocab_size(model: Any) -> int | None:
     """The width of a model's logits, when it says."""
     embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

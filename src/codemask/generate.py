@@ -23,7 +23,7 @@ from typing import Any, Literal, overload
 import torch
 
 from codemask.adadec import AdaDec, AdaDecSelector
-from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size, ordered_stop_token_ids
 from codemask.decoding.grammar import GrammarStage
 from codemask.decoding.pipeline import Pipeline, Selector, Stage, StepLayout
 from codemask.decoding.sampling import SamplingParams, SamplingSelector
@@ -201,7 +201,8 @@ def constrained_generate(
     if monitor_stage is not None:  # after the grammar: its -inf lands on the grammar's, an AND
         stages.append(monitor_stage)
     if repetition is not None:  # after the grammar mask: the decay acts on the allowed tokens' probabilities
-        stages.append(RepetitionStage(repetition, vocab.token_bytes, sorted(vocab.stop_token_ids), encoded))
+        end_ids = ordered_stop_token_ids(vocab.stop_token_ids, model, getattr(tokenizer, "eos_token_id", None))
+        stages.append(RepetitionStage(repetition, vocab.token_bytes, end_ids, encoded))
     selector: Selector = SamplingSelector(SamplingParams(temperature, top_k, top_p), generator)
     adadec = None if uncertainty is None else AdaDecSelector.for_generation(uncertainty, model, selector, stages,
                                                                             vocab, len(rows))

@@ -125,6 +125,50 @@ def test_penalty_is_on_probabilities_and_keeps_masks() -> None:
     assert (q[0] / q[2]).item() == pytest.approx(0.9**2 * (p[0] / p[2]).item(), rel=1e-5)  # probability × λ^count
 
 
+def test_transfer_moves_the_decayed_probability_to_end_of_sequence() -> None:
+    rpg = RPG(penalty=0.9, eos_boost=1.0)
+    logits = torch.tensor([[2.0, -3.0, 0.5, -4.0, -1.0], [2.0, -3.0, 0.5, -4.0, -1.0]])
+    before = logits.clone()
+    penalties = [Penalties({0: 3}, end_from=0, end_count=2), Penalties({0: 3}, end_from=0, end_count=3)]
+    apply_penalties_(logits, penalties, rpg, stop_token_ids=[3, 4])
+    e, f = before.double().exp(), logits.double().exp()  # unnormalised probabilities
+    assert f[0, 0].item() == pytest.approx(e[0, 0].item() * 0.9**3, rel=1e-5)  # the decay, by the whole count
+    assert f[0, 3].item() == pytest.approx(e[0, 3].item() + e[0, 0].item() * (1 - 0.9**2), rel=1e-5)
+    assert torch.equal(logits[:, [1, 2, 4]], before[:, [1, 2, 4]])  # one stop token receives it: the first listed
+    # when every copy was generated, the mass the decay removes is the mass end-of-sequence gains
+    assert torch.logsumexp(logits[1], -1).item() == pytest.approx(torch.logsumexp(before[1], -1).item(), abs=1e-5)
+
+
+def test_transfer_never_unmasks_and_can_be_switched_off() -> None:
+    masked_stop = torch.tensor([[2.0, 0.0, float("-inf"), 0.5]])
+    apply_penalties_(masked_stop, [Penalties({0: 5}, end_from=0, end_count=5)], RPG(eos_boost=1.0), [2, 3])
+    assert masked_stop[0, 2] == float("-inf") and masked_stop[0, 3] == 0.5  # a grammar forbids ending here
+    masked_critical = torch.tensor([[float("-inf"), 0.0, -2.0]])
+    apply_penalties_(masked_critical, [Penalties({0: 5}, end_from=0, end_count=5)], RPG(eos_boost=1.0), [2])
+    assert masked_critical[0, 2] == -2.0  # nothing to move
+    off = torch.tensor([[2.0, 0.0, -2.0]])
+    apply_penalties_(off, [Penalties({0: 5}, end_from=0, end_count=5)], RPG(eos_boost=1.0, eos_transfer=False), [2])
+    assert off[0, 2] == -2.0 and off[0, 0] == pytest.approx(2.0 + 5 * math.log(0.9))
+
+
+def test_only_copies_the_model_wrote_move_probability_to_the_end(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    prompt = "def test_add():\n" + "".join(f"    assert add({i}, 1) == {i + 1}\n" for i in range(4))
+    copies = "".join(f"    assert add({i}, 1) == {i + 1}\n" for i in range(4, 6))
+    looped = _up_to_statement(tokenizer, vocab, prompt + copies, "    assert add(6, 1) == 7")
+    typed = 0  # the prompt: the longest run of tokens inside it (the model writes the rest)
+    while len(vocab.decode(looped[: typed + 1])) <= len(prompt):
+        typed += 1
+    state = RepetitionState(RPG(content=False), vocab.token_bytes, looped[:typed])
+    state.append(looped[typed:])
+    penalties = state.penalties()
+    (critical, count), = penalties.decay.items()
+    assert count == 5 and penalties.end_from == critical and penalties.end_count == 2
+    in_prompt = _up_to_statement(tokenizer, vocab, prompt, "    assert add(4, 1) == 5")
+    untouched = RepetitionState(RPG(content=False), vocab.token_bytes, in_prompt).penalties()
+    assert untouched.decay and untouched.end_from is None  # a prompt that repeats itself is not ended
+
+
 def test_stage_rows_follow_the_layout(smollm2) -> None:
     tokenizer, vocab = smollm2
     looping = _up_to_statement(tokenizer, vocab, CODE, NEXT)

@@ -15,8 +15,15 @@ class RPG:
     token that began the last copy — the one that would begin the next — has its probability
     multiplied by ``penalty ** count`` at the point where the next copy would start; where that
     point begins a new statement and the code so far is complete, end-of-sequence is multiplied by
-    ``eos_boost ** count``. With ``content=True`` the same decay applies to back-to-back repeats of
-    the generated token ids themselves (content repetition: the same text again), for spans of at
+    ``eos_boost ** count`` and, with ``eos_transfer``, also receives the probability the decay took
+    from the critical token: ``p(eos) += p(critical) · (1 - penalty ** count)``, so the model's wish to
+    write another copy becomes, in proportion to how often it has repeated itself, a wish to stop.
+    The transfer conserves the distribution's mass and needs no scale of its own: at the paper's
+    λ = 0.9 ending overtakes the next copy once a confident loop's span has been repeated seven times
+    (0.9^7 < 1/2), where the multiplicative boost alone could not lift end-of-sequence from the −18
+    nats at which a small code model puts it after complete code. With ``content=True`` the same
+    decay applies to back-to-back repeats of the generated token ids themselves (content
+    repetition: the same text again), for spans of at
     most ``max_period`` tokens covering at least ``min_content_tokens`` tokens; there ``count`` is
     in tokens: how many tokens in a row repeat the span (each token of a verbatim loop is one more
     repetition), or, if more, the span's length times its earlier occurrences in the generated
@@ -27,6 +34,8 @@ class RPG:
     Attributes:
         penalty: λ, the decay per repetition (0 < λ <= 1; the paper's 0.9).
         eos_boost: factor per repetition on end-of-sequence (>= 1; 1 disables it).
+        eos_transfer: move the critical token's decayed probability to end-of-sequence where the code
+            could end (never to a stop token a grammar forbids).
         language: the language of the generated code: ``"python"`` or ``"go"``.
         content: also decay token-level content repeats.
         max_period: longest repeated span, in tokens, the content detector looks for.
@@ -36,6 +45,7 @@ class RPG:
 
     penalty: float = 0.9
     eos_boost: float = 1.25
+    eos_transfer: bool = True
     language: str = "python"
     content: bool = True
     max_period: int = 256

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size, ordered_stop_token_ids
 from codemask.repetition.config import RPG
 from codemask.repetition.stage import apply_penalties_
 from codemask.repetition.state import RepetitionState
@@ -81,5 +81,5 @@ def repetition_logits_processor(tokenizer: Any, rpg: RPG | None = None, model: A
         vocab = compiler_for(tokenizer).vocab
     else:
         vocab = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model)).vocab
-    return RepetitionLogitsProcessor(rpg or RPG(), vocab.token_bytes, sorted(vocab.stop_token_ids),
-                                     getattr(tokenizer, "pad_token_id", None))
+    stops = ordered_stop_token_ids(vocab.stop_token_ids, model, getattr(tokenizer, "eos_token_id", None))
+    return RepetitionLogitsProcessor(rpg or RPG(), vocab.token_bytes, stops, getattr(tokenizer, "pad_token_id", None))

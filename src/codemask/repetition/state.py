@@ -29,10 +29,16 @@ _LABEL_IDS: dict[str, int] = {}
 
 @dataclass
 class Penalties:
-    """What to do to one row's next-token distribution: ``decay[token] = count``, and the EOS boost count."""
+    """What to do to one row's next-token distribution: ``decay[token] = count``, the EOS boost count, and
+    the transfer to end-of-sequence (:attr:`RPG.eos_transfer`): ``end_from``, the critical token of a
+    structural repeat where the code could end, gives ``1 - λ^end_count`` of its probability, where
+    ``end_count`` counts the copies the model wrote itself (copies in the prompt decay the token but
+    do not end a completion that has not yet repeated anything)."""
 
     decay: dict[int, int] = field(default_factory=dict)
     eos: int = 0
+    end_from: int | None = None
+    end_count: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.decay) or self.eos > 0
@@ -73,6 +79,7 @@ class RepetitionState:
             return
         del self.token_ids[-count:]
         del self.ends[-count:]
+        self.prompt_tokens = min(self.prompt_tokens, len(self.token_ids))  # what is left of the prompt
         if self.rpg.content:
             self.tokens.pop(count)
         self.units.truncate(self.ends[-1] if self.ends else 0)
@@ -133,6 +140,15 @@ class RepetitionState:
         result.decay[token] = max(result.decay.get(token, 0), repeat.count)
         if self.units.complete:
             result.eos = repeat.count
+            generated = self._generated_copies(repeat.period, repeat.copies)
+            if generated:
+                result.end_from, result.end_count = token, min(generated, repeat.count)
+
+    def _generated_copies(self, period: int, copies: int) -> int:
+        """How many of the last ``copies`` copies of a ``period``-unit span begin after the prompt."""
+        prompt_end = self.ends[self.prompt_tokens - 1] if self.prompt_tokens else 0
+        starts = (self._synced[len(self._synced) - k * period].start for k in range(1, copies + 1))
+        return sum(start >= prompt_end for start in starts)
 
     def _sync_unit_repeats(self) -> None:
         """Make ``unit_repeats`` hold the current units: pop what changed at the tail, push the new ones."""
