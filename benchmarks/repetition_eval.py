@@ -12,7 +12,9 @@ On CodeRepetEval's code-generation prompts (``../shared/data/coderepeteval``: pr
 decoding repeats itself; every ``--stride``-th distinct prompt, ``--prompts`` of them) it reports the
 paper's metrics from :mod:`codemask.metrics`: EGP (ended by end-of-sequence), TR-4 over the
 completion's grammar tokens and over its statement units, TR-S (repeated lines of the completion),
-CCP (prompt + completion compiles), tokens generated and seconds per sample. On HumanEval+ it reports
+CCP (prompt + the completion's code compiles: the completion up to a Markdown fence line, where a chat-tuned
+model leaves its code for prose, :func:`codemask.metrics.code_part`; ``ccp_raw`` in the JSON compiles the
+whole completion), tokens generated and seconds per sample. On HumanEval+ it reports
 pass@1 (greedy configurations; the base tests of each task, in a subprocess with a time limit, on the
 completion cut at the first of HumanEval's stop sequences, as the HumanEval protocol and
 ``adadec_eval`` do: a model that writes on after the function is judged on the function). The
@@ -132,7 +134,8 @@ def summarise(samples: list[Sample]) -> dict[str, Any]:
         "tr4_tokens": metrics.mean(metrics.tr_n(metrics.grammar_tokens(c), 4) for c in completions),
         "tr4_units": metrics.mean(metrics.tr_n(metrics.unit_labels(c), 4) for c in completions),
         "tr_s": metrics.mean(metrics.tr_s(c) for c in completions),
-        "ccp": metrics.ccp(s.prompt + s.text for s in samples),
+        "ccp": metrics.ccp(s.prompt + metrics.code_part(s.text) for s in samples),
+        "ccp_raw": metrics.ccp(s.prompt + s.text for s in samples),
         "length": tokens / len(samples),
         "seconds": sum(s.seconds for s in samples) / len(samples),
         "rpg_us_per_step": 1e6 * sum(s.rpg_cpu_s for s in samples) / max(tokens, 1),
@@ -166,7 +169,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"### Repetition (`benchmarks/repetition_eval.py`)\n\n{report['machine']}, {report['date']}; {runs}; "
         f"`{report['command']}`. EGP: ended by end-of-sequence; TR-4: repeated 4-grams of the completion's "
-        "grammar tokens / statement units; TR-S: repeated lines; CCP: prompt + completion compiles; pass@1 on the "
+        "grammar tokens / statement units; TR-S: repeated lines; CCP: prompt + the completion's code (up to a "
+        "Markdown fence line) compiles; pass@1 on the "
         "HumanEval+ base tests (metrics in `codemask.metrics`; outputs in `benchmarks/results/repetition_eval.json`).",
         "",
         "| model | decoding | EGP | TR-4 tokens | TR-4 units | TR-S | CCP | pass@1 | tokens | s/sample | RPG µs/step |",

@@ -35,6 +35,16 @@ def test_grammar_tokens_and_units() -> None:
     assert metrics.unit_labels("package main\nfunc f() {}\n", "go") == ["package_clause", "function_declaration"]
 
 
+def test_code_part_stops_at_the_first_fence_line() -> None:
+    answer = "    return a + b\n```\n\nThis function adds two numbers.\n"
+    assert metrics.code_part(answer) == "    return a + b\n"
+    assert metrics.compiles("def add(a, b):\n" + metrics.code_part(answer))
+    assert not metrics.compiles("def add(a, b):\n" + answer)
+    assert metrics.code_part("x = 1\n  ```python\ny = 2\n") == "x = 1\n"
+    assert metrics.code_part('s = "```"\n') == 's = "```"\n'  # a fence inside a line is code
+    assert metrics.code_part("x = 1") == "x = 1"
+
+
 def test_egp_and_ccp() -> None:
     assert metrics.egp(["stop", "length", "grammar_end", "length"]) == 0.5
     assert metrics.egp([]) == 0.0

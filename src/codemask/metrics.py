@@ -10,7 +10,8 @@ Pure functions over outputs, so that any generator's results can be scored alike
   ignored; blank lines count, so a run of empty lines is repetition, as in the paper).
 - **EGP** (:func:`egp`): the share of samples that ended by themselves — the model emitted
   end-of-sequence (finish reason ``"stop"`` or ``"grammar_end"``) — rather than at the length limit.
-- **CCP** (:func:`ccp`, :func:`compiles`): the share of programs (prompt + completion) that compile.
+- **CCP** (:func:`ccp`, :func:`compiles`): the share of programs (prompt + completion) that compile;
+  :func:`code_part` cuts a completion where the model leaves code for Markdown prose.
 
 Each function takes one sample; :func:`mean` averages over a set (TR-N and TR-S are averaged per
 sample, as the paper's TR-S is).
@@ -83,6 +84,21 @@ def compiles(code: str, language: str = "python") -> bool:
             return False
         return True
     return not tree_sitter.Parser(ts_language(language)).parse(code.encode("utf-8")).root_node.has_error
+
+
+def code_part(completion: str) -> str:
+    """``completion`` up to the first line that is a Markdown code fence (```` ``` ````, ```` ```python ````).
+
+    Chat-tuned code models close the code block they believe they are in and explain the code in prose
+    (Qwen2.5-Coder after a complete function); that prose is no part of the program. Harnesses that
+    score such answers (EvalPlus's sanitiser, for one) read the code the same way.
+    """
+    offset = 0
+    for line in completion.splitlines(keepends=True):
+        if line.lstrip().startswith("```"):
+            return completion[:offset]
+        offset += len(line)
+    return completion
 
 
 def egp(finish_reasons: Iterable[str]) -> float:
