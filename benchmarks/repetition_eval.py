@@ -10,11 +10,11 @@ Same model, same prompts, one process. Configurations:
 
 On CodeRepetEval's code-generation prompts (``../shared/data/coderepeteval``: prompts on which greedy
 decoding repeats itself; every ``--stride``-th distinct prompt, ``--prompts`` of them) it reports the
-paper's metrics from :mod:`codemask.metrics`: EGP (ended by end-of-sequence), TR-4 over the
-completion's grammar tokens and over its statement units, TR-S (repeated lines of the completion),
-CCP (prompt + the completion's code compiles: the completion up to a Markdown fence line, where a chat-tuned
-model leaves its code for prose, :func:`codemask.metrics.code_part`; ``ccp_raw`` in the JSON compiles the
-whole completion), tokens generated and seconds per sample. On HumanEval+ it reports
+paper's metrics from :mod:`codemask.metrics` on the completion's code — the completion up to a
+Markdown fence line, where a chat-tuned model leaves its code for prose (:func:`codemask.metrics.code_part`;
+TR-S and CCP of the whole completion too, ``tr_s_raw`` and ``ccp_raw``): EGP (ended by end-of-sequence),
+TR-4 over the code's grammar tokens and over its statement units, TR-S (repeated lines), CCP (prompt +
+code compiles), tokens generated and seconds per sample. On HumanEval+ it reports
 pass@1 (greedy configurations; the base tests of each task, in a subprocess with a time limit, on the
 completion cut at the first of HumanEval's stop sequences, as the HumanEval protocol and
 ``adadec_eval`` do: a model that writes on after the function is judged on the function). The
@@ -26,7 +26,8 @@ below greedy, time per sample down, stage overhead <= 1 ms per step.
 Usage: benchmarks/.venv/bin/python benchmarks/repetition_eval.py [--models smollm2,qwen-coder]
        [--prompts 24] [--max-new-tokens 128] [--humaneval 10] [--threads N] [--merge] [--update-readme]
        [--configs greedy,hf-rep1.2,t0.8,rpg,rpg@0.5] [--name repetition_eval]
-(``--merge`` keeps the other models' entries of the last results file: one model per process.)
+(``--merge`` keeps the other models' entries of the last results file: one model per process;
+``--rescore`` generates nothing and recomputes the text metrics of the stored outputs.)
 Time it on an otherwise idle machine (DESIGN §6).
 """
 
@@ -126,20 +127,38 @@ def passes(task: dict[str, Any], completion: str, timeout_s: float = 10.0) -> bo
         os.unlink(f.name)
 
 
+def code_metrics(prompts: list[str], completions: list[str]) -> dict[str, float]:
+    """The paper's text metrics of each completion's code (up to a Markdown fence line, where a chat-tuned
+    model starts explaining the code in prose: :func:`codemask.metrics.code_part`); TR-S and CCP of the
+    whole completion as well (``*_raw``), since prose after the fence is text the model generated."""
+    code = [metrics.code_part(c) for c in completions]
+    return {
+        "tr4_tokens": metrics.mean(metrics.tr_n(metrics.grammar_tokens(c), 4) for c in code),
+        "tr4_units": metrics.mean(metrics.tr_n(metrics.unit_labels(c), 4) for c in code),
+        "tr_s": metrics.mean(metrics.tr_s(c) for c in code),
+        "tr_s_raw": metrics.mean(metrics.tr_s(c) for c in completions),
+        "ccp": metrics.ccp(p + c for p, c in zip(prompts, code, strict=True)),
+        "ccp_raw": metrics.ccp(p + c for p, c in zip(prompts, completions, strict=True)),
+    }
+
+
 def summarise(samples: list[Sample]) -> dict[str, Any]:
-    completions = [s.text for s in samples]
     tokens = sum(s.tokens for s in samples)
     return {
         "egp": sum(s.ended for s in samples) / len(samples),
-        "tr4_tokens": metrics.mean(metrics.tr_n(metrics.grammar_tokens(c), 4) for c in completions),
-        "tr4_units": metrics.mean(metrics.tr_n(metrics.unit_labels(c), 4) for c in completions),
-        "tr_s": metrics.mean(metrics.tr_s(c) for c in completions),
-        "ccp": metrics.ccp(s.prompt + metrics.code_part(s.text) for s in samples),
-        "ccp_raw": metrics.ccp(s.prompt + s.text for s in samples),
+        **code_metrics([s.prompt for s in samples], [s.text for s in samples]),
         "length": tokens / len(samples),
         "seconds": sum(s.seconds for s in samples) / len(samples),
         "rpg_us_per_step": 1e6 * sum(s.rpg_cpu_s for s in samples) / max(tokens, 1),
     }
+
+
+def rescore(report: dict[str, Any]) -> None:
+    """Recompute the text metrics of every stored output (after a metric changes), keeping the timings."""
+    for entry in report["models"]:
+        prompts = coderepeteval_prompts(entry["prompts"], entry["stride"])
+        for row in entry["configs"].values():
+            row.update(code_metrics(prompts, [o["text"] for o in row["outputs"]]))
 
 
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -168,20 +187,23 @@ def markdown(report: dict[str, Any]) -> str:
                      for e in report["models"])
     lines = [
         f"### Repetition (`benchmarks/repetition_eval.py`)\n\n{report['machine']}, {report['date']}; {runs}; "
-        f"`{report['command']}`. EGP: ended by end-of-sequence; TR-4: repeated 4-grams of the completion's "
-        "grammar tokens / statement units; TR-S: repeated lines; CCP: prompt + the completion's code (up to a "
-        "Markdown fence line) compiles; pass@1 on the "
+        f"`{report['command']}`. EGP: ended by end-of-sequence; TR-4, TR-S and CCP are measured on the "
+        "completion's code, up to a Markdown fence line where a chat-tuned model starts explaining it in prose "
+        "(TR-S whole and CCP whole: on the whole completion); TR-4: repeated 4-grams of the code's grammar tokens "
+        "/ statement units; TR-S: repeated lines; CCP: prompt + code compiles; pass@1 on the "
         "HumanEval+ base tests (metrics in `codemask.metrics`; outputs in `benchmarks/results/repetition_eval.json`).",
         "",
-        "| model | decoding | EGP | TR-4 tokens | TR-4 units | TR-S | CCP | pass@1 | tokens | s/sample | RPG µs/step |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | decoding | EGP | TR-4 tokens | TR-4 units | TR-S | TR-S whole | CCP | CCP whole | pass@1 | tokens "
+        "| s/sample | RPG µs/step |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for entry in report["models"]:
         for config, r in entry["configs"].items():
             pass_at_1 = f"{r['pass@1']:.0%}" if "pass@1" in r else "—"
             step = f"{r['rpg_us_per_step']:.0f}" if config.startswith("rpg") else "—"
             lines.append(f"| {entry['model']} | {config} | {r['egp']:.0%} | {r['tr4_tokens']:.1%} | "
-                         f"{r['tr4_units']:.1%} | {r['tr_s']:.1%} | {r['ccp']:.0%} | {pass_at_1} | "
+                         f"{r['tr4_units']:.1%} | {r['tr_s']:.1%} | {r['tr_s_raw']:.1%} | {r['ccp']:.0%} | "
+                         f"{r['ccp_raw']:.0%} | {pass_at_1} | "
                          f"{r['length']:.0f} | {r['seconds']:.1f} | {step} |")
     return "\n".join(lines)
 
@@ -207,6 +229,8 @@ def main() -> None:
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help="decodings to compare: greedy, hf-rep1.2, t0.8, rpg, rpg@λ (RPG with penalty λ)")
     parser.add_argument("--name", default="repetition_eval", help="results file name under benchmarks/results")
+    parser.add_argument("--rescore", action="store_true",
+                        help="generate nothing: recompute the text metrics of the outputs stored in --name's JSON")
     args = parser.parse_args()
     args.configs = args.configs.split(",")
     for config in args.configs:
@@ -217,6 +241,11 @@ def main() -> None:
 
     started = time.time()
     path = RESULTS / f"{args.name}.json"
+    if args.rescore:
+        report = json.loads(path.read_text())
+        rescore(report)
+        publish(args.name, report, markdown(report), plot, alt="repetition", update_readme=args.update_readme)
+        return
     fresh = [run_model(name, args) for name in args.models.split(",")]
     previous = json.loads(path.read_text())["models"] if args.merge and path.exists() else []
     names = {entry["model"] for entry in fresh}

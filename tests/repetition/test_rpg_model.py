@@ -1,4 +1,4 @@
-"""RPG with the packaged SmolLM2 on a CodeRepetEval prompt where greedy decoding loops."""
+"""RPG with the packaged models on CodeRepetEval prompts where greedy decoding loops."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.slow
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CODEREPETEVAL = DATA / "coderepeteval" / "CodeGenerationBenchmarks.jsonl"
 LOOPING = 278  # ends in a run of print(count_upper(...)) lines; SmolLM2 greedy prints count_upper('A') forever
+REDEFINED = 366  # split_words defined three times; Qwen2.5-Coder writes it again and again
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +59,17 @@ def test_composes_with_a_grammar(smollm2: tuple[Any, Any], prompt: str) -> None:
         assert re.fullmatch(pattern, result.text) and result.finish_reason == "grammar_end", result.text
     assert rpg.text.count("\n") <= plain.text.count("\n")
     assert metrics.tr_s(rpg.text) <= metrics.tr_s(plain.text)
+
+
+def test_decayed_probability_moved_to_the_end_stops_a_loop_the_decay_alone_does_not() -> None:
+    """Qwen2.5-Coder keeps rewriting ``split_words``: with the transfer to end-of-sequence it stops after
+    a copy or two (124 tokens when measured); without it, the decay only changes the copies' details."""
+    from codemask.assets import load_model, load_tokenizer
+
+    model, tokenizer = load_model("qwen-coder"), load_tokenizer("qwen-coder")
+    prompt = str(json.loads(CODEREPETEVAL.read_text().splitlines()[REDEFINED])["prompt"])
+    ended = constrained_generate(model, tokenizer, prompt, max_new_tokens=160, repetition=RPG())
+    looping = constrained_generate(model, tokenizer, prompt, max_new_tokens=160, repetition=RPG(eos_transfer=False))
+    assert ended.finish_reason == "stop" and metrics.compiles(prompt + ended.text), ended.text
+    assert looping.finish_reason == "length", looping.text
+    assert ended.text.count("def split_words") < looping.text.count("def split_words")
