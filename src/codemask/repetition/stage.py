@@ -31,65 +31,73 @@ def apply_penalties_(logits: torch.Tensor, penalties: Sequence[Penalties], rpg: 
                      stop_token_ids: Sequence[int]) -> None:
     """Apply each row's :class:`Penalties` to ``logits`` (``[rows, vocab]``, any device) in place.
 
-    The host sends one small tensor per step (rows, token ids and amounts packed together): on an
-    accelerator each host-to-device copy is a synchronisation, and three of them cost more than the
-    arithmetic. With :attr:`RPG.eos_transfer` the probability the decay takes from a row's
-    ``end_from`` token goes to the first of ``stop_token_ids`` (list the model's own end-of-sequence
-    first: see :func:`~codemask.compilers.ordered_stop_token_ids`), unless a mask forbids it.
+    With :attr:`RPG.eos_transfer` the probability the decay takes from a row's ``end_from`` token goes
+    to the first of ``stop_token_ids`` (list the model's own end-of-sequence first: see
+    :func:`~codemask.compilers.ordered_stop_token_ids`), unless a mask forbids it.
+
+    On an accelerator the cost is kernel launches and host-device copies, not arithmetic: the host
+    plans every edited position once (:class:`_EditPlan`), sends the plan as one tensor, and the
+    device reads those positions in one gather and writes them back in one scatter, the transfers
+    computed in between on the few values read.
     """
-    edits = _edits(logits.shape[-1], penalties, rpg, stop_token_ids)
-    if edits is None:
+    plan = _EditPlan.of(logits.shape[-1], penalties, rpg, stop_token_ids)
+    if not plan.rows:
         return
-    rows, ids, amounts, moves = edits
-    n = len(rows)
-    flat_moves = [value for move in moves for value in move]
-    packed = torch.tensor(rows + ids + amounts + flat_moves, dtype=torch.float32)  # ids below 2^24: exact
+    n, m = len(plan.rows), len(plan.fractions)
+    packed = torch.tensor(plan.rows + plan.ids + plan.amounts + plan.critical + plan.stop + plan.fractions,
+                          dtype=torch.float32)  # ids below 2^24: exact
     packed = packed.to(logits.device, non_blocking=logits.device.type != "cpu")
     index = (packed[:n].long(), packed[n:2 * n].long())
-    moved = None
-    if moves:  # the critical tokens' mass that the decay removes, read before the decay
-        move = packed[3 * n:].view(-1, 3)
-        move_rows, critical = move[:, 0].long(), move[:, 1].long()
-        moved = logits[move_rows, critical].float() + torch.log1p(-torch.pow(rpg.penalty, move[:, 2]))
-    logits.index_put_(index, packed[2 * n:3 * n].to(logits.dtype), accumulate=True)
-    if moved is not None:
-        _give_to_stop_(logits, move_rows, moved, next(t for t in stop_token_ids if t < logits.shape[-1]))
+    before = logits[index].float()
+    after = before + packed[2 * n:3 * n]
+    if m:  # logaddexp(stop, critical before its decay + log(1 - λ^g)), never onto a masked stop
+        critical, stop = packed[3 * n:3 * n + m].long(), packed[3 * n + m:3 * n + 2 * m].long()
+        moved = before[critical] + packed[3 * n + 2 * m:]
+        current = after[stop]
+        after[stop] = torch.where(torch.isfinite(current), torch.logaddexp(current, moved), current)
+    logits[index] = after.to(logits.dtype)
 
 
-def _edits(vocab: int, penalties: Sequence[Penalties], rpg: RPG, stop_token_ids: Sequence[int]
-           ) -> tuple[list[float], list[float], list[float], list[tuple[float, float, float]]] | None:
-    """The additive edits (row, token, log-amount) and the transfers (row, critical token, count); None if none."""
-    rows: list[float] = []
-    ids: list[float] = []
-    amounts: list[float] = []
-    moves: list[tuple[float, float, float]] = []
-    log_penalty, log_boost = math.log(rpg.penalty), math.log(rpg.eos_boost)
-    stops = [t for t in stop_token_ids if t < vocab]
-    for row, p in enumerate(penalties):
-        for token, count in p.decay.items():
-            if token < vocab:
-                rows.append(row)
-                ids.append(token)
-                amounts.append(count * log_penalty)
-        if p.eos and log_boost:
-            for token in stops:
-                rows.append(row)
-                ids.append(token)
-                amounts.append(p.eos * log_boost)
-        if rpg.eos_transfer and stops and p.end_from is not None and p.end_from < vocab and log_penalty:
-            moves.append((row, p.end_from, p.end_count))
-    return (rows, ids, amounts, moves) if rows else None
+class _EditPlan:
+    """The positions one step edits, each once: ``amounts`` in log space added to ``(rows, ids)``, and per
+    transfer the slots of its critical token and stop token and ``log(1 - λ^g)``, the share it moves."""
 
+    def __init__(self) -> None:
+        self.rows: list[float] = []
+        self.ids: list[float] = []
+        self.amounts: list[float] = []
+        self.critical: list[float] = []
+        self.stop: list[float] = []
+        self.fractions: list[float] = []
+        self._slots: dict[tuple[int, int], int] = {}
 
-def _give_to_stop_(logits: torch.Tensor, rows: torch.Tensor, moved: torch.Tensor, stop: int) -> None:
-    """Add ``exp(moved)`` (per row, in the logits' unnormalised scale) to token ``stop`` of each row.
+    @classmethod
+    def of(cls, vocab: int, penalties: Sequence[Penalties], rpg: RPG, stop_token_ids: Sequence[int]) -> _EditPlan:
+        plan = cls()
+        log_penalty, log_boost = math.log(rpg.penalty), math.log(rpg.eos_boost)
+        stops = [t for t in stop_token_ids if t < vocab]
+        for row, p in enumerate(penalties):
+            for token, count in p.decay.items():
+                if token < vocab:
+                    plan.add(row, token, count * log_penalty)
+            if p.eos and log_boost:
+                for token in stops:
+                    plan.add(row, token, p.eos * log_boost)
+            if rpg.eos_transfer and log_penalty and stops and p.end_from is not None and p.end_from < vocab:
+                plan.critical.append(plan.add(row, p.end_from, 0.0))
+                plan.stop.append(plan.add(row, stops[0], 0.0))
+                plan.fractions.append(math.log1p(-rpg.penalty ** p.end_count) if p.end_count else -math.inf)
+        return plan
 
-    A stop token at ``-inf`` (a grammar or monitor forbids ending here) stays there: the transfer never
-    unmasks. Adding in log space, ``logaddexp(stop, moved)``, is exact whatever the normaliser.
-    """
-    current = logits[rows, stop].float()
-    updated = torch.where(torch.isfinite(current), torch.logaddexp(current, moved), current)
-    logits[rows, stop] = updated.to(logits.dtype)
+    def add(self, row: int, token: int, amount: float) -> int:
+        """Add ``amount`` at ``(row, token)``; the position's slot."""
+        slot = self._slots.setdefault((row, token), len(self.rows))
+        if slot == len(self.rows):
+            self.rows.append(row)
+            self.ids.append(token)
+            self.amounts.append(0.0)
+        self.amounts[slot] += amount
+        return slot
 
 
 class RepetitionStage(Stage):
