@@ -146,6 +146,9 @@ def test_transfer_never_unmasks_and_can_be_switched_off() -> None:
     masked_critical = torch.tensor([[float("-inf"), 0.0, -2.0]])
     apply_penalties_(masked_critical, [Penalties({0: 5}, end_from=0, end_count=5)], RPG(eos_boost=1.0), [2])
     assert masked_critical[0, 2] == -2.0  # nothing to move
+    prompt_only = torch.tensor([[2.0, 0.0, -2.0]])
+    apply_penalties_(prompt_only, [Penalties({0: 5}, end_from=0, end_count=0)], RPG(eos_boost=1.0), [2])
+    assert prompt_only[0, 2] == -2.0  # no copy of the model's own: decayed, not ended
     off = torch.tensor([[2.0, 0.0, -2.0]])
     apply_penalties_(off, [Penalties({0: 5}, end_from=0, end_count=5)], RPG(eos_boost=1.0, eos_transfer=False), [2])
     assert off[0, 2] == -2.0 and off[0, 0] == pytest.approx(2.0 + 5 * math.log(0.9))

@@ -11,25 +11,26 @@ from codemask.repetition.units import language_spec
 class RPG:
     """Repetition penalization based on grammar (Dong et al., ACL 2025).
 
-    When the code ends with ``count + 1`` back-to-back copies of a span of statement units, the
-    token that began the last copy — the one that would begin the next — has its probability
-    multiplied by ``penalty ** count`` at the point where the next copy would start; where that
-    point begins a new statement and the code so far is complete, end-of-sequence is multiplied by
-    ``eos_boost ** count`` and, with ``eos_transfer``, also receives the probability the decay took
-    from the critical token: ``p(eos) += p(critical) · (1 - penalty ** count)``, so the model's wish to
-    write another copy becomes, in proportion to how often it has repeated itself, a wish to stop.
-    The transfer conserves the distribution's mass and needs no scale of its own: at the paper's
-    λ = 0.9 ending overtakes the next copy once a confident loop's span has been repeated seven times
-    (0.9^7 < 1/2), where the multiplicative boost alone could not lift end-of-sequence from the −18
-    nats at which a small code model puts it after complete code. With ``content=True`` the same
-    decay applies to back-to-back repeats of the generated token ids themselves (content
-    repetition: the same text again), for spans of at
-    most ``max_period`` tokens covering at least ``min_content_tokens`` tokens; there ``count`` is
-    in tokens: how many tokens in a row repeat the span (each token of a verbatim loop is one more
-    repetition), or, if more, the span's length times its earlier occurrences in the generated
-    tokens, adjacent or not (a loop that strays for a token and resumes keeps its count). Counted
-    in copies, a confident small model's loop needed tens of copies before the decayed token lost
-    the argmax (SmolLM2, CodeRepetEval: EGP 33% → 42%, TR-S 51% → 40% with the count in tokens).
+    When the code ends with ``count + 1`` back-to-back copies of a span of statement units, the token
+    that began the last copy — the one that would begin the next — has its probability multiplied by
+    ``penalty ** count`` at the point where the next copy would start; where that point begins a new
+    statement and the code so far is complete, end-of-sequence is multiplied by ``eos_boost ** count``
+    and, with ``eos_transfer``, also receives the probability the decay took from the critical token:
+    ``p(eos) += p(critical) · (1 - penalty ** g)``, ``g`` the copies the model wrote itself (at most
+    ``count``: a prompt that repeats itself is decayed, not ended), so the model's wish to write another
+    copy becomes, in proportion to how often it has repeated itself, a wish to stop. The transfer needs
+    no scale of its own (where every copy was generated it moves exactly the mass the decay removes): at
+    the paper's λ = 0.9 ending overtakes the next copy once a confident loop's span has been repeated
+    seven times (0.9^7 < 1/2), where the multiplicative boost alone could not lift end-of-sequence from
+    the −18 nats at which a small code model puts it after complete code. With ``content=True`` the same
+    decay applies to back-to-back repeats of the generated token ids themselves (content repetition: the
+    same text again), for spans of at most ``max_period`` tokens covering at least
+    ``min_content_tokens`` tokens; there ``count`` is in tokens: how many tokens in a row repeat the
+    span (each token of a verbatim loop is one more repetition), or, if more, the span's length times
+    its earlier occurrences in the generated tokens, adjacent or not (a loop that strays for a token and
+    resumes keeps its count). Counted in copies, a confident small model's loop needed tens of copies
+    before the decayed token lost the argmax (SmolLM2, CodeRepetEval, 2026-11-23, before the transfer:
+    EGP 33% → 42%, TR-S 51% → 40% with the count in tokens).
 
     Attributes:
         penalty: λ, the decay per repetition (0 < λ <= 1; the paper's 0.9).

@@ -83,10 +83,11 @@ class _EditPlan:
             if p.eos and log_boost:
                 for token in stops:
                     plan.add(row, token, p.eos * log_boost)
-            if rpg.eos_transfer and log_penalty and stops and p.end_from is not None and p.end_from < vocab:
+            if rpg.eos_transfer and log_penalty and stops and p.end_from is not None and p.end_from < vocab \
+                    and p.end_count:
                 plan.critical.append(plan.add(row, p.end_from, 0.0))
                 plan.stop.append(plan.add(row, stops[0], 0.0))
-                plan.fractions.append(math.log1p(-rpg.penalty ** p.end_count) if p.end_count else -math.inf)
+                plan.fractions.append(math.log1p(-rpg.penalty ** p.end_count))
         return plan
 
     def add(self, row: int, token: int, amount: float) -> int:
