@@ -26,8 +26,10 @@ below greedy, time per sample down, stage overhead <= 1 ms per step.
 Usage: benchmarks/.venv/bin/python benchmarks/repetition_eval.py [--models smollm2,qwen-coder]
        [--prompts 24] [--max-new-tokens 128] [--humaneval 10] [--threads N] [--merge] [--update-readme]
        [--configs greedy,hf-rep1.2,t0.8,rpg,rpg@0.5] [--name repetition_eval]
-(``--merge`` keeps the other models' entries of the last results file: one model per process;
-``--rescore`` generates nothing and recomputes the text metrics of the stored outputs.)
+(``--merge`` keeps what this run does not redo from the last results file: the other models' entries,
+and for a model run again with the same prompts and limits the configurations not in ``--configs`` —
+each row records the date and command that produced it; ``--rescore`` generates nothing and
+recomputes the text metrics of the stored outputs.)
 Time it on an otherwise idle machine (DESIGN §6).
 """
 
@@ -176,9 +178,31 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             done = [generate(model, tokenizer, config, t["prompt"], args.max_new_tokens) for t in tasks]
             row["pass@1"] = sum(passes(t, s.text) for t, s in zip(tasks, done, strict=True)) / len(tasks)
             row["humaneval_egp"] = sum(s.ended for s in done) / len(done)
+        row["run"] = {"date": time.strftime("%Y-%m-%d"), "command": command_line()}
         report["configs"][config] = row
         print(name, config, {k: v for k, v in row.items() if k != "outputs"}, flush=True)
     return report
+
+
+def command_line() -> str:
+    return "benchmarks/.venv/bin/python " + " ".join(["benchmarks/repetition_eval.py", *sys.argv[1:]])
+
+
+def merged(previous: dict[str, Any], fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The models of ``fresh``, each with the configurations of its entry in the ``previous`` report that it did
+    not run again (only where prompts and limits are the same), after the other models of ``previous``."""
+    settings = ("prompts", "stride", "humaneval", "max_new_tokens")
+    for entry in previous["models"]:
+        for row in entry["configs"].values():
+            row.setdefault("run", {"date": previous["date"], "command": previous["command"]})
+    by_name = {entry["model"]: entry for entry in previous["models"]}
+    for entry in fresh:
+        old = by_name.get(entry["model"])
+        if old is not None and all(old[k] == entry[k] for k in settings):
+            entry["configs"] = {c: entry["configs"].get(c, row) for c, row in old["configs"].items()} \
+                | entry["configs"]
+    names = {entry["model"] for entry in fresh}
+    return [e for e in previous["models"] if e["model"] not in names] + fresh
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -187,10 +211,10 @@ def markdown(report: dict[str, Any]) -> str:
                      for e in report["models"])
     lines = [
         f"### Repetition (`benchmarks/repetition_eval.py`)\n\n{report['machine']}, {report['date']}; {runs}; "
-        f"`{report['command']}`. EGP: ended by end-of-sequence; TR-4, TR-S and CCP are measured on the "
-        "completion's code, up to a Markdown fence line where a chat-tuned model starts explaining it in prose "
-        "(TR-S whole and CCP whole: on the whole completion); TR-4: repeated 4-grams of the code's grammar tokens "
-        "/ statement units; TR-S: repeated lines; CCP: prompt + code compiles; pass@1 on the "
+        f"`{report['command']}`{_earlier_rows(report)}. EGP: ended by end-of-sequence; TR-4, TR-S and CCP are "
+        "measured on the completion's code, up to a Markdown fence line where a chat-tuned model starts explaining it "
+        "in prose (TR-S whole and CCP whole: on the whole completion); TR-4: repeated 4-grams of the code's grammar "
+        "tokens / statement units; TR-S: repeated lines; CCP: prompt + code compiles; pass@1 on the "
         "HumanEval+ base tests (metrics in `codemask.metrics`; outputs in `benchmarks/results/repetition_eval.json`).",
         "",
         "| model | decoding | EGP | TR-4 tokens | TR-4 units | TR-S | TR-S whole | CCP | CCP whole | pass@1 | tokens "
@@ -206,6 +230,18 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{r['ccp_raw']:.0%} | {pass_at_1} | "
                          f"{r['length']:.0f} | {r['seconds']:.1f} | {step} |")
     return "\n".join(lines)
+
+
+def _earlier_rows(report: dict[str, Any]) -> str:
+    """Which rows were kept from earlier runs (``--merge``), grouped by the run that produced them."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for entry in report["models"]:
+        for config, row in entry["configs"].items():
+            run = row.get("run", {"date": report["date"], "command": report["command"]})
+            if run["command"] != report["command"]:
+                runs.setdefault((run["date"], run["command"]), []).append(f"{entry['model']} {config}")
+    kept = "; ".join(f"{', '.join(rows)} from `{command}` ({date})" for (date, command), rows in runs.items())
+    return f" (rows kept from earlier runs: {kept})" if kept else ""
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -241,19 +277,19 @@ def main() -> None:
 
     started = time.time()
     path = RESULTS / f"{args.name}.json"
+    report: dict[str, Any]
     if args.rescore:
         report = json.loads(path.read_text())
         rescore(report)
         publish(args.name, report, markdown(report), plot, alt="repetition", update_readme=args.update_readme)
         return
     fresh = [run_model(name, args) for name in args.models.split(",")]
-    previous = json.loads(path.read_text())["models"] if args.merge and path.exists() else []
-    names = {entry["model"] for entry in fresh}
-    report: dict[str, Any] = {
+    previous = json.loads(path.read_text()) if args.merge and path.exists() else {"models": []}
+    report = {
         "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads per process",
         "date": time.strftime("%Y-%m-%d"),
-        "command": "benchmarks/.venv/bin/python " + " ".join(["benchmarks/repetition_eval.py", *sys.argv[1:]]),
-        "models": [e for e in previous if e["model"] not in names] + fresh,
+        "command": command_line(),
+        "models": merged(previous, fresh),
         "wall_s": time.time() - started,
     }
     publish(args.name, report, markdown(report), plot, alt="repetition", update_readme=args.update_readme)

@@ -172,6 +172,60 @@ def test_only_copies_the_model_wrote_move_probability_to_the_end(smollm2) -> Non
     assert untouched.decay and untouched.end_from is None  # a prompt that repeats itself is not ended
 
 
+def _after(tokenizer: Any, vocab: Vocabulary, prompt: str, generated: str) -> tuple[list[int], Penalties]:
+    """The generated tokens, and the penalties once the model has written ``generated`` after ``prompt``."""
+    ids = tokenizer.encode(generated, add_special_tokens=False)
+    state = RepetitionState(RPG(content=False), vocab.token_bytes, tokenizer.encode(prompt, add_special_tokens=False))
+    state.append(ids)
+    return ids, state.penalties()
+
+
+ADD = "def add(a, b):\n    return a + b\n\n"
+
+
+def test_a_redefinition_ends_the_completion_by_its_generated_tokens(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    ids, penalties = _after(tokenizer, vocab, "import math\n\n" + ADD, "def add(a, b):\n    total = a + b\n    return total\n\n")
+    assert vocab.token_bytes[ids[0]] == b"def"
+    # every generated token of the redefinition repeats the definition it replaces
+    assert penalties.decay == {ids[0]: len(ids)} and penalties.end_from == ids[0] and penalties.end_count == len(ids)
+    _, half_in_prompt = _after(tokenizer, vocab, ADD + "def add(a, b):\n", "    return b + a\n\n")
+    assert half_in_prompt.end_count == len(tokenizer.encode("    return b + a\n\n", add_special_tokens=False))
+
+
+def test_definitions_that_replace_nothing_are_left_to_the_tandem_detector(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    other_name = _after(tokenizer, vocab, ADD, "def sub(a, b):\n    return a - b\n\n")[1]
+    assert other_name.end_count == 1  # [definition, return] twice in a row: an ordinary repeat, counted once
+    overloads = _after(tokenizer, vocab, "@overload\n" + ADD, "@overload\ndef add(a, b):\n    return b + a\n\n")[1]
+    assert overloads.end_count <= 1
+    methods = "class A:\n    def add(self):\n        return 1\n\n"
+    other_class = _after(tokenizer, vocab, methods, "class B:\n    def add(self):\n        return 2\n\n")[1]
+    assert other_class.end_count <= 1
+    used = _after(tokenizer, vocab, ADD, "def add(a, b):\n    return b + a\n\nprint(add(1, 2))\n")[1]
+    assert used.end_count == 0  # the redefinition is no longer the last statement at this level
+    inside = _after(tokenizer, vocab, ADD, "def add(a, b):\n    return b + a\n\n    ")[1]
+    assert inside.end_count == 0  # the next statement would go in the body, not beside the definition
+    in_prompt = _after(tokenizer, vocab, ADD + ADD, "")[1]
+    assert list(in_prompt.decay.values()) == [1] and in_prompt.end_from is None  # the user's: the tandem repeat only
+
+
+def test_go_redefinitions_count_methods_by_receiver_and_allow_init(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    rpg = RPG(content=False, language="go")
+
+    def penalties(prompt: str, generated: str) -> Penalties:
+        state = RepetitionState(rpg, vocab.token_bytes, tokenizer.encode(prompt, add_special_tokens=False))
+        state.append(tokenizer.encode(generated, add_special_tokens=False))
+        return state.penalties()
+
+    push = "func (s *Stack) Push(x int) {\n\ts.items = append(s.items, x)\n}\n\n"
+    assert penalties("package main\n\n" + push, push).end_count > 5
+    assert penalties("package main\n\n" + push, push.replace("Stack", "Queue")).end_count <= 1
+    init = "func init() {\n\tsetup()\n}\n\n"
+    assert penalties("package main\n\n" + init, init).end_count <= 1
+
+
 def test_stage_rows_follow_the_layout(smollm2) -> None:
     tokenizer, vocab = smollm2
     looping = _up_to_statement(tokenizer, vocab, CODE, NEXT)

@@ -60,6 +60,14 @@ def test_go_units() -> None:
                       "inc_statement", "expression_statement:call_expression", "return_statement"]
 
 
+def test_definitions_carry_their_name_and_block() -> None:
+    source = "class A:\n    def f(self):\n        pass\n\ndef f():\n    pass\n\n@overload\ndef g(): ...\n"
+    named = [(u.name, source.encode()[u.scope:].split(b"\n")[0]) for u in statement_units(source) if u.name]
+    assert named == [("A", b"class A:"), ("f", b"def f(self):"), ("f", b"class A:")]  # f's blocks: A's body, the module
+    go = "package main\n\nfunc (s *Stack) Push(x int) {}\n\nfunc init() {}\n\nfunc Push() {}\n"
+    assert [u.name for u in statement_units(go, "go") if u.name] == ["*Stack.Push", "Push"]  # init may repeat
+
+
 @pytest.mark.parametrize("language", sorted(LANGUAGES))
 def test_every_unit_kind_exists_in_the_grammar(language: str) -> None:
     grammar = ts_language(language)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from codemask.repetition.config import RPG
 from codemask.repetition.detector import TandemRepeats
-from codemask.repetition.units import StatementUnits, Unit
+from codemask.repetition.units import StatementUnits, Unit, line_start
 
 _WHITESPACE = b" \t\r\n\f\v"
 _LABEL_IDS: dict[str, int] = {}
@@ -122,19 +122,18 @@ class RepetitionState:
         self.units.refresh()
         if self.units.code_end != len(text) - gap:
             return  # the last line is no complete statement (a continuation line, an open bracket)
+        layout = _layout(bytes(text[len(text) - gap:]))
+        self._tandem_repeat(result, layout)
+        self._redefinition(result, layout)
+
+    def _tandem_repeat(self, result: Penalties, layout: tuple[bool, bytes]) -> None:
+        """The units end with back-to-back copies of a span: decay the token that began the last copy."""
         self._sync_unit_repeats()
         repeat = self.unit_repeats.repeat()
         if repeat is None:
             return
-        first = self._synced[len(self._synced) - repeat.period].start
-        critical = bisect.bisect_right(self.ends, first)  # the token that holds the unit's first byte
-        if critical >= len(self.token_ids):
-            return
-        begins = self.ends[critical - 1] if critical else 0
-        gap_start = first - _whitespace_before(text, first)
-        if begins < gap_start:
-            return  # the token also holds the end of the statement before: no clean boundary
-        if _layout(bytes(text[gap_start:begins])) != _layout(bytes(text[len(text) - gap:])):
+        critical = self._critical_token(self._synced[len(self._synced) - repeat.period].start, layout)
+        if critical is None:
             return
         token = self.token_ids[critical]
         result.decay[token] = max(result.decay.get(token, 0), repeat.count)
@@ -143,6 +142,49 @@ class RepetitionState:
             generated = self._generated_copies(repeat.period, repeat.copies)
             if generated:
                 result.end_from, result.end_count = token, min(generated, repeat.count)
+
+    def _redefinition(self, result: Penalties, layout: tuple[bool, bytes]) -> None:
+        """The last statement at the next line's indentation is a definition the model wrote under a name its
+        block already defined — dead code that replaces the first definition, the signature of a loop that
+        rewrites a function (pyflakes calls it F811). Like a verbatim loop it counts in tokens: every
+        generated token of the redefinition repeats the definition, so the token that began it is decayed
+        by that many repetitions and, where the code could end, gives that share to end-of-sequence."""
+        units, text, indent = self.units.units, self.units.text, len(layout[1])
+        for last in reversed(units):
+            column = last.start - line_start(text, last.start)
+            if column <= indent:
+                break
+        else:
+            return
+        if last.name is None or column != indent:
+            return
+        if not any(u.name == last.name and u.scope == last.scope and u.start < last.start for u in units):
+            return
+        critical = self._critical_token(last.start, layout)
+        if critical is None:
+            return
+        count = len(self.token_ids) - max(critical, self.prompt_tokens)
+        if count <= 0:
+            return  # a redefinition in the prompt is the user's
+        token = self.token_ids[critical]
+        result.decay[token] = max(result.decay.get(token, 0), count)
+        if self.units.complete and count > result.end_count:
+            result.end_from, result.end_count = token, count
+
+    def _critical_token(self, first: int, layout: tuple[bool, bytes]) -> int | None:
+        """The index of the token that holds byte ``first`` (a unit's first byte) if it began the unit cleanly
+        after whitespace laid out as ``layout`` (the whitespace typed since the code's last statement)."""
+        text = self.units.text
+        critical = bisect.bisect_right(self.ends, first)
+        if critical >= len(self.token_ids):
+            return None
+        begins = self.ends[critical - 1] if critical else 0
+        gap_start = first - _whitespace_before(text, first)
+        if begins < gap_start:
+            return None  # the token also holds the end of the statement before: no clean boundary
+        if _layout(bytes(text[gap_start:begins])) != layout:
+            return None
+        return critical
 
     def _generated_copies(self, period: int, copies: int) -> int:
         """How many of the last ``copies`` copies of a ``period``-unit span begin after the prompt."""

@@ -7,7 +7,10 @@ simple (``return``, ``assert``, an expression statement) or compound (``for``, `
 definition, and their clauses ``elif``/``else``/``except``) — or a comment, in pre-order (a compound
 statement before the statements of its body), labelled by its node type. Expression statements are
 labelled with the kind of expression too (``expression_statement:assignment`` vs ``:call``), since
-that is the rule one level down and the structure a reader sees.
+that is the rule one level down and the structure a reader sees. A unit that defines a name (a
+function or class; in Go a function or method) also carries that name and its *scope* (where its
+parent block starts), so that RPG can see a definition written again under a name its block
+already defines: dead code, the first definition replaced.
 
 Parsing is tree-sitter's: it tolerates partial code (an unfinished line becomes an ERROR node
 and the statements before it stay intact) and reparses incrementally after an edit.
@@ -60,21 +63,29 @@ class LanguageSpec:
     module: str
     unit_kinds: frozenset[str]
     refined_kinds: frozenset[str]  # labelled with the kind of their first named child too
+    definition_kinds: frozenset[str] = frozenset()  # units that bind the name in their "name" field
+    redefinable_names: frozenset[str] = frozenset()  # names a scope may define more than once
 
 
 LANGUAGES: dict[str, LanguageSpec] = {
     "python": LanguageSpec("python", "tree_sitter_python", frozenset(_PYTHON_STATEMENTS),
-                           frozenset({"expression_statement"})),
-    "go": LanguageSpec("go", "tree_sitter_go", frozenset(_GO_STATEMENTS), frozenset({"expression_statement"})),
+                           frozenset({"expression_statement"}),
+                           definition_kinds=frozenset({"function_definition", "class_definition"})),
+    "go": LanguageSpec("go", "tree_sitter_go", frozenset(_GO_STATEMENTS), frozenset({"expression_statement"}),
+                       definition_kinds=frozenset({"function_declaration", "method_declaration"}),
+                       redefinable_names=frozenset({"init"})),  # a package may have several init functions
 }
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One statement-level unit: its label (node kind, refined) and the byte where it starts."""
+    """One statement-level unit: its label (node kind, refined) and the byte where it starts; for a
+    definition, the name it binds and its scope (the start byte of the block that holds it)."""
 
     label: str
     start: int
+    name: str | None = None
+    scope: int = -1
 
 
 def language_spec(name: str) -> LanguageSpec:
@@ -104,6 +115,29 @@ def _label(node: tree_sitter.Node, spec: LanguageSpec) -> str:
     return node.type
 
 
+def _unit(node: tree_sitter.Node, spec: LanguageSpec) -> Unit:
+    name, scope = _defined_name(node, spec), -1
+    if name is not None and node.parent is not None:
+        scope = node.parent.start_byte
+    return Unit(_label(node, spec), node.start_byte, name, scope)
+
+
+def _defined_name(node: tree_sitter.Node, spec: LanguageSpec) -> str | None:
+    """The name a definition binds in its block; None for other units and for definitions a block may
+    repeat: decorated ones (``@overload``, a property's setter) and the language's redefinable names."""
+    decorated = node.parent is not None and node.parent.type == "decorated_definition"
+    if node.type not in spec.definition_kinds or decorated:
+        return None
+    name = node.child_by_field_name("name")
+    if name is None or name.text is None or name.text.decode() in spec.redefinable_names:
+        return None
+    receiver = node.child_by_field_name("receiver")  # a Go method: its receiver's type is part of its name
+    if receiver is not None:
+        types = [d.child_by_field_name("type") for d in receiver.named_children]
+        return "".join(t.text.decode() for t in types if t is not None and t.text) + "." + name.text.decode()
+    return name.text.decode()
+
+
 def statement_units(source: bytes | str, language: str = "python") -> list[Unit]:
     """All units of ``source`` from a fresh parse and a full walk (the reference for the incremental form)."""
     data = source.encode("utf-8") if isinstance(source, str) else source
@@ -114,7 +148,7 @@ def statement_units(source: bytes | str, language: str = "python") -> list[Unit]
     while stack:
         node = stack.pop()
         if node.type in spec.unit_kinds:
-            units.append(Unit(_label(node, spec), node.start_byte))
+            units.append(_unit(node, spec))
         stack.extend(reversed(node.children))
     return units
 
@@ -167,7 +201,7 @@ class StatementUnits:
         self._point = _advance((0, 0), bytes(self._text))
         self._tree.edit(start_byte=length, old_end_byte=old_end, new_end_byte=length,
                         start_point=self._point, old_end_point=old_point, new_end_point=self._point)
-        self._frontier = min(self._frontier, _line_start(self._text, _line_start(self._text, length) - 1))
+        self._frontier = min(self._frontier, line_start(self._text, line_start(self._text, length) - 1))
         self._frozen = [u for u in self._frozen if u.start < self._frontier]
         self._dirty = True
 
@@ -180,7 +214,7 @@ class StatementUnits:
         self._tree = tree
         self._dirty = False
         if changed and min(changed) < self._frontier:  # error recovery re-read earlier code: walk it again
-            self._frontier = _line_start(self._text, min(changed))
+            self._frontier = line_start(self._text, min(changed))
             self._frozen = [u for u in self._frozen if u.start < self._frontier]
         walk = _TailWalk(self.spec, self._frontier)
         walk.visit(self._tree.walk())
@@ -208,7 +242,7 @@ class StatementUnits:
         """Freeze the units before the line that precedes the last unit's line (they no longer change)."""
         if not self.units:
             return
-        frontier = _line_start(self._text, _line_start(self._text, self.units[-1].start) - 1)
+        frontier = line_start(self._text, line_start(self._text, self.units[-1].start) - 1)
         if frontier > self._frontier:
             self._frontier = frontier
             self._frozen = [u for u in self.units if u.start < frontier]
@@ -230,7 +264,7 @@ class _TailWalk:
         if node.type in self.spec.unit_kinds:
             self.code_end = max(self.code_end, node.end_byte)
             if node.start_byte >= self.frontier:
-                self.units.append(Unit(_label(node, self.spec), node.start_byte))
+                self.units.append(_unit(node, self.spec))
         elif node.is_named and node.start_byte == node.end_byte and node.start_byte >= self.frontier:
             self.hollow = True
         if not cursor.goto_first_child():
@@ -251,7 +285,7 @@ def _advance(point: tuple[int, int], data: bytes) -> tuple[int, int]:
     return point[0] + newlines, len(data) - data.rfind(b"\n") - 1
 
 
-def _line_start(text: bytes | bytearray, at: int) -> int:
+def line_start(text: bytes | bytearray, at: int) -> int:
     """The offset of the first byte of the line holding byte ``at`` (0 for ``at <= 0``)."""
     if at <= 0:
         return 0
