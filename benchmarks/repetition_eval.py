@@ -99,13 +99,13 @@ def generate(model: Any, tokenizer: Any, config: str, prompt: str, max_new_token
                   time.perf_counter() - started, result.stats.repetition_time_s)
 
 
-def coderepeteval_prompts(count: int, stride: int) -> list[str]:
+def coderepeteval_prompts(count: int, stride: int, offset: int = 0) -> list[str]:
     distinct: list[str] = []
     for line in (DATA / "coderepeteval" / "CodeGenerationBenchmarks.jsonl").read_text().splitlines():
         prompt = json.loads(line)["prompt"]
         if prompt not in distinct:
             distinct.append(prompt)
-    return distinct[::stride][:count]
+    return distinct[offset::stride][:count]
 
 
 def humaneval_tasks(count: int) -> list[dict[str, Any]]:
@@ -158,7 +158,7 @@ def summarise(samples: list[Sample]) -> dict[str, Any]:
 def rescore(report: dict[str, Any]) -> None:
     """Recompute the text metrics of every stored output (after a metric changes), keeping the timings."""
     for entry in report["models"]:
-        prompts = coderepeteval_prompts(entry["prompts"], entry["stride"])
+        prompts = coderepeteval_prompts(entry["prompts"], entry["stride"], entry.get("offset", 0))
         for row in entry["configs"].values():
             row.update(code_metrics(prompts, [o["text"] for o in row["outputs"]]))
 
@@ -166,9 +166,9 @@ def rescore(report: dict[str, Any]) -> None:
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     model, tokenizer = load_model(name), load_tokenizer(name)
     constrained_generate(model, tokenizer, "def f():", max_new_tokens=2, repetition=RPG())  # first-call costs
-    prompts = coderepeteval_prompts(args.prompts, args.stride)
+    prompts = coderepeteval_prompts(args.prompts, args.stride, args.offset)
     tasks = humaneval_tasks(args.humaneval)
-    report: dict[str, Any] = {"model": name, "prompts": len(prompts), "stride": args.stride,
+    report: dict[str, Any] = {"model": name, "prompts": len(prompts), "stride": args.stride, "offset": args.offset,
                               "humaneval": len(tasks), "max_new_tokens": args.max_new_tokens, "configs": {}}
     for config in args.configs:
         samples = [generate(model, tokenizer, config, p, args.max_new_tokens) for p in prompts]
@@ -191,22 +191,27 @@ def command_line() -> str:
 def merged(previous: dict[str, Any], fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The models of ``fresh``, each with the configurations of its entry in the ``previous`` report that it did
     not run again (only where prompts and limits are the same), after the other models of ``previous``."""
-    settings = ("prompts", "stride", "humaneval", "max_new_tokens")
+    settings = ("prompts", "stride", "offset", "humaneval", "max_new_tokens")
     for entry in previous["models"]:
         for row in entry["configs"].values():
             row.setdefault("run", {"date": previous["date"], "command": previous["command"]})
     by_name = {entry["model"]: entry for entry in previous["models"]}
     for entry in fresh:
         old = by_name.get(entry["model"])
-        if old is not None and all(old[k] == entry[k] for k in settings):
+        if old is not None and all(old.get(k, 0) == entry[k] for k in settings):
             entry["configs"] = {c: entry["configs"].get(c, row) for c, row in old["configs"].items()} \
                 | entry["configs"]
     names = {entry["model"] for entry in fresh}
     return [e for e in previous["models"] if e["model"] not in names] + fresh
 
 
+def _which_prompts(entry: dict[str, Any]) -> str:
+    start = f", from index {entry['offset']}" if entry.get("offset") else ""
+    return f"every {entry['stride']}th distinct one{start}"
+
+
 def markdown(report: dict[str, Any]) -> str:
-    runs = "; ".join(f"{e['model']}: {e['prompts']} CodeRepetEval prompts (every {e['stride']}th distinct one), "
+    runs = "; ".join(f"{e['model']}: {e['prompts']} CodeRepetEval prompts ({_which_prompts(e)}), "
                      f"{e['humaneval']} HumanEval+ tasks, at most {e['max_new_tokens']} new tokens"
                      for e in report["models"])
     lines = [
@@ -257,6 +262,8 @@ def main() -> None:
     parser.add_argument("--models", default="smollm2,qwen-coder")
     parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--stride", type=int, default=20)
+    parser.add_argument("--offset", type=int, default=0,
+                        help="first distinct prompt taken (another offset: prompts held out from the default run)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--humaneval", type=int, default=10)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")

@@ -20,6 +20,7 @@ DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CODEREPETEVAL = DATA / "coderepeteval" / "CodeGenerationBenchmarks.jsonl"
 LOOPING = 278  # ends in a run of print(count_upper(...)) lines; SmolLM2 greedy prints count_upper('A') forever
 REDEFINED = 366  # split_words defined three times; Qwen2.5-Coder writes it again and again
+REWRITTEN = 406  # ends inside a second compare_one; SmolLM2 greedy finishes it, then defines compare_one again
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,19 @@ def test_rpg_ends_where_greedy_loops(smollm2: tuple[Any, Any], prompt: str) -> N
     assert rpg.finish_reason == "stop", rpg.text  # ended by itself
     assert metrics.tr_s(rpg.text) < metrics.tr_s(greedy.text)
     assert 0 < rpg.stats.repetition_time_s < 0.01 * rpg.stats.steps  # < 10 ms of CPU per step, on a busy machine
+
+
+def test_a_function_written_again_under_its_name_ends_the_completion(smollm2: tuple[Any, Any]) -> None:
+    """The prompt ends inside a definition of ``compare_one`` that replaces the one before it; once SmolLM2 has
+    finished it, RPG ends the completion at the next top-level statement (94 tokens when measured), where
+    greedy decoding defines ``compare_one`` yet again."""
+    model, tokenizer = smollm2
+    prompt = str(json.loads(CODEREPETEVAL.read_text().splitlines()[REWRITTEN])["prompt"])
+    greedy = constrained_generate(model, tokenizer, prompt, max_new_tokens=160)
+    rpg = constrained_generate(model, tokenizer, prompt, max_new_tokens=160, repetition=RPG())
+    assert greedy.finish_reason == "length" and "def compare_one" in greedy.text, greedy.text
+    assert rpg.finish_reason == "stop" and "def compare_one" not in rpg.text, rpg.text
+    assert metrics.compiles(prompt + rpg.text)
 
 
 def test_hf_processor_equals_constrained_generate(smollm2: tuple[Any, Any], prompt: str) -> None:
@@ -63,7 +77,7 @@ def test_composes_with_a_grammar(smollm2: tuple[Any, Any], prompt: str) -> None:
 
 def test_decayed_probability_moved_to_the_end_stops_a_loop_the_decay_alone_does_not() -> None:
     """Qwen2.5-Coder keeps rewriting ``split_words``: with the transfer to end-of-sequence it stops after
-    a copy or two (124 tokens when measured); without it, the decay only changes the copies' details."""
+    a copy or two (124 tokens when measured, before the redefinition rule); without it, the decay only changes the copies' details."""
     from codemask.assets import load_model, load_tokenizer
 
     model, tokenizer = load_model("qwen-coder"), load_tokenizer("qwen-coder")

@@ -22,7 +22,12 @@ class RPG:
     no scale of its own (where every copy was generated it moves exactly the mass the decay removes): at
     the paper's λ = 0.9 ending overtakes the next copy once a confident loop's span has been repeated
     seven times (0.9^7 < 1/2), where the multiplicative boost alone could not lift end-of-sequence from
-    the −18 nats at which a small code model puts it after complete code. With ``content=True`` the same
+    the −18 nats at which a small code model puts it after complete code. A definition the model writes
+    under a name its block already defines (a function written again: dead code, the first definition
+    replaced — pyflakes' F811) is a repeat whatever its statements: at the next statement beside it the
+    token that began it is decayed with ``count`` its generated tokens, as in a verbatim loop, and where
+    the code could end gives that share to end-of-sequence (decorated definitions such as ``@overload``
+    and Go's ``init`` may repeat and are left alone). With ``content=True`` the same
     decay applies to back-to-back repeats of the generated token ids themselves (content repetition: the
     same text again), for spans of at most ``max_period`` tokens covering at least
     ``min_content_tokens`` tokens; there ``count`` is in tokens: how many tokens in a row repeat the
