@@ -185,7 +185,8 @@ ADD = "def add(a, b):\n    return a + b\n\n"
 
 def test_a_redefinition_ends_the_completion_by_its_generated_tokens(smollm2) -> None:
     tokenizer, vocab = smollm2
-    ids, penalties = _after(tokenizer, vocab, "import math\n\n" + ADD, "def add(a, b):\n    total = a + b\n    return total\n\n")
+    rewritten = "def add(a, b):\n    total = a + b\n    return total\n\n"
+    ids, penalties = _after(tokenizer, vocab, "import math\n\n" + ADD, rewritten)
     assert vocab.token_bytes[ids[0]] == b"def"
     # every generated token of the redefinition repeats the definition it replaces
     assert penalties.decay == {ids[0]: len(ids)} and penalties.end_from == ids[0] and penalties.end_count == len(ids)
