@@ -164,9 +164,11 @@ def rescore(report: dict[str, Any]) -> None:
 
 
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    prompts = coderepeteval_prompts(args.prompts, args.stride, args.offset)
+    if not prompts:
+        raise SystemExit(f"no CodeRepetEval prompt from index {args.offset} (there are fewer distinct prompts)")
     model, tokenizer = load_model(name), load_tokenizer(name)
     constrained_generate(model, tokenizer, "def f():", max_new_tokens=2, repetition=RPG())  # first-call costs
-    prompts = coderepeteval_prompts(args.prompts, args.stride, args.offset)
     tasks = humaneval_tasks(args.humaneval)
     report: dict[str, Any] = {"model": name, "prompts": len(prompts), "stride": args.stride, "offset": args.offset,
                               "humaneval": len(tasks), "max_new_tokens": args.max_new_tokens, "configs": {}}
@@ -275,6 +277,8 @@ def main() -> None:
     parser.add_argument("--rescore", action="store_true",
                         help="generate nothing: recompute the text metrics of the outputs stored in --name's JSON")
     args = parser.parse_args()
+    if args.offset < 0 or args.stride < 1 or args.prompts < 1:
+        parser.error("--offset must be >= 0, --stride and --prompts >= 1")
     args.configs = args.configs.split(",")
     for config in args.configs:
         if config not in CONFIGS and not config.startswith("rpg@"):

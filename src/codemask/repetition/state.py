@@ -10,7 +10,9 @@ step where the next copy would begin that token: when the code ends with a compl
 the whitespace typed since matches, line for line, the whitespace that preceded the critical token
 in the last copy (a newline, then the same indentation). Elsewhere the same token id means
 something else (``assert`` inside a string, a name in an expression) and is left alone. This is
-what makes the decay independent of how a tokenizer splits ``"\\n    assert"``.
+what makes the decay independent of how a tokenizer splits ``"\\n    assert"``. A redefinition (a
+definition under a name its block already defines) has a critical token too, the one that began it,
+decayed at the same kind of step, with its count in the redefinition's generated tokens.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ class Penalties:
     """What to do to one row's next-token distribution: ``decay[token] = count``, the EOS boost count, and
     the transfer to end-of-sequence (:attr:`RPG.eos_transfer`): ``end_from``, the critical token of a
     structural repeat where the code could end, gives ``1 - λ^end_count`` of its probability, where
-    ``end_count`` counts the copies the model wrote itself (copies in the prompt decay the token but
-    do not end a completion that has not yet repeated anything)."""
+    ``end_count`` counts what the model wrote itself — the copies of a tandem repeat, the tokens of a
+    redefinition (copies in the prompt decay the token but do not end a completion that has not yet
+    repeated anything)."""
 
     decay: dict[int, int] = field(default_factory=dict)
     eos: int = 0
