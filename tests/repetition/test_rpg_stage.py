@@ -172,10 +172,12 @@ def test_only_copies_the_model_wrote_move_probability_to_the_end(smollm2) -> Non
     assert untouched.decay and untouched.end_from is None  # a prompt that repeats itself is not ended
 
 
-def _after(tokenizer: Any, vocab: Vocabulary, prompt: str, generated: str) -> tuple[list[int], Penalties]:
+def _after(tokenizer: Any, vocab: Vocabulary, prompt: str, generated: str,
+           language: str = "python") -> tuple[list[int], Penalties]:
     """The generated tokens, and the penalties once the model has written ``generated`` after ``prompt``."""
     ids = tokenizer.encode(generated, add_special_tokens=False)
-    state = RepetitionState(RPG(content=False), vocab.token_bytes, tokenizer.encode(prompt, add_special_tokens=False))
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    state = RepetitionState(RPG(content=False, language=language), vocab.token_bytes, prompt_ids)
     state.append(ids)
     return ids, state.penalties()
 
@@ -213,18 +215,14 @@ def test_definitions_that_replace_nothing_are_left_to_the_tandem_detector(smollm
 
 def test_go_redefinitions_count_methods_by_receiver_and_allow_init(smollm2) -> None:
     tokenizer, vocab = smollm2
-    rpg = RPG(content=False, language="go")
-
-    def penalties(prompt: str, generated: str) -> Penalties:
-        state = RepetitionState(rpg, vocab.token_bytes, tokenizer.encode(prompt, add_special_tokens=False))
-        state.append(tokenizer.encode(generated, add_special_tokens=False))
-        return state.penalties()
-
+    package = "package main\n\n"
     push = "func (s *Stack) Push(x int) {\n\ts.items = append(s.items, x)\n}\n\n"
-    assert penalties("package main\n\n" + push, push).end_count > 5
-    assert penalties("package main\n\n" + push, push.replace("Stack", "Queue")).end_count <= 1
+    ids, rewritten = _after(tokenizer, vocab, package + push, push, "go")
+    assert rewritten.end_from == ids[0] and rewritten.end_count == len(ids)
+    other_receiver = _after(tokenizer, vocab, package + push, push.replace("Stack", "Queue"), "go")[1]
+    assert other_receiver.end_count <= 1  # at most the tandem repeat of [method_declaration, statement]
     init = "func init() {\n\tsetup()\n}\n\n"
-    assert penalties("package main\n\n" + init, init).end_count <= 1
+    assert _after(tokenizer, vocab, package + init, init, "go")[1].end_count <= 1
 
 
 def test_stage_rows_follow_the_layout(smollm2) -> None:
