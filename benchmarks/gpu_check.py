@@ -7,8 +7,8 @@ section is independent (a failing one records its error and the next one runs) a
 rewritten after each section, so that a run cut short still leaves what it measured. Sections:
 
 - ``bitmask_correctness``: ``apply_token_bitmask_`` on CUDA logits (the Triton kernel) and its torch
-  path, compared bit for bit with an independent reference (the bitmask unpacked by numpy, then
-  ``torch.where`` on the CPU) over dtypes, vocabularies (Qwen2.5's padded 151,936 logits for
+  path, compared bit for bit with an independent reference (``torch.where`` on the CPU over the
+  booleans the bitmask was packed from) over dtypes, vocabularies (Qwen2.5's padded 151,936 logits for
   151,665 tokens included), batch sizes, ``indices=`` subsets and bitmask placements.
 - ``mask_timing``: per-call time of the Triton and the torch path, with the bitmask already on the
   device, copied from pinned host memory, and as the grammar stage calls it (pinned, ``indices=``).
@@ -45,6 +45,7 @@ import contextlib
 import datetime
 import hashlib
 import inspect
+import itertools
 import json
 import platform
 import statistics
@@ -54,7 +55,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ import numpy as np
 import torch
 
 import codemask
+from codemask.adadec.calibrate import chat_prompt
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size, ordered_stop_token_ids
 from codemask.decoding.pipeline import StepLayout
 from codemask.engine import bitmask as bitmask_module
@@ -77,8 +79,7 @@ DEFAULT_ASSETS = ROOT / ".device" / "qwen2.5-coder-0.5b"
 DEFAULT_OUT = Path("/tmp/gpu_check")  # not benchmarks/results: a dry run must not overwrite the GPU results
 SECTIONS = ("bitmask_correctness", "mask_timing", "rpg_step", "end_to_end")
 QWEN_LOGITS, QWEN_VOCAB = 151936, 151665  # Qwen2.5's logits are padded past its 151,665 tokens
-SAME_WIDTH_INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+CORRECTNESS_SHAPES = ((32000, 32000), (128256, 128256), (QWEN_LOGITS, QWEN_VOCAB))  # (logits columns, vocabulary)
 
 JSON_REQUESTS = [
     "Describe a cat as a JSON object with name, age and color.",
@@ -110,7 +111,6 @@ class Plan:
     """Sizes of one run: the GPU's, ``--quick``'s, or the CPU dry run's."""
 
     device: torch.device
-    correctness_shapes: tuple[tuple[int, int], ...]  # (logits columns, vocabulary size)
     correctness_batches: tuple[int, ...]
     timing_batches: tuple[int, ...]
     reps: int
@@ -120,7 +120,7 @@ class Plan:
     prompts: int
     batched_rows: int
     max_new_tokens: int
-    deadline: float = field(default=float("inf"))  # perf_counter() after which end_to_end stops starting work
+    deadline: float  # perf_counter() after which end_to_end stops starting work
 
     @property
     def cuda(self) -> bool:
@@ -129,14 +129,13 @@ class Plan:
 
 def make_plan(device: torch.device, quick: bool, deadline: float) -> Plan:
     """The sizes for ``device``: the full set on CUDA (a few minutes), less with ``quick``, tiny on a CPU."""
-    shapes = ((32000, 32000), (128256, 128256), (QWEN_LOGITS, QWEN_VOCAB))
     if device.type != "cuda":
-        return Plan(device, shapes, (1, 3), (1, 4), reps=10, warmup=2, rpg_tokens=120, rpg_batches=(1, 2),
+        return Plan(device, (1, 3), (1, 4), reps=10, warmup=2, rpg_tokens=120, rpg_batches=(1, 2),
                     prompts=2, batched_rows=2, max_new_tokens=12, deadline=deadline)
     if quick:
-        return Plan(device, shapes, (1, 8), (1, 64), reps=50, warmup=10, rpg_tokens=300, rpg_batches=(1, 8),
+        return Plan(device, (1, 8), (1, 64), reps=50, warmup=10, rpg_tokens=300, rpg_batches=(1, 8),
                     prompts=2, batched_rows=4, max_new_tokens=32, deadline=deadline)
-    return Plan(device, shapes, (1, 8, 64), (1, 64), reps=200, warmup=20, rpg_tokens=1500, rpg_batches=(1, 8),
+    return Plan(device, (1, 8, 64), (1, 64), reps=200, warmup=20, rpg_tokens=1500, rpg_batches=(1, 8),
                 prompts=3, batched_rows=4, max_new_tokens=96, deadline=deadline)
 
 
@@ -189,8 +188,8 @@ def cuda_events(device: torch.device) -> tuple[torch.cuda.Event, torch.cuda.Even
     return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
 
-def median_of(stats: dict[str, Any], key: str = "median_us") -> float:
-    return float(stats.get(key, float("nan")))
+def median_of(stats: dict[str, Any]) -> float:
+    return float(stats.get("median_us", float("nan")))
 
 
 # --- section a: the Triton kernel against a reference --------------------------------------------
@@ -264,9 +263,13 @@ def reference_mask(logits: torch.Tensor, allowed_tokens: np.ndarray, vocab: int,
     return expected
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def mismatches(actual: torch.Tensor, expected: torch.Tensor) -> int:
     """Elements whose bits differ (so NaN payloads, -0.0 and the exact -inf count)."""
-    as_int = SAME_WIDTH_INT[actual.dtype]
+    as_int = bitmask_module._SAME_WIDTH_INT[actual.dtype]
     return int((actual.view(as_int) != expected.view(as_int)).sum())
 
 
@@ -282,7 +285,7 @@ def masked_on_device(case: MaskCase, logits: torch.Tensor, words: np.ndarray, ro
 
 def correctness_cases(plan: Plan) -> Iterator[MaskCase]:
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for columns, vocab in plan.correctness_shapes:
+        for columns, vocab in CORRECTNESS_SHAPES:
             for batch in plan.correctness_batches:
                 for subset in (False, True):
                     for pinned in (True, False) if plan.cuda else (False,):
@@ -301,7 +304,7 @@ def bitmask_correctness(plan: Plan, rng: np.random.Generator) -> dict[str, Any]:
         triton_bad = None
         if use_triton:
             triton_bad = mismatches(masked_on_device(case, logits, words, rows, plan.device), expected)
-        cases.append({**asdict(case), "dtype": DTYPE_NAMES[case.dtype], "rows": rows,
+        cases.append({**asdict(case), "dtype": dtype_name(case.dtype), "rows": rows,
                       "triton_mismatches": triton_bad, "torch_mismatches": torch_bad})
     return {
         "triton": "in use" if use_triton else f"skipped: {'Triton did not import' if plan.cuda else 'no CUDA device'}",
@@ -346,7 +349,7 @@ def mask_timing(plan: Plan, rng: np.random.Generator) -> dict[str, Any]:
             host = codemask.allocate_token_bitmask(batch, QWEN_VOCAB, pin_memory=True)
             host.copy_(torch.from_numpy(words))
             for variant, call in masking_calls(logits, host, QWEN_VOCAB).items():
-                row: dict[str, Any] = {"dtype": DTYPE_NAMES[dtype], "batch": batch, "bitmask": variant}
+                row: dict[str, Any] = {"dtype": dtype_name(dtype), "batch": batch, "bitmask": variant}
                 if use_triton:
                     row["triton"] = time_calls(call, plan.device, plan.reps, plan.warmup)
                 with torch_path_only():
@@ -482,14 +485,6 @@ def random_model(assets: Path, device: torch.device) -> Any:
     return model.eval()
 
 
-def chat(tokenizer: Any, request: str) -> str:
-    messages = [{"role": "user", "content": request}]
-    try:
-        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-    except (ValueError, AttributeError):  # no chat template in the folder
-        return request + "\n"
-
-
 class StepClock:
     """Stamps the start of every forward pass (a forward pre-hook on the model). With one forward pass
     per decoding step, consecutive stamps bracket a whole step: stage work, forward pass, selection and
@@ -504,7 +499,7 @@ class StepClock:
 
     def take(self) -> list[float]:
         """The step times since the last call, and start again."""
-        times = [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)][1:]
+        times = [b - a for a, b in itertools.pairwise(self.stamps)][1:]
         self.stamps = []
         return times
 
@@ -543,6 +538,8 @@ def model_steps(model: Any, tokenizer: Any, prompts: list[str], steps: int,
 def output_status(result: codemask.GenerationResult, mode: Mode, compiler: Any) -> str:
     """``complete`` (the grammar ended and the text parses), ``prefix`` (cut by length, but every token
     is one a fresh matcher accepts) or ``invalid``; ``unchecked`` for unconstrained modes."""
+    import jsonschema  # here, not at the top: the other sections run where the device's install of it failed
+
     if mode.grammar is None:
         return "unchecked"
     matcher = GrammarMatcher(compiler.compile(mode.grammar), **mode.grammar.completion)
@@ -556,20 +553,10 @@ def output_status(result: codemask.GenerationResult, mode: Mode, compiler: Any) 
         else:
             value = json.loads(result.text)
             if mode.check == "schema":
-                validate_schema(value)
-    except (ValueError, SyntaxError):
+                jsonschema.validate(value, RECORD_SCHEMA)
+    except (ValueError, SyntaxError, jsonschema.ValidationError):
         return "invalid"
     return "complete"
-
-
-def validate_schema(value: Any) -> None:
-    """``jsonschema``'s verdict on a record."""
-    import jsonschema
-
-    try:
-        jsonschema.validate(value, RECORD_SCHEMA)
-    except jsonschema.ValidationError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def run_mode(model: Any, tokenizer: Any, mode: Mode, prompts: list[str], clock: StepClock, compiler: Any,
@@ -610,9 +597,9 @@ def end_to_end(plan: Plan, tokenizer: Any, assets: Path) -> dict[str, Any]:
     model = random_model(assets, plan.device)
     init_s = time.perf_counter() - started
     compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
-    json_prompts = [chat(tokenizer, r + " Reply with the JSON only.") for r in JSON_REQUESTS[: plan.prompts]]
-    python_prompts = [chat(tokenizer, r) for r in PYTHON_REQUESTS[: plan.prompts]]
-    batched_prompts = [chat(tokenizer, r) for r in (JSON_REQUESTS * 2)[: plan.batched_rows]]
+    json_prompts = [chat_prompt(tokenizer, r + " Reply with the JSON only.") for r in JSON_REQUESTS[: plan.prompts]]
+    python_prompts = [chat_prompt(tokenizer, r) for r in PYTHON_REQUESTS[: plan.prompts]]
+    batched_prompts = [chat_prompt(tokenizer, r) for r in (JSON_REQUESTS * 2)[: plan.batched_rows]]
     model_steps(model, tokenizer, json_prompts[:1], 16, plan.device)  # warm-up: cuBLAS handles, allocator
     row_counts = sorted({1, plan.batched_rows})
     baselines = {rows: model_steps(model, tokenizer, json_prompts[:1] * rows, plan.max_new_tokens, plan.device)
@@ -767,9 +754,9 @@ def rpg_table(section: dict[str, Any]) -> list[str]:
 
 
 def end_to_end_table(section: dict[str, Any]) -> list[str]:
-    after = section.get("model_step_after", {})
+    warm = section["model_step_after"]  # the first bare run meets a cold machine
     bare = "; ".join(f"batch {rows}: model call {ms(b['forward'])} (after the modes: "
-                     f"{ms(after[rows]['forward']) if rows in after else 'n/a'}), whole bare step {ms(b['step'])}"
+                     f"{ms(warm[rows]['forward']) if rows in warm else 'n/a'}), whole bare step {ms(b['step'])}"
                      for rows, b in section["model_step"].items())
     lines = [f"{section['model']} ({section['parameters'] / 1e6:.0f}M parameters, built in "
              f"{section['init_s']:.1f} s), greedy, up to {section['max_new_tokens']} new tokens per prompt. "
@@ -782,7 +769,6 @@ def end_to_end_table(section: dict[str, Any]) -> list[str]:
              "| mode | rows per call | tokens/s | ÷ unconstrained | step median / p99 ms | × model call "
              "| mask ms/token | RPG ms/token | forced tokens | outputs | finish |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-    warm = section["model_step_after"]  # the first bare run meets a cold machine
     unconstrained = {m["rows_per_call"]: m["tokens_per_s"] for m in section["modes"]
                      if m.get("tokens_per_s") and m["mode"].startswith("unconstrained")
                      and "rpg" not in m["mode"]}
@@ -903,8 +889,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:  # on a machine with matplotlib: the plot, and the README section with --update-readme
         from update_readme import publish
 
-        report = json.loads(args.render.read_text(encoding="utf-8"))
-        publish("gpu_check", report, markdown(report).strip(), plot, alt="GPU masking time and decoding speed",
+        published = json.loads(args.render.read_text(encoding="utf-8"))
+        publish("gpu_check", published, markdown(published).strip(), plot, alt="GPU masking time and decoding speed",
                 update_readme=args.update_readme, write_json=False)
         return 0
     device = torch.device("cpu" if args.cpu else "cuda")
