@@ -212,7 +212,7 @@ def _which_prompts(entry: dict[str, Any]) -> str:
     return f"every {entry['stride']}th distinct one{start}"
 
 
-def markdown(report: dict[str, Any]) -> str:
+def markdown(report: dict[str, Any], name: str = "repetition_eval") -> str:
     runs = "; ".join(f"{e['model']}: {e['prompts']} CodeRepetEval prompts ({_which_prompts(e)}), "
                      f"{e['humaneval']} HumanEval+ tasks, at most {e['max_new_tokens']} new tokens"
                      for e in report["models"])
@@ -222,7 +222,7 @@ def markdown(report: dict[str, Any]) -> str:
         "measured on the completion's code, up to a Markdown fence line where a chat-tuned model starts explaining it "
         "in prose (TR-S whole and CCP whole: on the whole completion); TR-4: repeated 4-grams of the code's grammar "
         "tokens / statement units; TR-S: repeated lines; CCP: prompt + code compiles; pass@1 on the "
-        "HumanEval+ base tests (metrics in `codemask.metrics`; outputs in `benchmarks/results/repetition_eval.json`).",
+        f"HumanEval+ base tests (metrics in `codemask.metrics`; outputs in `benchmarks/results/{name}.json`).",
         "",
         "| model | decoding | EGP | TR-4 tokens | TR-4 units | TR-S | TR-S whole | CCP | CCP whole | pass@1 | tokens "
         "| s/sample | RPG µs/step |",
@@ -292,7 +292,8 @@ def main() -> None:
     if args.rescore:
         report = json.loads(path.read_text())
         rescore(report)
-        publish(args.name, report, markdown(report), plot, alt="repetition", update_readme=args.update_readme)
+        publish(args.name, report, markdown(report, args.name), plot, alt="repetition",
+                update_readme=args.update_readme)
         return
     fresh = [run_model(name, args) for name in args.models.split(",")]
     previous = json.loads(path.read_text()) if args.merge and path.exists() else {"models": []}
@@ -303,7 +304,7 @@ def main() -> None:
         "models": merged(previous, fresh),
         "wall_s": time.time() - started,
     }
-    publish(args.name, report, markdown(report), plot, alt="repetition", update_readme=args.update_readme)
+    publish(args.name, report, markdown(report, args.name), plot, alt="repetition", update_readme=args.update_readme)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ Pure functions over outputs, so that any generator's results can be scored alike
   tree-sitter parse: keywords, names, literals, punctuation — the paper uses Python's tokenizer
   for the same) or over its statement units (:func:`unit_labels`, the sequence RPG watches).
 - **TR-S** (:func:`tr_s`): the share of lines that repeat an earlier line (trailing whitespace
-  ignored; blank lines count, so a run of empty lines is repetition, as in the paper).
+  ignored; blank lines count, so a run of empty lines is repetition). The paper's released script
+  (``metric/utils/evaluation.py``, ``sentence_repetition_count``) counts blank lines too and averages
+  per sample, but over prompt + sample; here it is the text given, the completion alone, since
+  CodeRepetEval's prompts repeat themselves (43% of their lines, on the benchmark's 12 prompts) and
+  would set a floor that no decoding could go below.
 - **EGP** (:func:`egp`): the share of samples that ended by themselves — the model emitted
   end-of-sequence (finish reason ``"stop"`` or ``"grammar_end"``) — rather than at the length limit.
 - **CCP** (:func:`ccp`, :func:`compiles`): the share of programs (prompt + completion) that compile;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 import pytest
@@ -213,6 +214,50 @@ def test_definitions_that_replace_nothing_are_left_to_the_tandem_detector(smollm
     assert list(in_prompt.decay.values()) == [1] and in_prompt.end_from is None  # the user's: the tandem repeat only
 
 
+def _counter(name: str, summary: str, body: str) -> str:
+    return (f'def {name}(s):\n    """{summary}\n\n    >>> {name}("abcde")\n    2\n    """\n'
+            f"    {body}\n\n")
+
+
+VOWELS = _counter("vowels_count", "Count the vowels of the word s.", "return sum(c in 'aeiou' for c in s)")
+
+
+def test_a_definition_that_copies_the_docstring_before_it_ends_the_completion(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    copy = _counter("vowels_count2", "Count the vowels of the word s.", "return len([c for c in s if c in 'aeiou'])")
+    ids, penalties = _after(tokenizer, vocab, VOWELS, copy)
+    assert vocab.token_bytes[ids[0]] == b"def"
+    # a new name and body, but the docstring of the function before it: counted like a redefinition
+    assert penalties.decay == {ids[0]: len(ids)} and penalties.end_from == ids[0] and penalties.end_count == len(ids)
+    # methods of one class too, up to the token that would begin the next method
+    prompt, methods = "class Words:\n" + textwrap.indent(VOWELS, "    "), textwrap.indent(copy, "    ")
+    ids = _up_to_statement(tokenizer, vocab, prompt + methods, "    def more(self):\n")
+    in_prompt = 0
+    while len(vocab.decode(ids[: in_prompt + 1])) <= len(prompt):
+        in_prompt += 1
+    state = RepetitionState(RPG(content=False), vocab.token_bytes, ids[:in_prompt])
+    state.append(ids[in_prompt:])
+    nested = state.penalties()
+    assert nested.end_from is not None and nested.end_count > 40
+
+
+def test_docstrings_that_differ_or_say_little_are_left_alone(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    consonants = _counter("consonant_count", "Count the consonants of the word s, ignoring digits and spaces.",
+                          "return sum(c.isalpha() and c not in 'aeiou' for c in s)")
+    assert _after(tokenizer, vocab, VOWELS, consonants)[1].end_count <= 1
+    one_line = 'def f(s):\n    """Count the vowels."""\n    return 1\n\n'
+    assert _after(tokenizer, vocab, one_line, one_line.replace("f(", "g("))[1].end_count <= 1  # too short to tell
+    bare = "def f(s):\n    return 1\n\n"
+    assert _after(tokenizer, vocab, bare, VOWELS)[1].end_count <= 1  # nothing to copy
+    copy = VOWELS.replace("vowels_count", "vowels_count2")
+    assert _after(tokenizer, vocab, VOWELS + copy, "")[1].end_from is None  # a copy in the prompt is the user's
+    prompt_ids = tokenizer.encode(VOWELS, add_special_tokens=False)
+    off = RepetitionState(RPG(content=False, copied_docstring=None), vocab.token_bytes, prompt_ids)
+    off.append(tokenizer.encode(copy, add_special_tokens=False))
+    assert off.penalties().end_count <= 1
+
+
 def test_go_redefinitions_count_methods_by_receiver_and_allow_init(smollm2) -> None:
     tokenizer, vocab = smollm2
     package = "package main\n\n"
@@ -248,6 +293,7 @@ def test_stage_rows_follow_the_layout(smollm2) -> None:
 
 
 def test_bad_settings_fail_early() -> None:
-    for kwargs in ({"penalty": 0.0}, {"penalty": 1.5}, {"eos_boost": 0.5}, {"language": "cobol"}):
+    for kwargs in ({"penalty": 0.0}, {"penalty": 1.5}, {"eos_boost": 0.5}, {"language": "cobol"},
+                   {"copied_docstring": 0.0}, {"copied_docstring": 1.5}):
         with pytest.raises(ValueError):
             RPG(**kwargs)  # type: ignore[arg-type]

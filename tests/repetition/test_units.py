@@ -123,3 +123,13 @@ def test_complete_and_code_end() -> None:
     assert not units.complete and units.code_end < len(units.text.rstrip())
     with pytest.raises(ValueError, match="RPG has no statement units"):
         StatementUnits("cobol")
+
+
+def test_docstrings_of_definitions() -> None:
+    units = StatementUnits()
+    units.append(b'def f(a):\n    r"""Doc\n    more\n    """\n    return a\n\nclass C:\n    \'x\'\n'
+                 b'    def g(self):\n        return 1\n\ndef k():\n    """unterminated')
+    units.refresh()
+    found = {u.name: units.docstring(u) for u in units.units if u.name is not None}
+    assert found == {"f": "Doc\n    more\n    ", "C": "x", "g": None, "k": None}
+    assert all(units.docstring(u) is None for u in units.units if u.name is None)

@@ -47,6 +47,13 @@ class RPG:
         max_period: longest repeated span, in tokens, the content detector looks for.
         min_content_tokens: a content repeat must cover at least this many tokens (copies × period)
             before it is penalised, so that ``))`` or two indentation tokens are left alone.
+        copied_docstring: a definition whose docstring (three lines or more) is at least this alike to the
+            docstring of the definition before it in its block (word-level difflib ratio, own names blanked
+            out: :mod:`codemask.repetition.likeness`) counts as a redefinition — a model writing function
+            after function to one template, each new but each docstring a near copy of the last. In
+            Python's standard library 3% of consecutive functions with such docstrings are 0.9 alike, in the
+            loops RPG otherwise leaves unended 81% (``benchmarks/definition_similarity.py``); a real
+            completion that writes such a pair ends after it. None switches the rule off.
     """
 
     penalty: float = 0.9
@@ -56,12 +63,15 @@ class RPG:
     content: bool = True
     max_period: int = 256
     min_content_tokens: int = 4
+    copied_docstring: float | None = 0.9
 
     def __post_init__(self) -> None:
         if not 0.0 < self.penalty <= 1.0:
             raise ValueError(f"penalty must be in (0, 1], got {self.penalty}")
         if self.eos_boost < 1.0:
             raise ValueError(f"eos_boost must be >= 1, got {self.eos_boost}")
+        if self.copied_docstring is not None and not 0.0 < self.copied_docstring <= 1.0:
+            raise ValueError(f"copied_docstring must be in (0, 1] or None, got {self.copied_docstring}")
         if self.max_period < 1 or self.min_content_tokens < 2:
             raise ValueError("max_period must be >= 1 and min_content_tokens >= 2")
         language_spec(self.language)  # fails early for an unsupported language

@@ -12,7 +12,9 @@ in the last copy (a newline, then the same indentation). Elsewhere the same toke
 something else (``assert`` inside a string, a name in an expression) and is left alone. This is
 what makes the decay independent of how a tokenizer splits ``"\\n    assert"``. A redefinition (a
 definition under a name its block already defines) has a critical token too, the one that began it,
-decayed at the same kind of step, with its count in the redefinition's generated tokens.
+decayed at the same kind of step, with its count in the redefinition's generated tokens. So is a
+definition whose multi-line docstring nearly copies the one of the definition before it in its block
+(:attr:`RPG.copied_docstring`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 from codemask.repetition.config import RPG
 from codemask.repetition.detector import TandemRepeats
+from codemask.repetition.likeness import likeness, words
 from codemask.repetition.units import StatementUnits, Unit, line_start
 
 _WHITESPACE = b" \t\r\n\f\v"
@@ -59,6 +62,7 @@ class RepetitionState:
         self.tokens = TandemRepeats(rpg.max_period)
         self.unit_repeats = TandemRepeats(rpg.max_period)
         self._synced: list[Unit] = []  # the units unit_repeats holds
+        self._likeness: dict[tuple[str, str, str, str], float] = {}  # docstring pairs measured, by their texts
         self.append(prompt_ids)
         self.prompt_tokens = len(self.token_ids)
 
@@ -97,6 +101,7 @@ class RepetitionState:
         other.tokens = self.tokens.fork()
         other.unit_repeats = self.unit_repeats.fork()
         other._synced = list(self._synced)
+        other._likeness = self._likeness  # keyed by texts: valid for any fork
         other.prompt_tokens = self.prompt_tokens
         return other
 
@@ -149,22 +154,16 @@ class RepetitionState:
     def _redefinition(self, result: Penalties, layout: tuple[bool, bytes]) -> None:
         """The last statement at the next line's indentation is a definition the model wrote under a name its
         block already defined — dead code that replaces the first definition, the signature of a loop that
-        rewrites a function (pyflakes calls it F811). Like a verbatim loop it counts in tokens: every
-        generated token of the redefinition repeats the definition, so the token that began it is decayed
-        by that many repetitions and, where the code could end, gives that share to end-of-sequence."""
-        units, text, indent = self.units.units, self.units.text, len(layout[1])
-        for last in reversed(units):
-            column = last.start - line_start(text, last.start)
-            if column <= indent:
-                break
-        else:
+        rewrites a function (pyflakes calls it F811) — or one whose docstring nearly copies the previous
+        definition's, the signature of a loop that writes function after function to one template. Like a
+        verbatim loop it counts in tokens: every generated token of the definition repeats, so the token that
+        began it is decayed by that many repetitions and, where the code could end, gives that share to
+        end-of-sequence."""
+        beside = self._statement_beside(layout)
+        if beside is None:
             return
-        if last.name is None or column != indent:
-            return
-        if not any(u.name == last.name and u.scope == last.scope and u.start < last.start for u in units):
-            return
-        critical = self._critical_token(last.start, layout)
-        if critical is None:
+        last, critical = beside
+        if last.name is None or not (self._redefines(last) or self._copies_docstring(last)):
             return
         count = len(self.token_ids) - max(critical, self.prompt_tokens)
         if count <= 0:
@@ -173,6 +172,53 @@ class RepetitionState:
         result.decay[token] = max(result.decay.get(token, 0), count)
         if self.units.complete and count > result.end_count:
             result.end_from, result.end_count = token, count
+
+    def _statement_beside(self, layout: tuple[bool, bytes]) -> tuple[Unit, int] | None:
+        """The last statement at the level where the next line begins, and the token that began it.
+
+        The candidates are the statements that end the code, from the innermost out (each at a smaller
+        column than the one after it), down to the indentation typed so far; the one whose first token was
+        preceded by whitespace laid out like the typed whitespace is the one beside which the next statement
+        would begin. (Not simply the one at the typed column: a tokenizer may hold the last space of an
+        indentation in the keyword's token, as SmolLM2's and Qwen's ``" def"`` do.)"""
+        text, indent, innermost = self.units.text, len(layout[1]), None
+        for unit in reversed(self.units.units):
+            column = unit.start - line_start(text, unit.start)
+            if innermost is not None and column >= innermost:
+                continue  # inside a statement that comes later at a smaller column
+            if column < indent:
+                return None
+            innermost = column
+            critical = self._critical_token(unit.start, layout)
+            if critical is not None:
+                return unit, critical
+        return None
+
+    def _redefines(self, definition: Unit) -> bool:
+        """Whether an earlier definition of the same block binds the same name."""
+        return any(u.name == definition.name and u.scope == definition.scope and u.start < definition.start
+                   for u in self.units.units)
+
+    def _copies_docstring(self, definition: Unit) -> bool:
+        """Whether ``definition``'s multi-line docstring is at least :attr:`RPG.copied_docstring` alike to that of
+        the definition before it in its block (own names blanked out: :mod:`codemask.repetition.likeness`)."""
+        threshold = self.rpg.copied_docstring
+        if threshold is None:
+            return False
+        previous = next((u for u in reversed(self.units.units) if u.start < definition.start
+                         and u.name is not None and u.scope == definition.scope), None)
+        if previous is None:
+            return False
+        docstring = self.units.docstring(definition)
+        if docstring is None or docstring.count("\n") < 2:
+            return False
+        earlier = self.units.docstring(previous)
+        if earlier is None:
+            return False
+        key = (earlier, previous.name or "", docstring, definition.name or "")
+        if key not in self._likeness:
+            self._likeness[key] = likeness(words(earlier, key[1]), words(docstring, key[3]))
+        return self._likeness[key] >= threshold
 
     def _critical_token(self, first: int, layout: tuple[bool, bytes]) -> int | None:
         """The index of the token that holds byte ``first`` (a unit's first byte) if it began the unit cleanly

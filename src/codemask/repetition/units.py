@@ -223,6 +223,25 @@ class StatementUnits:
         self.complete = not self._tree.root_node.has_error and not walk.hollow
         self._advance_frontier()
 
+    def docstring(self, unit: Unit) -> str | None:
+        """The docstring of the definition ``unit`` (after a refresh): the text of the string its body begins
+        with, between its quotes, as written; None if the body begins with anything else or ``unit`` is no
+        definition."""
+        if unit.name is None:
+            return None
+        node = self._tree.root_node.descendant_for_byte_range(unit.start, unit.start)
+        while node is not None and not (node.type in self.spec.definition_kinds and node.start_byte == unit.start):
+            node = node.parent
+        body = node.child_by_field_name("body") if node is not None else None
+        first = body.named_children[0] if body is not None and body.named_child_count else None
+        if first is None or first.type != "expression_statement" or first.named_child_count != 1:
+            return None
+        string = first.named_children[0]
+        if string.type != "string" or string.has_error or string.child_count < 2:
+            return None
+        opening, closing = string.children[0], string.children[-1]
+        return bytes(self._text[opening.end_byte: closing.start_byte]).decode("utf-8", errors="replace")
+
     def fork(self) -> StatementUnits:
         other = StatementUnits.__new__(StatementUnits)
         other.spec = self.spec
