@@ -21,6 +21,7 @@ CODEREPETEVAL = DATA / "coderepeteval" / "CodeGenerationBenchmarks.jsonl"
 LOOPING = 278  # ends in a run of print(count_upper(...)) lines; SmolLM2 greedy prints count_upper('A') forever
 REDEFINED = 366  # split_words defined three times; Qwen2.5-Coder writes it again and again
 REWRITTEN = 406  # ends inside a second compare_one; SmolLM2 greedy finishes it, then defines compare_one again
+TEMPLATED = 133  # ends at `def vowels_count2(s):`; SmolLM2 greedy goes on to vowels_count3, 4, 5 with one docstring
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,20 @@ def test_a_function_written_again_under_its_name_ends_the_completion(smollm2: tu
     rpg = constrained_generate(model, tokenizer, prompt, max_new_tokens=160, repetition=RPG())
     assert greedy.finish_reason == "length" and "def compare_one" in greedy.text, greedy.text
     assert rpg.finish_reason == "stop" and "def compare_one" not in rpg.text, rpg.text
+    assert metrics.compiles(prompt + rpg.text)
+
+
+def test_a_function_that_copies_the_docstring_before_it_ends_the_completion(smollm2: tuple[Any, Any]) -> None:
+    """The prompt ends at ``def vowels_count2(s):`` after ``vowels_count``; SmolLM2 copies its docstring into
+    ``vowels_count2`` and greedy decoding goes on to ``vowels_count3``, the same docstring again. RPG counts the
+    copy like a redefinition and ends the completion once ``vowels_count2`` is written."""
+    model, tokenizer = smollm2
+    prompt = str(json.loads(CODEREPETEVAL.read_text().splitlines()[TEMPLATED])["prompt"])
+    greedy = constrained_generate(model, tokenizer, prompt, max_new_tokens=200)
+    rpg = constrained_generate(model, tokenizer, prompt, max_new_tokens=200, repetition=RPG())
+    off = constrained_generate(model, tokenizer, prompt, max_new_tokens=200, repetition=RPG(copied_docstring=None))
+    assert "def vowels_count3" in greedy.text and "def vowels_count3" in off.text, off.text
+    assert rpg.finish_reason == "stop" and "def vowels_count3" not in rpg.text, rpg.text
     assert metrics.compiles(prompt + rpg.text)
 
 
