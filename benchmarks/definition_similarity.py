@@ -16,7 +16,8 @@ function body) it reports:
 
 The real code is this interpreter's standard library (``sysconfig``'s ``stdlib`` path, site-packages
 excluded); the loops are the pairs in the RPG outputs stored by ``repetition_eval.py`` that ran to the
-length limit. Writes ``benchmarks/results/definition_similarity.{json,md,png}``.
+length limit — by default the two held-out runs as they were before the rule this measurement led to
+(``*.before_copied_docstring.json``, kept for this). Writes ``benchmarks/results/definition_similarity.{json,md,png}``.
 
     benchmarks/.venv/bin/python benchmarks/definition_similarity.py [--results repetition_eval_heldout10,...]
 """
@@ -39,6 +40,8 @@ from codemask.repetition.units import statement_units
 from update_readme import RESULTS
 
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+# The held-out runs that led to RPG.copied_docstring, as they were before it (commit 03be005): the loops
+LOOP_RESULTS = ("repetition_eval_heldout.before_copied_docstring", "repetition_eval_heldout10.before_copied_docstring")
 
 
 @dataclass
@@ -183,7 +186,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", default="repetition_eval_heldout,repetition_eval_heldout10",
+    parser.add_argument("--results", default=",".join(LOOP_RESULTS),
                         help="repetition_eval result names whose unended RPG samples are the loops")
     args = parser.parse_args()
     names = args.results.split(",")

@@ -13,6 +13,7 @@ from codemask import RPG
 from codemask.assets import load_tokenizer
 from codemask.decoding.pipeline import StepLayout
 from codemask.repetition import Penalties, RepetitionStage, RepetitionState, apply_penalties_
+from codemask.repetition.likeness import likeness, words
 from codemask.vocab import Vocabulary
 
 CODE = "def test_add():\n    assert add(1, 2) == 3\n    assert add(2, 3) == 5\n    assert add(3, 4) == 7\n"
@@ -222,6 +223,20 @@ def _counter(name: str, summary: str, body: str) -> str:
 VOWELS = _counter("vowels_count", "Count the vowels of the word s.", "return sum(c in 'aeiou' for c in s)")
 
 
+def _before_next(tokenizer: Any, vocab: Vocabulary, prompt: str, generated: str,
+                 statement: str) -> tuple[int, Penalties]:
+    """The token that would begin ``statement`` after ``prompt + generated``, and the penalties just before it
+    (the generated part fed as the model would: up to that token)."""
+    ids = tokenizer.encode(prompt + generated + statement, add_special_tokens=False)
+    before = _up_to_statement(tokenizer, vocab, prompt + generated, statement)
+    in_prompt = 0
+    while len(vocab.decode(before[: in_prompt + 1])) <= len(prompt):
+        in_prompt += 1
+    state = RepetitionState(RPG(content=False), vocab.token_bytes, before[:in_prompt])
+    state.append(before[in_prompt:])
+    return ids[len(before)], state.penalties()
+
+
 def test_a_definition_that_copies_the_docstring_before_it_ends_the_completion(smollm2) -> None:
     tokenizer, vocab = smollm2
     copy = _counter("vowels_count2", "Count the vowels of the word s.", "return len([c for c in s if c in 'aeiou'])")
@@ -229,16 +244,27 @@ def test_a_definition_that_copies_the_docstring_before_it_ends_the_completion(sm
     assert vocab.token_bytes[ids[0]] == b"def"
     # a new name and body, but the docstring of the function before it: counted like a redefinition
     assert penalties.decay == {ids[0]: len(ids)} and penalties.end_from == ids[0] and penalties.end_count == len(ids)
-    # methods of one class too, up to the token that would begin the next method
-    prompt, methods = "class Words:\n" + textwrap.indent(VOWELS, "    "), textwrap.indent(copy, "    ")
-    ids = _up_to_statement(tokenizer, vocab, prompt + methods, "    def more(self):\n")
-    in_prompt = 0
-    while len(vocab.decode(ids[: in_prompt + 1])) <= len(prompt):
-        in_prompt += 1
-    state = RepetitionState(RPG(content=False), vocab.token_bytes, ids[:in_prompt])
-    state.append(ids[in_prompt:])
-    nested = state.penalties()
-    assert nested.end_from is not None and nested.end_count > 40
+    # the prompt ends inside the copy: only the tokens the model adds count
+    header = copy[: copy.index("    return")]
+    _, finished = _after(tokenizer, vocab, VOWELS + header, copy[len(header):])
+    assert 0 < finished.end_count == len(tokenizer.encode(copy[len(header):], add_special_tokens=False))
+    # methods of one class too, decayed at the token that would begin the next method (SmolLM2's " def")
+    critical, nested = _before_next(tokenizer, vocab, "class Words:\n" + textwrap.indent(VOWELS, "    "),
+                                    textwrap.indent(copy, "    "), "    def more(self):\n")
+    assert vocab.token_bytes[critical] == b" def"
+    assert nested.end_from == critical and nested.decay[critical] == nested.end_count > 40
+
+
+def test_each_docstring_is_read_without_its_own_name(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    def doc(name: str) -> str:
+        return f"{name} gives the length of s.\n\n    {name} counts every character;\n    {name} of '' is 0.\n    "
+
+    alike = likeness(words(doc("size"), "size"), words(doc("length_of_text"), "length_of_text"))
+    assert likeness(words(doc("size")), words(doc("length_of_text"))) < 0.9 <= alike  # the names alone differ
+    first, second = (f'def {n}(s):\n    """{doc(n)}"""\n    return len(s)\n\n' for n in ("size", "length_of_text"))
+    ids, penalties = _after(tokenizer, vocab, first, second)
+    assert penalties.end_count == len(ids)
 
 
 def test_docstrings_that_differ_or_say_little_are_left_alone(smollm2) -> None:
@@ -246,16 +272,33 @@ def test_docstrings_that_differ_or_say_little_are_left_alone(smollm2) -> None:
     consonants = _counter("consonant_count", "Count the consonants of the word s, ignoring digits and spaces.",
                           "return sum(c.isalpha() and c not in 'aeiou' for c in s)")
     assert _after(tokenizer, vocab, VOWELS, consonants)[1].end_count <= 1
-    one_line = 'def f(s):\n    """Count the vowels."""\n    return 1\n\n'
-    assert _after(tokenizer, vocab, one_line, one_line.replace("f(", "g("))[1].end_count <= 1  # too short to tell
+    three_lines = 'def f(s):\n    """Count the vowels.\n\n    Ignores case."""\n    return 1\n\n'
+    ids, copied = _after(tokenizer, vocab, three_lines, three_lines.replace("f(", "g("))
+    assert copied.end_count == len(ids)  # three lines: long enough to tell
+    two_lines = 'def f(s):\n    """Count the vowels.\n    Ignores case."""\n    return 1\n\n'
+    assert _after(tokenizer, vocab, two_lines, two_lines.replace("f(", "g("))[1].end_count <= 1  # too short
     bare = "def f(s):\n    return 1\n\n"
     assert _after(tokenizer, vocab, bare, VOWELS)[1].end_count <= 1  # nothing to copy
+    helper = '    def inner(t):\n        """Unrelated words.\n\n        Nothing alike."""\n        return t\n'
+    outer = VOWELS.replace("    return sum(", helper + "    return sum(")
+    assert "def inner" in outer
+    ids, through_helper = _after(tokenizer, vocab, outer, VOWELS.replace("vowels_count", "vowels_count2"))
+    assert through_helper.end_count == len(ids)  # compared with vowels_count, not with the helper inside it
     copy = VOWELS.replace("vowels_count", "vowels_count2")
     assert _after(tokenizer, vocab, VOWELS + copy, "")[1].end_from is None  # a copy in the prompt is the user's
     prompt_ids = tokenizer.encode(VOWELS, add_special_tokens=False)
     off = RepetitionState(RPG(content=False, copied_docstring=None), vocab.token_bytes, prompt_ids)
     off.append(tokenizer.encode(copy, add_special_tokens=False))
     assert off.penalties().end_count <= 1
+
+
+def test_a_method_written_again_is_seen_behind_a_keyword_token_that_holds_a_space(smollm2) -> None:
+    tokenizer, vocab = smollm2
+    method = "    def area(self):\n        return self.w * self.h\n\n"
+    rewritten = method.replace("w * self.h", "h * self.w")
+    critical, penalties = _before_next(tokenizer, vocab, "class Box:\n" + method, rewritten, "    def more(self):\n")
+    assert vocab.token_bytes[critical] == b" def"
+    assert penalties.end_from == critical and penalties.end_count > 10
 
 
 def test_go_redefinitions_count_methods_by_receiver_and_allow_init(smollm2) -> None:

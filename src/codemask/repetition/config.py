@@ -47,10 +47,12 @@ class RPG:
         max_period: longest repeated span, in tokens, the content detector looks for.
         min_content_tokens: a content repeat must cover at least this many tokens (copies × period)
             before it is penalised, so that ``))`` or two indentation tokens are left alone.
-        copied_docstring: a definition whose docstring (three lines or more) is at least this alike to the
-            docstring of the definition before it in its block (word-level difflib ratio, own names blanked
-            out: :mod:`codemask.repetition.likeness`) counts as a redefinition — a model writing function
-            after function to one template, each new but each docstring a near copy of the last. In
+        copied_docstring: a Python function or class whose docstring (three lines or more) is at least
+            this alike to the docstring of the definition before it in its block (word-level difflib ratio,
+            own names blanked out: :mod:`codemask.repetition.likeness`) counts as a redefinition — a model
+            writing function after function to one template, each new but each docstring a near copy of the
+            last. As for a redefinition, only the tokens the model wrote count: a copy the prompt holds
+            entirely is left alone, and where the prompt ends inside one, the tokens that finish it count. In
             Python's standard library 3% of consecutive functions with such docstrings are 0.9 alike, in the
             loops RPG otherwise leaves unended 81% (``benchmarks/definition_similarity.py``); a real
             completion that writes such a pair ends after it. None switches the rule off.

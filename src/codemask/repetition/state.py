@@ -167,7 +167,7 @@ class RepetitionState:
             return
         count = len(self.token_ids) - max(critical, self.prompt_tokens)
         if count <= 0:
-            return  # a redefinition in the prompt is the user's
+            return  # a definition written in the prompt is the user's
         token = self.token_ids[critical]
         result.decay[token] = max(result.decay.get(token, 0), count)
         if self.units.complete and count > result.end_count:
@@ -215,7 +215,7 @@ class RepetitionState:
         earlier = self.units.docstring(previous)
         if earlier is None:
             return False
-        key = (earlier, previous.name or "", docstring, definition.name or "")
+        key = (earlier, str(previous.name), docstring, str(definition.name))
         if key not in self._likeness:
             self._likeness[key] = likeness(words(earlier, key[1]), words(docstring, key[3]))
         return self._likeness[key] >= threshold

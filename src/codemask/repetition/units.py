@@ -240,6 +240,9 @@ class StatementUnits:
         if string.type != "string" or string.has_error or string.child_count < 2:
             return None
         opening, closing = string.children[0], string.children[-1]
+        prefix = bytes(self._text[opening.start_byte: opening.end_byte]).rstrip(b"'\"").lower()
+        if b"f" in prefix or b"b" in prefix:
+            return None  # an f-string or bytes is no docstring
         return bytes(self._text[opening.end_byte: closing.start_byte]).decode("utf-8", errors="replace")
 
     def fork(self) -> StatementUnits:
