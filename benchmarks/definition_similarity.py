@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import json
-import re
 import sys
 import sysconfig
 import time
@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codemask.repetition.likeness import likeness, words
+from codemask.repetition.likeness import blank_name, likeness, words
 from codemask.repetition.units import statement_units
 from update_readme import RESULTS
 
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+BINS = 20
 # The held-out runs that led to RPG.copied_docstring, as they were before it (commit 03be005): the loops
 LOOP_RESULTS = ("repetition_eval_heldout.before_copied_docstring", "repetition_eval_heldout10.before_copied_docstring")
 
@@ -56,40 +57,33 @@ class Pair:
     second_doc: str | None
 
 
-def function_pairs(source: str) -> tuple[list[Pair], int]:
-    """The consecutive undecorated function pairs of every block of ``source``, and how many functions."""
-    tree = ast.parse(source)
+Function = tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]  # a definition and its source text
+
+
+def blocks(source: str) -> list[list[Function]]:
+    """The undecorated functions of every block (module, class or function body) of ``source``, in order."""
     lines = source.splitlines(keepends=True)
-    pairs, functions = [], 0
-    for node in ast.walk(tree):
+    found = []
+    for node in ast.walk(ast.parse(source)):
         body = getattr(node, "body", None)
-        if not isinstance(body, list):
-            continue
-        defs = [d for d in body if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef) and not d.decorator_list]
-        functions += len(defs)
-        texts = ["".join(lines[d.lineno - 1: d.end_lineno]) for d in defs]
-        for i in range(1, len(defs)):
-            a, b = defs[i - 1], defs[i]
-            pairs.append(Pair(texts[i - 1], texts[i], a.name, b.name, ast.get_docstring(a, clean=False),
-                              ast.get_docstring(b, clean=False)))
-    return pairs, functions
+        if isinstance(body, list):
+            defs = [d for d in body if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef) and not d.decorator_list]
+            found.append([(d, "".join(lines[d.lineno - 1: d.end_lineno])) for d in defs])
+    return found
 
 
-def clones(source: str) -> int:
+def function_pairs(functions: list[list[Function]]) -> list[Pair]:
+    """The consecutive pairs of each block's functions."""
+    return [Pair(ta, tb, a.name, b.name, ast.get_docstring(a, clean=False), ast.get_docstring(b, clean=False))
+            for block in functions for (a, ta), (b, tb) in itertools.pairwise(block)]
+
+
+def clones(functions: list[list[Function]]) -> int:
     """Functions equal to an earlier function of their block once each one's own name is blanked out."""
-    tree = ast.parse(source)
-    lines = source.splitlines(keepends=True)
     found = 0
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if not isinstance(body, list):
-            continue
-        seen: set[str] = set()
-        for d in body:
-            if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef) and not d.decorator_list:
-                shape = re.sub(rf"\b{re.escape(d.name)}\b", "\0", "".join(lines[d.lineno - 1: d.end_lineno]))
-                found += shape in seen
-                seen.add(shape)
+    for block in functions:
+        shapes = [blank_name(text, d.name) for d, text in block]
+        found += len(shapes) - len(set(shapes))
     return found
 
 
@@ -101,7 +95,7 @@ def measure(pairs: list[Pair]) -> dict[str, list[float]]:
             structure.append(likeness(words(p.first, p.first_name), words(p.second, p.second_name)))
         if p.first_doc and p.second_doc and p.second_doc.count("\n") >= 2:
             docstrings.append(likeness(words(p.first_doc, p.first_name), words(p.second_doc, p.second_name)))
-    return {"structure": [round(v, 3) for v in structure], "docstrings": [round(v, 3) for v in docstrings]}
+    return {"structure": structure, "docstrings": docstrings}
 
 
 def stdlib_files() -> list[Path]:
@@ -134,12 +128,17 @@ def loop_pairs(names: list[str]) -> tuple[list[Pair], int]:
                 code = parseable_prefix(prompt + output["text"]) if not output["ended"] else None
                 if code is not None:
                     samples += 1
-                    pairs += [p for p in function_pairs(code)[0] if p.second in code[len(prompt):]]
+                    pairs += [p for p in function_pairs(blocks(code)) if p.second in code[len(prompt):]]
     return pairs, samples
 
 
 def summary(values: list[float]) -> dict[str, Any]:
-    return {"pairs": len(values), **{f">={t}": sum(v >= t for v in values) for t in THRESHOLDS}}
+    """How many pairs, how many at each threshold, and the histogram the plot draws (20 bins over [0, 1])."""
+    histogram = [0] * BINS
+    for v in values:
+        histogram[min(int(v * BINS), BINS - 1)] += 1
+    return {"pairs": len(values), **{f">={t}": sum(v >= t for v in values) for t in THRESHOLDS},
+            "histogram": histogram}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -175,9 +174,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for ax, key, title in zip(axes, ("structure", "docstrings"), ("same structure", "docstrings"), strict=True):
         for source, label in (("stdlib", "standard library"), ("loops", "RPG's unended loops")):
-            ax.hist(report[source]["values"][key], bins=20, range=(0, 1), density=True, alpha=0.55, label=label)
+            counts = report[source][key]["histogram"]
+            shares = [c / max(sum(counts), 1) for c in counts]
+            ax.stairs(shares, [i / BINS for i in range(BINS + 1)], fill=True, alpha=0.55, label=label)
         ax.set_title(f"consecutive functions: {title}")
         ax.set_xlabel("likeness")
+        ax.set_ylabel("share of pairs")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -190,26 +192,28 @@ def main() -> None:
                         help="repetition_eval result names whose unended RPG samples are the loops")
     args = parser.parse_args()
     names = args.results.split(",")
+    missing = [name for name in names if not (RESULTS / f"{name}.json").exists()]
+    if missing:
+        parser.error(f"no results file benchmarks/results/{missing[0]}.json (run repetition_eval.py --name ...)")
     stdlib_pairs, functions, clone_count, files = [], 0, 0, 0
     for path in stdlib_files():
         try:
-            source = path.read_text(encoding="utf-8")
-            found, count = function_pairs(source)
-            clone_count += clones(source)
+            found = blocks(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue  # test data that is not valid Python 3 source
         files += 1
-        stdlib_pairs += found
-        functions += count
+        stdlib_pairs += function_pairs(found)
+        functions += sum(len(block) for block in found)
+        clone_count += clones(found)
     loops, samples = loop_pairs(names)
     real_values, loop_values = measure(stdlib_pairs), measure(loops)
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "python": sys.version.split()[0],
         "results": names,
-        "stdlib": {"files": files, "functions": functions, "clones": clone_count, "values": real_values,
+        "stdlib": {"files": files, "functions": functions, "clones": clone_count,
                    **{k: summary(v) for k, v in real_values.items()}},
-        "loops": {"samples": samples, "values": loop_values, **{k: summary(v) for k, v in loop_values.items()}},
+        "loops": {"samples": samples, **{k: summary(v) for k, v in loop_values.items()}},
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "definition_similarity.json").write_text(json.dumps(report, indent=1) + "\n")

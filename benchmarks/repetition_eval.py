@@ -218,7 +218,8 @@ def markdown(report: dict[str, Any], name: str = "repetition_eval") -> str:
                      for e in report["models"])
     lines = [
         f"### Repetition (`benchmarks/repetition_eval.py`)\n\n{report['machine']}, {report['date']}; {runs}; "
-        f"`{report['command']}`{_earlier_rows(report)}. EGP: ended by end-of-sequence; TR-4, TR-S and CCP are "
+        f"`{report['command']}`{_earlier_rows(report)}. {_prompts_tr_s(report)} EGP: ended by end-of-sequence; "
+        "TR-4, TR-S and CCP are "
         "measured on the completion's code, up to a Markdown fence line where a chat-tuned model starts explaining it "
         "in prose (TR-S whole and CCP whole: on the whole completion); TR-4: repeated 4-grams of the code's grammar "
         "tokens / statement units; TR-S: repeated lines; CCP: prompt + code compiles; pass@1 on the "
@@ -237,6 +238,14 @@ def markdown(report: dict[str, Any], name: str = "repetition_eval") -> str:
                          f"{r['ccp_raw']:.0%} | {pass_at_1} | "
                          f"{r['length']:.0f} | {r['seconds']:.1f} | {step} |")
     return "\n".join(lines)
+
+
+def _prompts_tr_s(report: dict[str, Any]) -> str:
+    """TR-S of the prompts themselves: CodeRepetEval's prompts repeat, which is why TR-S is measured on the
+    completion alone (the paper's script measured prompt + sample)."""
+    sets = dict.fromkeys((e["prompts"], e["stride"], e.get("offset", 0)) for e in report["models"])
+    shares = [metrics.mean(metrics.tr_s(p) for p in coderepeteval_prompts(*key)) for key in sets]
+    return "The prompts themselves: TR-S " + ", ".join(f"{share:.1%}" for share in shares) + "."
 
 
 def _earlier_rows(report: dict[str, Any]) -> str:
@@ -290,6 +299,8 @@ def main() -> None:
     path = RESULTS / f"{args.name}.json"
     report: dict[str, Any]
     if args.rescore:
+        if not path.exists():
+            parser.error(f"--rescore: no results file {path}")
         report = json.loads(path.read_text())
         rescore(report)
         publish(args.name, report, markdown(report, args.name), plot, alt="repetition",

@@ -10,8 +10,8 @@ Pure functions over outputs, so that any generator's results can be scored alike
   ignored; blank lines count, so a run of empty lines is repetition). The paper's released script
   (``metric/utils/evaluation.py``, ``sentence_repetition_count``) counts blank lines too and averages
   per sample, but over prompt + sample; here it is the text given, the completion alone, since
-  CodeRepetEval's prompts repeat themselves (43% of their lines, on the benchmark's 12 prompts) and
-  would set a floor that no decoding could go below.
+  CodeRepetEval's prompts repeat themselves (43% of their lines on ``repetition_eval``'s 12 prompts;
+  its tables give the figure) and would set a floor that no decoding could go below.
 - **EGP** (:func:`egp`): the share of samples that ended by themselves — the model emitted
   end-of-sequence (finish reason ``"stop"`` or ``"grammar_end"``) — rather than at the length limit.
 - **CCP** (:func:`ccp`, :func:`compiles`): the share of programs (prompt + completion) that compile;
