@@ -75,6 +75,41 @@ def test_masks_equal_the_byte_walk_of_every_token(language: str) -> None:
     assert checked == 40
 
 
+UNARY_RUNS = """\
+def f(x):
+    y = -x + ~x - -x
+    z = - - - - -y  # runs of unary operators, each a lexeme at an unchanged parser state
+    w = ((((x))))   +    ~~~y
+    return (------z) + +++++w
+"""
+
+
+def test_masks_equal_the_byte_walk_where_lexemes_leave_the_parser_state_unchanged() -> None:
+    """After a unary operator, another one (or a blank) leaves the parser state as it was, so the
+    mask follows such lexemes inside a token's residual in one walk (`_split_in_place`): a token
+    of 16 dashes is 16 lexemes. Masks still equal the byte walk at every step of a file full of
+    them, and the in-place walk was taken."""
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    masks, core = compiled.masks, compiled.core
+    assert isinstance(masks, LexerMaskComputer) and isinstance(core, LexParserCore)
+    vocab = vocabulary("smollm2")
+    assert b"----------------" in set(vocab.token_bytes)
+    trie = token_trie(vocab)
+    special = np.array(sorted(vocab.special_ids | vocab.stop_token_ids), dtype=np.int64)
+    matcher = GrammarMatcher(compiled)
+    for token in encode("smollm2", UNARY_RUNS):
+        state = matcher._history[-1]
+        got = mask_bools(masks.mask(state), vocab.vocab_size)
+        want = walked_mask(core, trie, state, vocab.vocab_size)
+        got[special] = want[special] = False
+        differ = np.flatnonzero(got != want)
+        assert not len(differ), [(vocab.token_bytes[i], bool(got[i])) for i in differ[:5].tolist()]
+        assert matcher.accept_token(token)
+    in_place = [key for residuals in masks.residual_sets._sets.values() for key in residuals.splits
+                if isinstance(key, tuple)]
+    assert len(in_place) > 10
+
+
 def test_suffix_ids_number_equal_bytes_equally() -> None:
     trie = token_trie(vocabulary("smollm2"))
     row_start, ids = trie.suffix_ids

@@ -355,6 +355,43 @@ def test_c_residual_walk_splits_as_the_numpy_walk(language: str) -> None:
     assert ended > 500  # many tails end their first lexeme inside
 
 
+@pytest.mark.parametrize("language", ["python", "sql"])
+def test_c_residual_walk_follows_looping_lexemes_as_the_numpy_walk(language: str) -> None:
+    """With some end classes looping (their lexeme is followed by another from the same lexer
+    state, as `LexerMaskComputer` asks for the lexemes that leave the parser state unchanged),
+    the C and numpy residual walks agree on every tail of the vocabulary, and the loops take
+    tails through several lexemes in one walk."""
+    core, starts = met_candidate_sets(language, 80)
+    trie = token_trie(vocabulary("smollm2"))
+    lexers = [LexerCore(core.lexer.automata) for _ in range(2)]
+    names = core.lexer.automata.names
+    looping_terminals = {t for t, name in enumerate(names) if name in ("MINUS", "PLUS", "TILDE", "LPAR")}
+    looping_terminals |= set(core.lexer.automata.ignore)
+    rows = np.flatnonzero(trie.lengths > 1)
+    offsets = np.ones(len(rows), dtype=np.int64)
+    lengths = trie.lengths[rows].astype(np.int64) - 1
+    followed = 0
+    for candidates, blockers in starts[:6]:
+        lids = [lexer.start(candidates, blockers) for lexer in lexers]
+        plain = native.lexer_residuals(lexers[0], trie.matrix, rows, offsets, lengths, lids[0])
+        while True:  # a walk may meet end classes its lexer had not interned yet: until neither does
+            interned = [len(lexer.end_classes) for lexer in lexers]
+            loops = [frozenset(c for c, end in enumerate(lexer.end_classes) if end[0] in looping_terminals)
+                     for lexer in lexers]
+            c_alive, c_end, c_class = native.lexer_residuals(lexers[0], trie.matrix, rows, offsets, lengths,
+                                                              lids[0], loops[0])
+            with native.using(False):
+                n_alive, n_end, n_class = _residuals_numpy(lexers[1], trie.matrix, rows, offsets, lengths, lids[1],
+                                                           loops[1])
+            if [len(lexer.end_classes) for lexer in lexers] == interned:
+                break
+        assert (c_alive == n_alive).all() and (c_end == n_end).all()
+        assert [lexers[0].end_classes[c] if c >= 0 else None for c in c_class.tolist()] == \
+            [lexers[1].end_classes[c] if c >= 0 else None for c in n_class.tolist()]
+        followed += int((c_end > plain[1]).sum() + (c_alive & ~plain[0]).sum())
+    assert followed > 50  # tails that went on past a looping lexeme
+
+
 def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     compiled = compiler("smollm2").compile(Grammar.builtin("sql"))
     lexer = LexerCore(compiled.core.lexer.automata)

@@ -1507,11 +1507,11 @@ done:
 
 static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
     PyObject *core;
-    Py_buffer v[4];
+    Py_buffer v[5];
     Py_ssize_t width;
     int lid;
     memset(v, 0, sizeof(v));
-    if (!PyArg_ParseTuple(args, "Oy*ny*y*y*i", &core, &v[0], &width, &v[1], &v[2], &v[3], &lid)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oy*ny*y*y*iy*", &core, &v[0], &width, &v[1], &v[2], &v[3], &lid, &v[4])) return NULL;
     PyObject *result = NULL, *alive_out = NULL, *end_at_out = NULL, *class_out = NULL;
     LexViews views;
     memset(&views, 0, sizeof(views));
@@ -1536,6 +1536,8 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
     Py_ssize_t matrix_rows = v[0].len / width;
     const int32_t *rows = (const int32_t *)v[1].buf, *starts = (const int32_t *)v[2].buf;
     const int32_t *lengths = (const int32_t *)v[3].buf;
+    const uint8_t *loops = (const uint8_t *)v[4].buf; /* per end class: its lexeme starts the next one from lid */
+    Py_ssize_t num_loops = v[4].len;
     for (Py_ssize_t i = 0; i < count; i++) {
         int32_t row = rows[i], start = starts[i], length = lengths[i];
         if (row < 0 || row >= matrix_rows || start < 0 || length < 0 || (Py_ssize_t)start + length > width) {
@@ -1543,7 +1545,7 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
             goto done;
         }
         const uint8_t *bytes = matrix + (Py_ssize_t)row * width + start;
-        int32_t state = lid;
+        int32_t state = lid, lexeme_start = 0;
         alive[i] = 1;
         end_at[i] = 0;
         end_class[i] = -1;
@@ -1556,7 +1558,17 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
                 if (next == FAILED) goto done;
             }
             if (next < 0 || ((const uint8_t *)views.poisoned.buf)[next]) {
-                if (next >= 0) end_at[i] = 0; /* a refused reserved word has no shorter match to fall back on */
+                int32_t last = end_class[i];
+                if (next < 0 && end_at[i] > lexeme_start && last < num_loops && loops[last]) {
+                    /* the lexeme ended as a looping class: the next one starts there, from lid */
+                    lexeme_start = end_at[i];
+                    col = lexeme_start - 1;
+                    state = lid;
+                    continue;
+                }
+                /* a refused reserved word has no shorter match to fall back on, nor has a lexeme
+                 * that did not match since the last loop */
+                if (next >= 0 || end_at[i] <= lexeme_start) end_at[i] = 0;
                 alive[i] = 0;
                 break;
             }
@@ -1574,7 +1586,7 @@ done:
     Py_XDECREF(end_at_out);
     Py_XDECREF(class_out);
     views_release(&views);
-    for (int i = 0; i < 4; i++) PyBuffer_Release(&v[i]);
+    for (int i = 0; i < 5; i++) PyBuffer_Release(&v[i]);
     return result;
 }
 
@@ -1585,8 +1597,9 @@ static PyMethodDef stepper_methods[] = {
      "walk(core, byte, depth, lo, hi, token, end, lid, match_depth, match_class) over a trie in preorder -> "
      "(accepted, exit_lo, exit_hi, exit_depth, exit_class, blocked_lo, blocked_hi), each the bytes of an int32 array"},
     {"residuals", (PyCFunction)stepper_residuals, METH_VARARGS,
-     "residuals(core, matrix, width, rows, starts, lengths, lid) -> (alive, end_at, end_class): the bytes of a "
-     "uint8 and two int32 arrays"},
+     "residuals(core, matrix, width, rows, starts, lengths, lid, loops) -> (alive, end_at, end_class): the bytes "
+     "of a uint8 and two int32 arrays; a lexeme ending as an end class that loops (uint8 per class) restarts "
+     "from lid"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -67,7 +67,8 @@ class Residuals:
     starts: np.ndarray  # int64 [R]: where it starts in that row
     lengths: np.ndarray  # int64 [R]
     member_of_key: np.ndarray  # int64 [R]: the member holding the k-th smallest suffix number
-    splits: dict[int, ResidualSplit] = field(default_factory=dict)  # by fresh lexer state
+    # by fresh lexer state, and the end classes followed in place (`ResidualSets.split`)
+    splits: dict[int | tuple[int, frozenset[int]], ResidualSplit] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,20 +128,24 @@ class ResidualSets:
             group = slots[numbers].astype(np.int64)
         return keys, chosen, group
 
-    def split(self, residuals: Residuals, lid: int) -> ResidualSplit:
-        """What the first lexeme does to ``residuals`` from fresh lexer state ``lid``, memoised on the set."""
-        found = residuals.splits.get(lid)
+    def split(self, residuals: Residuals, lid: int, loops: frozenset[int] = frozenset()) -> ResidualSplit:
+        """What the first lexeme (other than ``loops``) does to ``residuals`` from fresh lexer
+        state ``lid``, memoised on the set."""
+        key = (lid, loops) if loops else lid
+        found = residuals.splits.get(key)
         if found is None:
-            found = residuals.splits[lid] = self._split(residuals, lid)
+            found = residuals.splits[key] = self._split(residuals, lid, loops)
         return found
 
-    def _split(self, residuals: Residuals, lid: int) -> ResidualSplit:
+    def _split(self, residuals: Residuals, lid: int, loops: frozenset[int]) -> ResidualSplit:
         """Walk ``residuals`` through the lexer from fresh state ``lid`` with longest match: each
         one survives (accepted), dies without a match or as a refused reserved word (refused), or
-        dies after last matching at offset ``k`` and continues as ``tail[k:]`` after that end class."""
+        dies after last matching at offset ``k`` and continues as ``tail[k:]`` after that end class.
+        A lexeme ending as one of ``loops`` (end classes after which the parser state is the same,
+        so the next lexeme starts from ``lid`` again) is followed in the same walk."""
         rows, starts = residuals.rows, residuals.starts
         walk = native.lexer_residuals if native.enabled() else _residuals_numpy
-        alive, end_at, end_class = walk(self.lexer, self.trie.matrix, rows, starts, residuals.lengths, lid)
+        alive, end_at, end_class = walk(self.lexer, self.trie.matrix, rows, starts, residuals.lengths, lid, loops)
         children = []
         for cls, members in _grouped(np.flatnonzero(~alive & (end_at > 0)), end_class):
             tails, tail_of = self.intern(rows[members], starts[members] + end_at[members])
@@ -160,28 +165,45 @@ def _grouped(items: np.ndarray, keys: np.ndarray) -> list[tuple[int, np.ndarray]
 
 
 def _residuals_numpy(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, starts: np.ndarray,
-                     lengths: np.ndarray, lid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`native.lexer_residuals` column by column in numpy (without the C extension)."""
-    states = np.full(len(rows), lid, dtype=np.int64)
-    alive = np.ones(len(rows), dtype=bool)
-    end_at = np.zeros(len(rows), dtype=np.int64)  # offset just after the last match (0: none)
-    end_class = np.full(len(rows), -1, dtype=np.int64)
-    for col in range(int(lengths.max(initial=0))):
-        active = np.flatnonzero(alive & (lengths > col))
+                     lengths: np.ndarray, lid: int, loops: frozenset[int] = frozenset()
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`native.lexer_residuals` in numpy (without the C extension): one byte of every residual
+    still lexing per round, each at its own offset (a lexeme ending as a loop goes back to its
+    last match)."""
+    count = len(rows)
+    states = np.full(count, lid, dtype=np.int64)
+    alive = np.ones(count, dtype=bool)
+    at = np.zeros(count, dtype=np.int64)  # the next byte to read
+    lexeme_start = np.zeros(count, dtype=np.int64)
+    end_at = np.zeros(count, dtype=np.int64)  # offset just after the last match (0: none)
+    end_class = np.full(count, -1, dtype=np.int64)
+    looping = np.array(sorted(loops), dtype=np.int64)
+    while True:
+        active = np.flatnonzero(alive & (at < lengths))
         if not len(active):
             break
-        nxt = lexer.advance(states[active], matrix[rows[active], starts[active] + col]).astype(np.int64)
+        nxt = lexer.advance(states[active], matrix[rows[active], starts[active] + at[active]]).astype(np.int64)
         live = nxt >= 0
         poisoned = np.zeros(len(active), dtype=bool)
         poisoned[live] = lexer.poisoned[nxt[live]]
+        dead = active[~live]
+        last = end_class[dead]
+        restart = (end_at[dead] > lexeme_start[dead]) & np.isin(last, looping)
+        again = dead[restart]
+        lexeme_start[again] = at[again] = end_at[again]
+        states[again] = lid
+        stopped = dead[~restart]
+        end_at[stopped[end_at[stopped] <= lexeme_start[stopped]]] = 0
+        alive[stopped] = False
         end_at[active[poisoned]] = 0  # a refused reserved word has no shorter match to fall back on
-        live &= ~poisoned
-        alive[active[~live]] = False
-        active, nxt = active[live], nxt[live]
+        alive[active[poisoned]] = False
+        going = live & ~poisoned
+        active, nxt = active[going], nxt[going]
         states[active] = nxt
+        at[active] += 1
         classes = lexer.end_class_of[nxt].astype(np.int64)
         matched = classes >= 0
-        end_at[active[matched]] = col + 1
+        end_at[active[matched]] = at[active[matched]]
         end_class[active[matched]] = classes[matched]
     return alive, end_at, end_class
 
@@ -337,6 +359,26 @@ class LexerMaskComputer:
             words |= self.stop_words
         return words
 
+    def _split_in_place(self, pid: int, residuals: Residuals) -> tuple[ResidualSplit, list[int]]:
+        """The split of ``residuals`` at parser state ``pid`` with every lexeme that leaves the
+        state as it was (an ignored terminal, a unary minus before its operand) followed in place,
+        and the state after each child's lexeme.
+
+        Without it a token such as 80 dashes or a run of spaces was one recursion level per
+        lexeme, all at the same state with ever shorter residuals: two thirds of the calls of
+        new Python masks on real files (cProfile), and each new context walked them again.
+        Loops are found from the children, so a split may be redone with more of them."""
+        sets, after, lid = self.residual_sets, self.core.after, self.core.fresh(pid)[1]
+        loops: frozenset[int] = frozenset()
+        while True:
+            split = sets.split(residuals, lid, loops)
+            resumed = [after(pid, end_class) for end_class, *_rest in split.children]
+            more = frozenset(end_class for (end_class, *_rest), nxt in zip(split.children, resumed, strict=True)
+                             if nxt == pid)
+            if not more:
+                return split, resumed
+            loops |= more
+
     def _residuals_accepted(self, pid: int, residuals: Residuals) -> np.ndarray:
         """Which residuals of the set (bool [R], shared: do not modify it) parser state ``pid``
         accepts, each starting a fresh lexeme; memoised per (state, set). A new parser context
@@ -348,14 +390,12 @@ class LexerMaskComputer:
         if found is not None:
             accepted.move_to_end(key)
             return found
-        core = self.core
-        split = self.residual_sets.split(residuals, core.fresh(pid)[1])
+        split, resumed = self._split_in_place(pid, residuals)
         ok = split.accepted
         if split.children:
             ok = ok.copy()
-            after, recurse = core.after, self._residuals_accepted
-            for end_class, members, tails, tail_of in split.children:
-                nxt = after(pid, end_class)
+            recurse = self._residuals_accepted
+            for (_end_class, members, tails, tail_of), nxt in zip(split.children, resumed, strict=True):
                 if nxt != DEAD:
                     ok[members] |= recurse(nxt, tails)[tail_of]
         accepted[key] = ok

@@ -136,7 +136,7 @@ class LexerStepper(Protocol):
              token: np.ndarray, end: np.ndarray, lid: int, match_depth: int, match_class: int) -> tuple[bytes, ...]: ...
 
     def residuals(self, core: LexerCore, matrix: np.ndarray, width: int, rows: np.ndarray, starts: np.ndarray,
-                  lengths: np.ndarray, lid: int) -> tuple[bytes, bytes, bytes]: ...
+                  lengths: np.ndarray, lid: int, loops: bytes) -> tuple[bytes, bytes, bytes]: ...
 
 
 def lexer_stepper(automata: TerminalAutomata, *, newline: int, poison: int, keys: list[Any], index: dict[Any, int],
@@ -174,19 +174,24 @@ def lexer_walk(lexer: LexerCore, trie: PreorderTrie, lid: int, match_depth: int,
 
 
 def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, starts: np.ndarray,
-                    lengths: np.ndarray, lid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    lengths: np.ndarray, lid: int, loops: frozenset[int] = frozenset()
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Walk the residuals ``matrix[rows, starts:starts + lengths]`` from lexer state ``lid`` with
-    longest match (`lexer_masks.ResidualSets.split`).
+    longest match (`lexer_masks.ResidualSets.split`); a lexeme that ends as one of the end
+    classes ``loops`` is followed by a new one from ``lid`` in the same walk.
 
-    Returns, per residual: alive at its end (bool), the offset just after its last match (int64,
-    0: none, or refused as a reserved word) and that match's end class (int64, -1: none).
-    Transitions the table does not know yet are computed on the way (`LexerStepper`).
+    Returns, per residual: alive at its end (bool), the offset just after the last match of its
+    last lexeme (int64, 0: none, or refused as a reserved word) and that match's end class
+    (int64, -1: none). Transitions the table does not know yet are computed on the way
+    (`LexerStepper`).
     """
+    mask = np.zeros(max(loops, default=-1) + 1, dtype=np.uint8)
+    mask[list(loops)] = 1
     stepper = lexer.native_stepper()
     rows32, starts32, lengths32 = (np.ascontiguousarray(a, dtype=np.int32) for a in (rows, starts, lengths))
     matrix = np.ascontiguousarray(matrix, dtype=np.uint8)
     with lexer.lock:
         alive, end_at, end_class = stepper.residuals(lexer, matrix, matrix.shape[1], rows32, starts32, lengths32,
-                                                     lid)
+                                                     lid, mask.tobytes())
     return (np.frombuffer(alive, dtype=bool), np.frombuffer(end_at, dtype=np.int32).astype(np.int64),
             np.frombuffer(end_class, dtype=np.int32).astype(np.int64))
