@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from codemask import GenerationResult, constrained_generate
+from codemask.adadec.calibrate import chat_prompt
 from codemask.assets import load_model, load_tokenizer
 from update_readme import publish
 
@@ -70,8 +71,7 @@ def record_grammar(keys: list[tuple[str, str]]) -> str:
 
 
 def chat(tokenizer: Any, request: str) -> str:
-    messages = [{"role": "user", "content": request + " Reply with the JSON only."}]
-    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    return chat_prompt(tokenizer, request + " Reply with the JSON only.")
 
 
 def parses(text: str) -> bool:

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from codemask import GenerationResult, constrained_generate
+from codemask.adadec.calibrate import chat_prompt
 from codemask.assets import load_model, load_tokenizer
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
 from codemask.errors import CodemaskError
@@ -101,13 +102,8 @@ def code_edit_tasks(count: int) -> list[Task]:
     return tasks
 
 
-def chat(tokenizer: Any, request: str) -> str:
-    messages = [{"role": "user", "content": request}]
-    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-
-
 def run_task(model: Any, tokenizer: Any, task: Task) -> dict[str, GenerationResult]:
-    prompt = chat(tokenizer, task.request)
+    prompt = chat_prompt(tokenizer, task.request)
     out: dict[str, GenerationResult] = {}
     for mode in MODES:
         grammar = task.grammar if mode.startswith("constrained") else None
@@ -154,7 +150,7 @@ def bench_model(name: str, json_count: int, code_count: int) -> dict[str, Any]:
     compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
     tasks = json_schema_tasks(json_count, compiler) + code_edit_tasks(code_count)
     compiler.compile(as_grammar("python"))  # compile outside the timed runs
-    constrained_generate(model, tokenizer, chat(tokenizer, "warm up"), max_new_tokens=4)
+    constrained_generate(model, tokenizer, chat_prompt(tokenizer, "warm up"), max_new_tokens=4)
     runs: dict[str, list[dict[str, GenerationResult]]] = {"json-schema": [], "code-edit": []}
     skipped: list[dict[str, str]] = []
     for task in tasks:

@@ -15,7 +15,8 @@ terminal is parsed with this tracker between the lexer and the parser, in place 
 - the input starts as if after a newline that the parser never sees: the first line must be at
   column 0, leading blank and comment lines are ignored;
 - at the end of the input, an implicit newline where the parser takes one, then a ``_DEDENT``
-  per open level.
+  per open level; not right after a backslash that joins lines (an ignored ``_LINE_JOIN``
+  terminal, if the grammar names one).
 
 States are interned ``(parser state, bracket depth, levels, at start)`` tuples, so the
 indentation stack is part of the combined state that masks are cached by; every transition is
@@ -35,6 +36,7 @@ from codemask.engine.parser import DEAD, ParserCore
 Column = tuple[int, int]  # indentation width with tabs to multiples of 8, and with tabs as 1
 TAB_SIZE = 8
 NEWLINE_NAMES = ("_NEWLINE", "_NL")
+LINE_JOIN_NAME = "_LINE_JOIN"
 OPENING_BRACKETS = ("LPAR", "LSQB", "LBRACE")
 CLOSING_BRACKETS = ("RPAR", "RSQB", "RBRACE")
 
@@ -48,6 +50,7 @@ class IndentSpec:
     dedent: int
     opening: frozenset[int]
     closing: frozenset[int]
+    line_join: int = -1  # the ignored terminal of a backslash and newline, or -1
 
 
 def indent_spec(names: list[str], declared_prefix: str = "declared:") -> IndentSpec | None:
@@ -63,7 +66,8 @@ def indent_spec(names: list[str], declared_prefix: str = "declared:") -> IndentS
         return None
     return IndentSpec(newline=newline, indent=indent, dedent=dedent,
                       opening=frozenset(index[n] for n in OPENING_BRACKETS if n in index),
-                      closing=frozenset(index[n] for n in CLOSING_BRACKETS if n in index))
+                      closing=frozenset(index[n] for n in CLOSING_BRACKETS if n in index),
+                      line_join=index.get(LINE_JOIN_NAME, -1))
 
 
 def next_column(column: Column | None, byte: int) -> Column | None:
@@ -82,8 +86,10 @@ def next_column(column: Column | None, byte: int) -> Column | None:
 IndentKey = tuple[int, int, tuple[Column, ...], bool, int, Scope | None]
 # (grammar parser state, bracket depth, levels, at start, def bodies, completion scope); "def
 # bodies" is a bit set over the levels (bit i: level i is a function body) plus bit 62 set
-# while a `def` header waits for its block
+# while a `def` header waits for its block, and bit 61 right after a line join (the input may
+# not end there)
 _PENDING_DEF = 1 << 62
+_JOINED = 1 << 61
 
 
 class SymbolParser:
@@ -106,6 +112,10 @@ class SymbolParser:
 
     def can_end(self, pid: int) -> bool:
         return self.parser.can_end(pid)
+
+    def ignored(self, pid: int, terminal: int) -> int:
+        """The state after an ignored lexeme: the same."""
+        return pid
 
 
 class IndentingParser(SymbolParser):
@@ -163,6 +173,19 @@ class IndentingParser(SymbolParser):
 
     # -- terminals ---------------------------------------------------------------------------
 
+    def ignored(self, pid: int, terminal: int) -> int:
+        """The state after an ignored lexeme: marked right after a line join, unmarked after
+        anything else (CPython refuses the end of the input only right after the join)."""
+        defs = self.keys[pid][4]
+        if terminal == self.spec.line_join:
+            marked = defs | _JOINED
+        elif defs & _JOINED:
+            marked = defs & ~_JOINED
+        else:
+            return pid
+        inner, depth, levels, at_start, _defs, scope = self.keys[pid]
+        return self.intern((inner, depth, levels, at_start, marked, scope))
+
     def step(self, pid: int, terminal: int, column: Column | None) -> int:
         key = (pid, terminal, column if terminal == self.spec.newline else None)
         found = self._steps.get(key)
@@ -174,6 +197,7 @@ class IndentingParser(SymbolParser):
         inner, depth, levels, at_start, defs, scope = self.keys[pid]
         spec, parser = self.spec, self.parser
         if terminal == spec.newline:
+            defs &= ~_JOINED
             if at_start:  # the lines before the first statement: it must start at column 0
                 if column is not None and column != (0, 0):
                     return DEAD
@@ -186,6 +210,7 @@ class IndentingParser(SymbolParser):
             return self._indent(nxt, levels, defs, scope, column)
         if scope is not None and terminal not in self.allowed(pid):
             return DEAD
+        defs &= ~_JOINED
         if terminal in spec.opening:
             depth += 1
         elif terminal in spec.closing:
@@ -248,7 +273,9 @@ class IndentingParser(SymbolParser):
         return found
 
     def _can_end(self, pid: int) -> bool:
-        inner, depth, levels, at_start, _defs, scope = self.keys[pid]
+        inner, depth, levels, at_start, defs, scope = self.keys[pid]
+        if defs & _JOINED:
+            return False
         if scope is not None:
             return self._scope_can_end(pid)
         if depth:

@@ -382,7 +382,9 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
     def after(self, pid: int, end_class: int) -> int:
         """The parser state after a lexeme ended as ``end_class`` in parser state ``pid``."""
         terminal, column = self.lexer.end_classes[end_class]
-        return pid if terminal in self.lexer.automata.ignore else self.symbols.step(pid, terminal, column)
+        if terminal in self.lexer.automata.ignore:
+            return self.symbols.ignored(pid, terminal)
+        return self.symbols.step(pid, terminal, column)
 
     def _step_configs(self, configs: tuple[Config, ...], byte: int) -> list[Config]:
         if not configs:
