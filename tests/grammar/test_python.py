@@ -207,3 +207,17 @@ def test_the_input_ends_after_a_line_join_where_python_lets_it(text: str) -> Non
     not after blanks or a comment that follow it (two of 1,641 invalid mutants of installed
     packages were accepted: a backslash added at the end of a file)."""
     assert recognizer().accepts(text) == parses(text)
+
+
+@pytest.mark.parametrize("text", [
+    "def f():\n    x = 1\n\\\n    y = 2\n    z = 3\n", "if a:\n\\\n    b\n", "x = 1\n\\\n  y = 2\n",
+    "def f():\n    x = 1\n  \\\n    y = 2\n", "def f():\n    x = 1\n    \\\n    y = 2\n", "x = 1\n\\\n\ny = 2\n",
+    "def f():\n    x = 1\n\\\n  y = 2\n", "def f():\n    x = 1\n        \\\n    y = 2\n", "\\\nx = 1\n",
+    "def f():\n    x = 1\n\\\n  \\\n    y = 2\n", "def f():\n    x = 1\n    \\\n# c\n    y = 2\n", "if a:\n    b\n\\\n",
+    "x = 1\r\n\\\r\ny = 2\r\n", "def f():\n    x = 1\n    \\\n\x0c    y = 2\n",
+])
+def test_a_line_join_inside_the_indentation_counts_as_python_counts_it(text: str) -> None:
+    """A backslash and newline at the start of a line: at column 0 the next line's indentation
+    counts, after blanks the backslash's column does (CPython 3.11; a valid mutant of sympy's
+    integrals.py, a join at column 0 before an indented line, was refused)."""
+    assert recognizer().accepts(text) == parses(text)

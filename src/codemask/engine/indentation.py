@@ -34,6 +34,12 @@ from codemask.engine.completion import CLOSING, CONTINUATION_TERMINALS, OVER, Sc
 from codemask.engine.parser import DEAD, ParserCore
 
 Column = tuple[int, int]  # indentation width with tabs to multiples of 8, and with tabs as 1
+# What a newline lexeme measured: a Column, or, where backslash line joins sit inside the next
+# line's indentation, (width, width with tabs as 1, flags) with these flags:
+Measured = tuple[int, ...]
+_FROZEN = 1  # a join after blanks fixed the indentation at its column (CPython 3.11)
+_JOINED = 2  # right after a join's newline: the input may not end here
+_JOINING = 4  # a join's backslash was read, its newline comes next
 TAB_SIZE = 8
 NEWLINE_NAMES = ("_NEWLINE", "_NL")
 LINE_JOIN_NAME = "_LINE_JOIN"
@@ -70,17 +76,41 @@ def indent_spec(names: list[str], declared_prefix: str = "declared:") -> IndentS
                       line_join=index.get(LINE_JOIN_NAME, -1))
 
 
-def next_column(column: Column | None, byte: int) -> Column | None:
-    """The indentation measured after one more byte of a newline lexeme (None: not measuring)."""
-    if byte == 0x0A or byte == 0x0C:  # a newline starts a line; a form feed resets the column
-        return (0, 0)
+def next_column(column: Measured | None, byte: int) -> Measured | None:
+    """The indentation measured after one more byte of a newline lexeme (None: not measuring).
+
+    A backslash and newline inside the indentation join the next line (CPython's tokenizer): at
+    column 0 the next line's indentation counts, after blanks the column of the backslash does,
+    whatever follows (`_FROZEN`); a blank line or comment after the join starts over.
+    """
     if column is None:
-        return None
+        return (0, 0) if byte == 0x0A or byte == 0x0C else None
+    width, tabs_as_one, flags = column if len(column) == 3 else (*column, 0)
+    frozen = flags & _FROZEN
+    if flags & _JOINING:
+        if byte == 0x0D:  # the CR of a CR LF join
+            return column
+        return (width, tabs_as_one, frozen | _JOINED) if byte == 0x0A else None
+    if byte == 0x0A:  # a new line (after a join: a blank one, which starts over)
+        return (0, 0)
+    if byte == 0x5C:  # a backslash: a join (the newline lexeme only takes one followed by a newline)
+        return (width, tabs_as_one, (_FROZEN if frozen or width else 0) | _JOINING)
+    if frozen:
+        return (width, tabs_as_one, _FROZEN) if byte in (0x20, 0x09, 0x0C) else None
+    if byte == 0x0C:  # a form feed resets the column
+        return (0, 0)
     if byte == 0x20:
-        return (column[0] + 1, column[1] + 1)
+        return (width + 1, tabs_as_one + 1)
     if byte == 0x09:
-        return ((column[0] // TAB_SIZE + 1) * TAB_SIZE, column[1] + 1)
+        return ((width // TAB_SIZE + 1) * TAB_SIZE, tabs_as_one + 1)
     return None  # a comment or a carriage return: this line's indentation does not count
+
+
+def measured(column: Measured | None) -> tuple[Column | None, bool]:
+    """A newline's indentation without its join flags, and whether it ended right after a join."""
+    if column is None:
+        return None, False
+    return (column[0], column[1]), len(column) == 3 and bool(column[2] & _JOINED)
 
 
 IndentKey = tuple[int, int, tuple[Column, ...], bool, int, Scope | None]
@@ -89,7 +119,7 @@ IndentKey = tuple[int, int, tuple[Column, ...], bool, int, Scope | None]
 # while a `def` header waits for its block, and bit 61 right after a line join (the input may
 # not end there)
 _PENDING_DEF = 1 << 62
-_JOINED = 1 << 61
+_AFTER_JOIN = 1 << 61
 
 
 class SymbolParser:
@@ -107,7 +137,7 @@ class SymbolParser:
             found = self._allowed[pid] = frozenset(np.flatnonzero(self.parser.allowed_symbols(pid)).tolist())
         return found
 
-    def step(self, pid: int, terminal: int, column: Column | None) -> int:
+    def step(self, pid: int, terminal: int, column: Measured | None) -> int:
         return self.parser.step(pid, terminal)
 
     def can_end(self, pid: int) -> bool:
@@ -133,7 +163,7 @@ class IndentingParser(SymbolParser):
         self.def_terminal = index.get("DEF", -1)
         self.keys: list[IndentKey] = []
         self._index: dict[IndentKey, int] = {}
-        self._steps: dict[tuple[int, int, Column | None], int] = {}
+        self._steps: dict[tuple[int, int, Measured | None], int] = {}
         self._outer_allowed: dict[int, frozenset[int]] = {}
         self._ends: dict[int, bool] = {}
         self._lock = threading.RLock()
@@ -178,26 +208,27 @@ class IndentingParser(SymbolParser):
         anything else (CPython refuses the end of the input only right after the join)."""
         defs = self.keys[pid][4]
         if terminal == self.spec.line_join:
-            marked = defs | _JOINED
-        elif defs & _JOINED:
-            marked = defs & ~_JOINED
+            marked = defs | _AFTER_JOIN
+        elif defs & _AFTER_JOIN:
+            marked = defs & ~_AFTER_JOIN
         else:
             return pid
         inner, depth, levels, at_start, _defs, scope = self.keys[pid]
         return self.intern((inner, depth, levels, at_start, marked, scope))
 
-    def step(self, pid: int, terminal: int, column: Column | None) -> int:
+    def step(self, pid: int, terminal: int, column: Measured | None) -> int:
         key = (pid, terminal, column if terminal == self.spec.newline else None)
         found = self._steps.get(key)
         if found is None:
             found = self._steps[key] = self._step(*key)
         return found
 
-    def _step(self, pid: int, terminal: int, column: Column | None) -> int:
+    def _step(self, pid: int, terminal: int, measure: Measured | None) -> int:
         inner, depth, levels, at_start, defs, scope = self.keys[pid]
         spec, parser = self.spec, self.parser
         if terminal == spec.newline:
-            defs &= ~_JOINED
+            column, joined = measured(measure)
+            defs = defs & ~_AFTER_JOIN | (_AFTER_JOIN if joined else 0)
             if at_start:  # the lines before the first statement: it must start at column 0
                 if column is not None and column != (0, 0):
                     return DEAD
@@ -210,7 +241,7 @@ class IndentingParser(SymbolParser):
             return self._indent(nxt, levels, defs, scope, column)
         if scope is not None and terminal not in self.allowed(pid):
             return DEAD
-        defs &= ~_JOINED
+        defs &= ~_AFTER_JOIN
         if terminal in spec.opening:
             depth += 1
         elif terminal in spec.closing:
@@ -274,7 +305,7 @@ class IndentingParser(SymbolParser):
 
     def _can_end(self, pid: int) -> bool:
         inner, depth, levels, at_start, defs, scope = self.keys[pid]
-        if defs & _JOINED:
+        if defs & _AFTER_JOIN:
             return False
         if scope is not None:
             return self._scope_can_end(pid)

@@ -36,9 +36,9 @@ import numpy as np
 from codemask.engine import native
 from codemask.engine.automaton import BYTE_ALPHABET, compile_expr
 from codemask.engine.indentation import (
-    Column,
     IndentingParser,
     IndentSpec,
+    Measured,
     SymbolParser,
     indent_spec,
     next_column,
@@ -165,8 +165,8 @@ class _Interner(Generic[K]):
         return state
 
 
-LexerKey = tuple[tuple[int, ...], tuple[int, ...], int, bool, bool, Column | None, tuple[int, ...]]
-EndClass = tuple[int, Column | None]  # the terminal a lexeme ends as, and the newline's indentation
+LexerKey = tuple[tuple[int, ...], tuple[int, ...], int, bool, bool, Measured | None, tuple[int, ...]]
+EndClass = tuple[int, Measured | None]  # the terminal a lexeme ends as, and the newline's indentation
 
 
 class LexerCore(_Interner[LexerKey]):
