@@ -100,7 +100,8 @@ def main() -> None:
     for f in files:
         text = f.read_text(encoding="utf-8")
         ok, why = check_tokens(compiled, tokenizer, eos, text, f in mask_sample, times)
-        tokens += len(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)) if f in mask_sample else 0
+        if f in mask_sample:
+            tokens += len(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
         if not ok:
             token_fails.append(f"{f}: {why}")
     result["tokens"] = {"accepted": len(files) - len(token_fails), "failures": token_fails,
