@@ -18,9 +18,9 @@ terminal is parsed with this tracker between the lexer and the parser, in place 
   per open level; not right after a backslash that joins lines (an ignored ``_LINE_JOIN``
   terminal, if the grammar names one).
 
-States are interned ``(parser state, bracket depth, levels, at start)`` tuples, so the
-indentation stack is part of the combined state that masks are cached by; every transition is
-memoised.
+States are interned `IndentKey` tuples (parser state, bracket depth, levels, at start, def
+bodies and marks, completion scope), so the indentation stack is part of the combined state that
+masks are cached by; every transition is memoised.
 """
 
 from __future__ import annotations

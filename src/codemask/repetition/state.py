@@ -215,7 +215,7 @@ class RepetitionState:
         earlier = self.units.docstring(previous)
         if earlier is None:
             return False
-        key = (earlier, str(previous.name), docstring, str(definition.name))
+        key = (earlier, previous.name or "", docstring, definition.name or "")
         if key not in self._likeness:
             self._likeness[key] = likeness(words(earlier, key[1]), words(docstring, key[3]))
         return self._likeness[key] >= threshold
