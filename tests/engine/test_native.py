@@ -10,9 +10,11 @@ tables. Bad arguments must raise, not read out of bounds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import textwrap
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -116,18 +118,22 @@ def test_bad_arguments_raise_instead_of_reading_out_of_bounds() -> None:
                      flat.token, flat.child_lo, flat.child_hi, flat.depth, one, one, one)
 
 
-def drive(rtn: RTN, use_native: bool | None, limit: int) -> ParserCore:
+def drive(rtn: RTN, use_native: bool | None, limit: int, *, lists: bool = False) -> ParserCore:
     """A fresh core put through a fixed sequence of operations: every reachable state's row filled
     breadth first (up to ``limit`` states), frame and exit states, vectorised and single steps, and
     closures of random nodes. ``use_native`` None alternates between C and Python from operation
-    to operation (the Python structures are the only record, so mixing must change nothing)."""
+    to operation (both read and intern the nodes in the C record, so mixing must change nothing);
+    ``lists``: the core is made without the C interner, its nodes in Python lists, as where the
+    extension was not built."""
     turns = iter(range(10**9))
 
     def native_now() -> bool:
         return bool(next(turns) % 2) if use_native is None else use_native
 
-    with native.using(native_now()):
+    with native.using(native_now()), mock.patch.object(native, "interner", return_value=None) if lists \
+            else contextlib.nullcontext():
         core = ParserCore(rtn)
+    assert (core._native is None) == lists
     frontier, i = [core.initial], 0
     while i < len(frontier) and len(frontier) < limit:
         with native.using(native_now()):
@@ -154,8 +160,9 @@ def drive(rtn: RTN, use_native: bool | None, limit: int) -> ParserCore:
 def assert_same_core(a: ParserCore, b: ParserCore) -> None:
     n = b.num_states
     assert a.num_states == n
-    assert a.node_state == b.node_state
-    assert a.node_parents == b.node_parents  # tuples: their order (which orders later pops) agrees too
+    assert len(a.node_state) == len(b.node_state) == len(a.node_parents)
+    assert list(a.node_state) == list(b.node_state)
+    assert list(a.node_parents) == list(b.node_parents)  # tuples: their order (which orders later pops) agrees too
     assert all(list(p) == sorted(set(p)) for p in a.node_parents)
     assert a.state_stacks == b.state_stacks and a.state_flag == b.state_flag
     assert (a.table[:n] == b.table[:n]).all()
@@ -171,9 +178,10 @@ def assert_same_core(a: ParserCore, b: ParserCore) -> None:
 ])
 def test_c_closures_intern_the_same_nodes_and_states_as_python(source: str, limit: int) -> None:
     rtn = compiler("llama3").compile(grammar_of(source)).artifacts.rtn
-    python = drive(rtn, False, limit)
+    python = drive(rtn, False, limit, lists=True)
     assert python.num_states >= 1000
     assert_same_core(drive(rtn, True, limit), python)
+    assert_same_core(drive(rtn, False, limit), python)
     assert_same_core(drive(rtn, None, limit), python)
 
 
@@ -206,17 +214,21 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     rtn = core.rtn
     with pytest.raises(ValueError, match="accepting"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting[:-1], np.zeros(1, np.int32),
-                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], [], [], {}, 10)
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, 10)
     calls = np.zeros(len(rtn.accepting) + 1, np.int32)
     calls[1:] = 1
     with pytest.raises(ValueError, match="out of range"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, calls,
                          np.array([len(rtn.accepting)], np.int32), np.zeros(1, np.int32), np.zeros(1, np.uint8),
-                         [], [], [], [], {}, 10)
-    with pytest.raises(ValueError, match="must start empty"):
-        _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(len(rtn.accepting) + 1,
-                         np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8),
-                         [0], [()], [], [], {}, 10)
+                         [], [], {}, 10)
+    with pytest.raises(IndexError, match="parser state out of range"):
+        core._native.step(core, core.num_states, 0)
+    with pytest.raises(IndexError, match="symbol out of range"):
+        core._native.step(core, core.initial, core.alphabet)
+    with pytest.raises(IndexError, match="stack node out of range"):
+        core.node_state[len(core.node_state)]
+    with pytest.raises(IndexError, match="stack node out of range"):
+        core.node_parents[-1]
 
 
 REAL_SOURCES = {"python": Path(textwrap.__file__), "sql": CODE / "sql" / "analytics.sql",

@@ -342,9 +342,10 @@ typedef struct {
     Py_ssize_t alphabet, states;
     uint8_t *scanning, *accepting, *tail;
     int32_t *call_lo, *callee, *ret;
-    PyObject **qlong; /* each RTN state as a Python int, shared by node_state */
-    PyObject *node_state, *node_parents, *state_stacks, *state_flag, *state_index;
-    /* The stack nodes, also in C (node_state and node_parents are their Python record): per node
+    PyObject *state_stacks, *state_flag, *state_index;
+    /* The stack nodes, kept only here (`ParserCore.node_state` and `node_parents` read them through
+     * `state_of` and `parents_of`; Python lists of them were 8 million items for the garbage
+     * collector to traverse after 44 Python files, and two appends and a tuple per node): per node
      * its RTN state, where its parents start in `par` and how many, and its hash; `slots` is the
      * open-addressing index by (state, parents) (node id, or -1). Nodes that share their parents
      * with an older node (a tail call, a moved top) share its run of `par`. */
@@ -354,8 +355,6 @@ typedef struct {
     int32_t *par;
     Py_ssize_t ncount, ncap, par_size, par_cap;
     int slot_bits;
-    PyObject **single; /* (id,) per node id, made once: the return frames of calls */
-    Py_ssize_t single_cap;
     Py_ssize_t max_stacks;
     Ctx *spare;
 } Interner;
@@ -434,7 +433,6 @@ static int index_error(const char *what) {
  * before interning another node, which may move `par`). */
 static int node_at(Interner *x, Py_ssize_t s, int32_t *q, Py_ssize_t *n) {
     if (s < 0 || s >= x->ncount) return index_error("stack node out of range");
-    if (s >= PyList_GET_SIZE(x->node_parents)) return bad("node_parents is shorter than the interned nodes");
     *q = x->nq[s];
     *n = x->npn[s];
     return 0;
@@ -480,29 +478,21 @@ static int grow_slots(Interner *x) {
 }
 
 /* `ParserCore.node` of (q, the `n` sorted ids at `ps`): the node's id, interned if new; -1 on
- * error. `tuple` is the parents as a Python tuple when the caller has one (borrowed; made here
- * otherwise), `same_as` a node with these very parents (whose run of `par` is shared) or -1. */
-static Py_ssize_t node(Interner *x, int32_t q, const int32_t *ps, Py_ssize_t n, PyObject *tuple, Py_ssize_t same_as) {
+ * error. `same_as` is a node with these very parents (whose run of `par` is shared) or -1. Runs no
+ * Python code. */
+static Py_ssize_t node(Interner *x, int32_t q, const int32_t *ps, Py_ssize_t n, Py_ssize_t same_as) {
     uint64_t h = node_hash(q, ps, n);
-    PyObject *made = NULL;
     size_t mask, i;
     Py_ssize_t id;
-probe:
     mask = ((size_t)1 << x->slot_bits) - 1;
     i = (size_t)(h >> (64 - x->slot_bits));
     for (int32_t found; (found = x->slots[i]) >= 0; i = (i + 1) & mask) {
         if (x->nh[found] == h && x->nq[found] == q && x->npn[found] == n &&
             (!n || !memcmp(x->par + x->npo[found], ps, (size_t)n * sizeof(int32_t)))) {
-            Py_XDECREF(made);
             return found;
         }
     }
     id = x->ncount;
-    if (!tuple) { /* a Python allocation, which may run the collector: probe again if a node came meanwhile */
-        if (!(tuple = made = int_tuple(ps, n))) return -1;
-        if (x->ncount != id) goto probe;
-    }
-    /* from here on nothing runs Python code: C arrays first, the Python lists last */
     int failed = id >= INT32_MAX;
     if (failed) PyErr_SetString(PyExc_OverflowError, "too many stack nodes");
     Py_ssize_t inside = ps >= x->par && ps < x->par + x->par_size ? ps - x->par : -1;
@@ -533,12 +523,6 @@ probe:
         }
     }
     if (failed && !PyErr_Occurred()) PyErr_NoMemory();
-    if (!failed && PyList_Append(x->node_state, x->qlong[q])) failed = 1;
-    if (!failed && PyList_Append(x->node_parents, tuple)) {
-        PyList_SetSlice(x->node_state, id, id + 1, NULL); /* keep the lists in step with the C record */
-        failed = 1;
-    }
-    Py_XDECREF(made);
     if (failed) return -1;
     if (same_as >= 0) {
         x->npo[id] = x->npo[same_as];
@@ -555,25 +539,6 @@ probe:
     x->ncount++;
     if (2 * x->ncount > ((Py_ssize_t)1 << x->slot_bits) && grow_slots(x)) return -1;
     return id;
-}
-
-/* (id,) (borrowed), the same object for every call returning to node `id`. */
-static PyObject *singleton(Interner *x, Py_ssize_t id) {
-    if (id >= x->single_cap) {
-        Py_ssize_t cap = x->single_cap ? x->single_cap : 1024;
-        while (cap <= id) cap *= 2;
-        PyObject **grown = (PyObject **)realloc(x->single, (size_t)cap * sizeof(PyObject *));
-        if (!grown) return PyErr_NoMemory();
-        memset(grown + x->single_cap, 0, (size_t)(cap - x->single_cap) * sizeof(PyObject *));
-        x->single = grown;
-        x->single_cap = cap;
-    }
-    if (!x->single[id]) {
-        PyObject *ident = PyLong_FromSsize_t(id);
-        x->single[id] = ident ? PyTuple_Pack(1, ident) : NULL;
-        Py_XDECREF(ident);
-    }
-    return x->single[id];
 }
 
 /* Append the `n` ids at `ps` to `out`. */
@@ -618,7 +583,7 @@ static Py_ssize_t scan_node(Interner *x, Scan *e) {
     for (Py_ssize_t i = 1; i < n; i++) {
         if (ids[i] != ids[k - 1]) ids[k++] = ids[i];
     }
-    return node(x, e->q, ids, k, NULL, -1);
+    return node(x, e->q, ids, k, -1);
 }
 
 /* A writable view of the array `owner.<name>` holding at least `count` items of `itemsize` bytes (errors
@@ -713,12 +678,11 @@ static int expand(Interner *x, Ctx *c, int32_t s, int32_t q, int *flag) {
     for (int32_t k = x->call_lo[q]; k < x->call_lo[q + 1]; k++) {
         Py_ssize_t callee;
         if (x->tail[k]) {
-            callee = node(x, x->callee[k], x->par + x->npo[s], x->npn[s], PyList_GET_ITEM(x->node_parents, s), s);
+            callee = node(x, x->callee[k], x->par + x->npo[s], x->npn[s], s);
         } else {
-            Py_ssize_t frame = node(x, x->ret[k], x->par + x->npo[s], x->npn[s], PyList_GET_ITEM(x->node_parents, s), s);
-            PyObject *base = frame < 0 ? NULL : singleton(x, frame);
+            Py_ssize_t frame = node(x, x->ret[k], x->par + x->npo[s], x->npn[s], s);
             int32_t one = (int32_t)frame;
-            callee = base ? node(x, x->callee[k], &one, 1, base, -1) : -1;
+            callee = frame < 0 ? -1 : node(x, x->callee[k], &one, 1, -1);
         }
         if (callee < 0 || buf_push(&c->todo, (int32_t)callee)) return -1;
     }
@@ -865,7 +829,7 @@ static int fill_row(Interner *x, PyObject *core, Ctx *c, Py_ssize_t state) {
                 goto done;
             }
             int32_t s = nodes[i];
-            Py_ssize_t moved = node(x, t, x->par + x->npo[s], x->npn[s], PyList_GET_ITEM(x->node_parents, s), s);
+            Py_ssize_t moved = node(x, t, x->par + x->npo[s], x->npn[s], s);
             if (moved < 0 || buf_push(&c->moved, (int32_t)moved)) goto done;
         }
         int32_t outcome = c->moved.size ? closure(x, core, c, c->moved.data, c->moved.size) : DEAD;
@@ -890,14 +854,6 @@ static void interner_dealloc(Interner *x) {
     free(x->call_lo);
     free(x->callee);
     free(x->ret);
-    if (x->qlong) {
-        for (Py_ssize_t q = 0; q < x->states; q++) Py_XDECREF(x->qlong[q]);
-        free(x->qlong);
-    }
-    for (Py_ssize_t i = 0; i < x->single_cap; i++) Py_XDECREF(x->single[i]);
-    free(x->single);
-    Py_XDECREF(x->node_state);
-    Py_XDECREF(x->node_parents);
     free(x->nq);
     free(x->npn);
     free(x->npo);
@@ -934,22 +890,19 @@ static int check_rtn(Interner *x, Py_ssize_t calls) {
 
 static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"trans", "alphabet", "scanning", "accepting", "call_lo", "callee", "ret", "tail",
-                            "node_state", "node_parents", "state_stacks", "state_flag", "state_index",
+                            "state_stacks", "state_flag", "state_index",
                             "max_stacks", NULL};
     Py_buffer v[6];
     memset(v, 0, sizeof(v));
     Interner *x = (Interner *)type->tp_alloc(type, 0);
     if (!x) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!O!O!O!n", names, &x->trans, &x->alphabet,
-                                     &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &PyList_Type, &x->node_state,
-                                     &PyList_Type, &x->node_parents, &PyList_Type, &x->state_stacks, &PyList_Type,
-                                     &x->state_flag, &PyDict_Type, &x->state_index, &x->max_stacks)) {
-        x->node_state = x->node_parents = x->state_stacks = x->state_flag = x->state_index = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!O!n", names, &x->trans, &x->alphabet,
+                                     &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &PyList_Type, &x->state_stacks,
+                                     &PyList_Type, &x->state_flag, &PyDict_Type, &x->state_index, &x->max_stacks)) {
+        x->state_stacks = x->state_flag = x->state_index = NULL;
         Py_DECREF(x);
         return NULL;
     }
-    Py_INCREF(x->node_state);
-    Py_INCREF(x->node_parents);
     Py_INCREF(x->state_stacks);
     Py_INCREF(x->state_flag);
     Py_INCREF(x->state_index);
@@ -967,18 +920,6 @@ static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         !(x->ret = (int32_t *)copy_array(&v[4], sizeof(int32_t), calls, "ret")) ||
         !(x->tail = (uint8_t *)copy_array(&v[5], 1, calls, "tail")) || check_rtn(x, calls))
         goto done;
-    x->qlong = (PyObject **)calloc(x->states ? (size_t)x->states : 1, sizeof(PyObject *));
-    if (!x->qlong) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t q = 0; q < x->states; q++) {
-        if (!(x->qlong[q] = PyLong_FromSsize_t(q))) goto done;
-    }
-    if (PyList_GET_SIZE(x->node_state) || PyList_GET_SIZE(x->node_parents)) {
-        bad("the interner keeps every stack node: node_state and node_parents must start empty");
-        goto done;
-    }
     if (grow_slots(x)) goto done;
     failed = 0;
 done:
@@ -1046,10 +987,80 @@ static PyObject *interner_node(Interner *x, PyObject *args) {
         }
         ids[i] = (int32_t)parent;
     }
-    id = node(x, (int32_t)q, ids, n, parents, -1);
+    id = node(x, (int32_t)q, ids, n, -1);
 done:
     free(ids);
     return id < 0 ? NULL : PyLong_FromSsize_t(id);
+}
+
+/* The node id of a Python int, checked against the interned nodes. */
+static int node_arg(Interner *x, PyObject *obj, int32_t *s) {
+    long value = PyLong_AsLong(obj);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (value < 0 || value >= x->ncount) return index_error("stack node out of range");
+    *s = (int32_t)value;
+    return 0;
+}
+
+static PyObject *interner_state_of(Interner *x, PyObject *arg) {
+    int32_t s;
+    return node_arg(x, arg, &s) ? NULL : PyLong_FromLong(x->nq[s]);
+}
+
+static PyObject *interner_parents_of(Interner *x, PyObject *arg) {
+    int32_t s;
+    return node_arg(x, arg, &s) ? NULL : int_tuple(x->par + x->npo[s], x->npn[s]);
+}
+
+/* The RTN states of a sequence of node ids, as a list. */
+static PyObject *interner_states_of(Interner *x, PyObject *arg) {
+    PyObject *fast = PySequence_Fast(arg, "expected a sequence of node ids");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        int32_t s;
+        PyObject *q = node_arg(x, PySequence_Fast_GET_ITEM(fast, i), &s) ? NULL : PyLong_FromLong(x->nq[s]);
+        if (!q) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, q);
+    }
+    Py_DECREF(fast);
+    return out;
+}
+
+static PyObject *interner_num_nodes(Interner *x, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromSsize_t(x->ncount);
+}
+
+/* `ParserCore._compute_step`: every stack of `state` that takes `symbol` moves, then the closure. */
+static PyObject *interner_step(Interner *x, PyObject *args) {
+    PyObject *core;
+    Py_ssize_t state, symbol;
+    if (!PyArg_ParseTuple(args, "Onn", &core, &state, &symbol)) return NULL;
+    if (state < 0 || state >= PyList_GET_SIZE(x->state_stacks)) return index_error("parser state out of range"), NULL;
+    if (symbol < 0 || symbol >= x->alphabet) return index_error("symbol out of range"), NULL;
+    PyObject *stacks = PyList_GET_ITEM(x->state_stacks, state);
+    if (!PyTuple_Check(stacks)) {
+        PyErr_SetString(PyExc_TypeError, "state stacks must be tuples");
+        return NULL;
+    }
+    Ctx *c = ctx_take(x);
+    if (!c) return NULL;
+    const int32_t *trans = (const int32_t *)x->trans.buf;
+    int32_t result = FAILED;
+    c->moved.size = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stacks); i++) {
+        int32_t s;
+        if (node_arg(x, PyTuple_GET_ITEM(stacks, i), &s)) goto done;
+        int32_t t = trans[(Py_ssize_t)x->nq[s] * x->alphabet + symbol];
+        if (t < 0) continue;
+        Py_ssize_t moved = node(x, t, x->par + x->npo[s], x->npn[s], s);
+        if (moved < 0 || buf_push(&c->moved, (int32_t)moved)) goto done;
+    }
+    result = c->moved.size ? closure(x, core, c, c->moved.data, c->moved.size) : DEAD;
+done:
+    ctx_give(x, c);
+    return result == FAILED ? NULL : PyLong_FromLong(result);
 }
 
 static PyObject *interner_fill_rows(Interner *x, PyObject *args) {
@@ -1075,6 +1086,12 @@ static PyMethodDef interner_methods[] = {
      "node(q, parents) -> id: ParserCore.node, the stack node q on top of the sorted tuple of node ids parents"},
     {"fill_rows", (PyCFunction)interner_fill_rows, METH_VARARGS,
      "fill_rows(core, states): ParserCore._fill_row of each state, in order"},
+    {"step", (PyCFunction)interner_step, METH_VARARGS,
+     "step(core, state, symbol) -> state: ParserCore._compute_step (the closure of the moved stacks, or DEAD)"},
+    {"state_of", (PyCFunction)interner_state_of, METH_O, "state_of(node) -> the node's RTN state"},
+    {"parents_of", (PyCFunction)interner_parents_of, METH_O, "parents_of(node) -> the node's parents, a sorted tuple"},
+    {"states_of", (PyCFunction)interner_states_of, METH_O, "states_of(nodes) -> [the RTN state of each node]"},
+    {"num_nodes", (PyCFunction)interner_num_nodes, METH_NOARGS, "num_nodes() -> how many nodes are interned"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1083,7 +1100,7 @@ static PyTypeObject InternerType = {
     .tp_basicsize = sizeof(Interner),
     .tp_dealloc = (destructor)interner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Interner(trans, alphabet, scanning, accepting, call_lo, callee, ret, tail, node_state, node_parents, "
+    .tp_doc = "Interner(trans, alphabet, scanning, accepting, call_lo, callee, ret, tail, "
               "state_stacks, state_flag, state_index, max_stacks): a ParserCore's stack nodes and closures in C",
     .tp_methods = interner_methods,
     .tp_new = interner_new,

@@ -28,8 +28,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import numpy as np
-
 from codemask.engine.completion import CLOSING, CONTINUATION_TERMINALS, OVER, Scope
 from codemask.engine.parser import DEAD, ParserCore
 
@@ -134,7 +132,7 @@ class SymbolParser:
         """The terminals the parser takes in state ``pid``."""
         found = self._allowed.get(pid)
         if found is None:
-            found = self._allowed[pid] = frozenset(np.flatnonzero(self.parser.allowed_symbols(pid)).tolist())
+            found = self._allowed[pid] = self.parser.allowed_set(pid)
         return found
 
     def step(self, pid: int, terminal: int, column: Measured | None) -> int:
@@ -165,6 +163,7 @@ class IndentingParser(SymbolParser):
         self._index: dict[IndentKey, int] = {}
         self._steps: dict[tuple[int, int, Measured | None], int] = {}
         self._outer_allowed: dict[int, frozenset[int]] = {}
+        self._distinct_sets: dict[frozenset[int], frozenset[int]] = {}
         self._ends: dict[int, bool] = {}
         self._lock = threading.RLock()
         self.initial = self.intern((parser.initial, 0, ((0, 0),), True, 0, None))
@@ -184,7 +183,9 @@ class IndentingParser(SymbolParser):
         """Terminals the lexer may end a lexeme as: the parser's, plus newlines inside brackets."""
         found = self._outer_allowed.get(pid)
         if found is None:
-            found = self._outer_allowed[pid] = self._allowed_terminals(pid)
+            found = self._allowed_terminals(pid)
+            # one object per distinct set: a set per state was tens of thousands for the collector
+            found = self._outer_allowed[pid] = self._distinct_sets.setdefault(found, found)
         return found
 
     def _allowed_terminals(self, pid: int) -> frozenset[int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -84,21 +84,31 @@ class Interner(Protocol):
 
     def fill_rows(self, core: ParserCore, states: Sequence[int]) -> None: ...
 
+    def step(self, core: ParserCore, state: int, symbol: int) -> int: ...
+
+    def state_of(self, node: int) -> int: ...
+
+    def parents_of(self, node: int) -> tuple[int, ...]: ...
+
+    def states_of(self, nodes: Iterable[int]) -> list[int]: ...
+
+    def num_nodes(self) -> int: ...
+
 
 def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, call_lo: np.ndarray,
-             callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, node_state: list[int],
-             node_parents: list[tuple[int, ...]], state_stacks: list[tuple[int, ...]], state_flag: list[bool],
-             state_index: dict[tuple[tuple[int, ...], bool], int], max_stacks: int) -> Interner | None:
+             callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, state_stacks: list[tuple[int, ...]],
+             state_flag: list[bool], state_index: dict[tuple[tuple[int, ...], bool], int],
+             max_stacks: int) -> Interner | None:
     """The C stack nodes and closures over a core's RTN (``trans``, per-state ``scanning`` and
     ``accepting``, and its calls as ``callee[k]``, ``ret[k]``, ``tail[k]`` for ``k`` in
-    ``call_lo[q]:call_lo[q+1]``) that append to its (empty) node lists and its state lists and
-    dict, which it keeps (None without the extension)."""
+    ``call_lo[q]:call_lo[q+1]``) that keep the stack nodes themselves and append to the core's
+    state lists and dict, which it keeps (None without the extension)."""
     if _MODULE is None:
         return None
     ints = [np.ascontiguousarray(a, dtype=np.int32) for a in (trans, call_lo, callee, ret)]
     flags = [np.ascontiguousarray(a, dtype=np.uint8) for a in (scanning, accepting, tail)]
     found: Interner = _MODULE.Interner(ints[0], trans.shape[1], flags[0], flags[1], ints[1], ints[2], ints[3],
-                                       flags[2], node_state, node_parents, state_stacks, state_flag, state_index,
+                                       flags[2], state_stacks, state_flag, state_index,
                                        max_stacks)
     return found
 

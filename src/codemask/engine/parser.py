@@ -1,9 +1,10 @@
 """The parser over a recursive transition network, with interned states and memoised steps.
 
 A *stack node* is an RTN state on top of a set of parent nodes (a graph-structured stack, as in
-GLR parsing; the set is a sorted tuple of ids, so its order is fixed and the garbage collector
-soon stops tracking it), interned to an integer id, so equal stacks are one object and sharing
-is free. A *parser state* is the set of nodes a non-deterministic parse can be in after closure (calls
+GLR parsing; the set is a sorted tuple of ids, so its order is fixed), interned to an integer id,
+so equal stacks are one object and sharing is free. With the C extension the nodes are kept in C
+only (``node_state`` and ``node_parents`` read them): a long session makes millions of them, and
+as Python lists they were most of the garbage collector's work. A *parser state* is the set of nodes a non-deterministic parse can be in after closure (calls
 pushed, finished rules popped), reduced to the nodes that wait on a byte, with nodes of the same
 RTN state merged into one node whose parents are the union of theirs: an ambiguous grammar then
 costs a few more parents, not exponentially many stacks. Plus one flag: whether a stack reached
@@ -23,7 +24,9 @@ it means the frame's rule has ended and the rest belongs to whatever called it (
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from itertools import chain
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -67,9 +70,7 @@ class ParserCore:
             tuple((int(rtn.rule_start[callee]), ret, bool(pure_final[ret])) for callee, ret in calls)
             for calls in rtn.calls
         ]
-        self.node_state: list[int] = []
-        self.node_parents: list[tuple[int, ...]] = []  # each sorted, without repeats
-        # keyed by (state, *parents), where the C extension (which keeps its own index) is missing
+        # keyed by (state, *parents), where the C extension (which keeps the nodes itself) is missing
         self._node_index: dict[tuple[int, ...], int] = {}
         self.state_stacks: list[tuple[int, ...]] = []
         self.state_flag: list[bool] = []
@@ -81,6 +82,12 @@ class ParserCore:
         self.has_stacks = np.zeros(64, dtype=bool)
         self.lock = threading.RLock()
         self._native = self._native_interner()
+        # per node, its RTN state and its parents (each sorted, without repeats): Python lists
+        # without the extension, read from C with it
+        self.node_state: NodeRecord[int] = [] if self._native is None else NodeStates(self._native)
+        self.node_parents: NodeRecord[tuple[int, ...]] = [] if self._native is None else NodeParents(self._native)
+        self._first_bits = [sum(1 << int(a) for a in np.flatnonzero(row >= 0)) for row in rtn.trans]
+        self._allowed_sets: dict[int, frozenset[int]] = {}
         self.initial = self.closure([self.node(int(rtn.rule_start[rtn.start_rule]), _ROOT_SET)])
 
     # -- interning ---------------------------------------------------------------------------
@@ -92,14 +99,14 @@ class ParserCore:
         Parents are tuples of ints: the garbage collector stops tracking those after their first
         collection, where a frozenset stays tracked, and with one per node every full collection
         traversed them all (a fifth of the mask time of four Python files, ad hoc). With the C
-        extension the index is C's, whichever closure (C or Python) asks.
+        extension the index is C's, whichever closure (C or Python) asks, and so are the nodes.
         """
         if self._native is not None:
-            with self.lock:  # a new node's tuple may run the collector, and with it another thread
-                return self._native.node(state, parents)
+            return self._native.node(state, parents)
         key = (state, *parents)
         found = self._node_index.get(key)
         if found is None:
+            assert isinstance(self.node_state, list) and isinstance(self.node_parents, list)
             found = self._node_index[key] = len(self.node_state)
             self.node_state.append(state)
             self.node_parents.append(parents)
@@ -131,15 +138,15 @@ class ParserCore:
         return len(self.state_stacks)
 
     def _native_interner(self) -> native.Interner | None:
-        """The stack nodes, `closure` and `_fill_row` in C, appending to this core's own lists and
-        dicts (None without the extension). They are never rebound, so it keeps them."""
+        """The stack nodes, `closure`, `_compute_step` and `_fill_row` in C, appending to this core's
+        state lists and dict (None without the extension). They are never rebound, so it keeps them."""
         sizes = np.fromiter(map(len, self._calls), dtype=np.int64, count=len(self._calls))
         calls = np.fromiter(chain.from_iterable(chain.from_iterable(self._calls)), dtype=np.int64).reshape(-1, 3)
         return native.interner(
             trans=self._trans, scanning=self._scanning, accepting=self.rtn.accepting,
             call_lo=np.concatenate([[0], np.cumsum(sizes)]), callee=calls[:, 0], ret=calls[:, 1], tail=calls[:, 2],
-            node_state=self.node_state, node_parents=self.node_parents, state_stacks=self.state_stacks,
-            state_flag=self.state_flag, state_index=self._state_index, max_stacks=MAX_STACKS)
+            state_stacks=self.state_stacks, state_flag=self.state_flag, state_index=self._state_index,
+            max_stacks=MAX_STACKS)
 
     # -- closure and steps -------------------------------------------------------------------
 
@@ -199,6 +206,8 @@ class ParserCore:
         return nxt
 
     def _compute_step(self, state: int, symbol: int) -> int:
+        if self._native is not None and native.enabled():
+            return self._native.step(self, state, symbol)
         trans = self._trans
         moved = []
         for s in self.state_stacks[state]:
@@ -266,10 +275,30 @@ class ParserCore:
 
     def allowed_symbols(self, state: int) -> np.ndarray:
         """Boolean mask of the symbols that keep the parse alive."""
-        tops = [self.node_state[s] for s in self.state_stacks[state]]
+        tops = self._tops(state)
         if not tops:
             return np.zeros(self.alphabet, dtype=bool)
         return np.asarray((self._trans[tops] >= 0).any(axis=0))
+
+    def allowed_set(self, state: int) -> frozenset[int]:
+        """The symbols that keep the parse alive, as a set shared by every state that allows the
+        same ones: the lexer layer asks it once per parser state (tens of thousands in a long
+        Python session), where a numpy gather per state and a frozenset each were a tenth of the
+        mask time of new contexts and a hundred thousand sets for the garbage collector."""
+        bits = 0
+        first_bits = self._first_bits
+        for q in self._tops(state):
+            bits |= first_bits[q]
+        found = self._allowed_sets.get(bits)
+        if found is None:
+            found = self._allowed_sets[bits] = frozenset(i for i in range(self.alphabet) if bits >> i & 1)
+        return found
+
+    def _tops(self, state: int) -> list[int]:
+        stacks = self.state_stacks[state]
+        if self._native is not None:
+            return self._native.states_of(stacks)
+        return [self.node_state[s] for s in stacks]
 
     def frame_state(self, position: int) -> int:
         """The frame-local state at RTN state ``position``, for the mask cache's analysis."""
@@ -279,3 +308,46 @@ class ParserCore:
         """The real-parse state after the top frame of ``stack`` ends: its callers resume."""
         parents = [p for p in self.node_parents[stack] if p >= 0]
         return self.closure(parents) if parents else DEAD
+
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class NodeRecord(Protocol[T_co]):
+    """Per stack node id, one field: a list, or a view of the C interner's record."""
+
+    def __getitem__(self, node: int) -> T_co: ...
+
+    def __len__(self) -> int: ...
+
+
+class NodeStates:
+    """The RTN state of each node, read from the C interner (`ParserCore.node_state`)."""
+
+    def __init__(self, interner: native.Interner) -> None:
+        self._interner = interner
+
+    def __getitem__(self, node: int) -> int:
+        return self._interner.state_of(node)
+
+    def __len__(self) -> int:
+        return self._interner.num_nodes()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._interner.states_of(range(len(self))))
+
+
+class NodeParents:
+    """The parents of each node, read from the C interner (`ParserCore.node_parents`)."""
+
+    def __init__(self, interner: native.Interner) -> None:
+        self._interner = interner
+
+    def __getitem__(self, node: int) -> tuple[int, ...]:
+        return self._interner.parents_of(node)
+
+    def __len__(self) -> int:
+        return self._interner.num_nodes()
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        return (self._interner.parents_of(s) for s in range(len(self)))
