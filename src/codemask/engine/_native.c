@@ -349,7 +349,8 @@ typedef struct {
      * its RTN state, where its parents start in `par` and how many, and its hash; `slots` is the
      * open-addressing index by (state, parents) (node id, or -1). Nodes that share their parents
      * with an older node (a tail call, a moved top) share its run of `par`. */
-    int32_t *nq, *npn, *slots;
+    int32_t *nq, *npn;
+    uint64_t *slots;
     int64_t *npo;
     uint64_t *nh;
     int32_t *par;
@@ -460,16 +461,22 @@ static uint64_t node_hash(int32_t q, const int32_t *ps, Py_ssize_t n) {
     return h ^ (h >> 33);
 }
 
+/* A slot of the node index: the low 32 bits of the node's hash (a fingerprint: a probe compares it
+ * without reading the node's record, which is a cache miss per occupied slot in a table of
+ * millions) over its id + 1; 0 is an empty slot. */
+static uint64_t slot_of(uint64_t h, Py_ssize_t id) {
+    return (h << 32) | (uint64_t)(uint32_t)(id + 1);
+}
+
 static int grow_slots(Interner *x) {
     int bits = x->slot_bits ? x->slot_bits + 1 : 12;
     size_t size = (size_t)1 << bits, mask = size - 1;
-    int32_t *slots = (int32_t *)malloc(size * sizeof(int32_t));
+    uint64_t *slots = (uint64_t *)calloc(size, sizeof(uint64_t));
     if (!slots) return PyErr_NoMemory(), -1;
-    memset(slots, 0xFF, size * sizeof(int32_t));
     for (Py_ssize_t id = 0; id < x->ncount; id++) {
         size_t i = (size_t)(x->nh[id] >> (64 - bits));
-        while (slots[i] >= 0) i = (i + 1) & mask;
-        slots[i] = (int32_t)id;
+        while (slots[i]) i = (i + 1) & mask;
+        slots[i] = slot_of(x->nh[id], id);
     }
     free(x->slots);
     x->slots = slots;
@@ -486,7 +493,9 @@ static Py_ssize_t node(Interner *x, int32_t q, const int32_t *ps, Py_ssize_t n, 
     Py_ssize_t id;
     mask = ((size_t)1 << x->slot_bits) - 1;
     i = (size_t)(h >> (64 - x->slot_bits));
-    for (int32_t found; (found = x->slots[i]) >= 0; i = (i + 1) & mask) {
+    for (uint64_t e; (e = x->slots[i]) != 0; i = (i + 1) & mask) {
+        if ((uint32_t)(e >> 32) != (uint32_t)h) continue;
+        Py_ssize_t found = (Py_ssize_t)(uint32_t)e - 1;
         if (x->nh[found] == h && x->nq[found] == q && x->npn[found] == n &&
             (!n || !memcmp(x->par + x->npo[found], ps, (size_t)n * sizeof(int32_t)))) {
             return found;
@@ -535,7 +544,7 @@ static Py_ssize_t node(Interner *x, int32_t q, const int32_t *ps, Py_ssize_t n, 
     x->nq[id] = q;
     x->npn[id] = (int32_t)n;
     x->nh[id] = h;
-    x->slots[i] = (int32_t)id;
+    x->slots[i] = slot_of(h, id);
     x->ncount++;
     if (2 * x->ncount > ((Py_ssize_t)1 << x->slot_bits) && grow_slots(x)) return -1;
     return id;
