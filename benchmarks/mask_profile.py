@@ -15,7 +15,8 @@ spent inside it in:
   alone (`native.lexer_walk`);
 - ``split``: a residual set's first lexeme from a lexer state not met with it before
   (`ResidualSets._split`);
-- ``closure``: new parser states (`ParserCore.closure`);
+- ``closure``: new parser states (`ParserCore.closure`, and `ParserCore._compute_step`, a step
+  that moves the stacks and closes them, in C with the extension);
 - ``gc``: the garbage collector's pauses (``gc.callbacks``);
 - ``other``: the rest — the recursion over residual sets and parser states in Python, cached masks.
 
@@ -104,7 +105,7 @@ def instrumented(timers: Timers) -> Iterator[None]:
     from codemask.engine import lexer_masks, native, parser
 
     targets = [(lexer_masks, "classify_lexer_state", "classify"), (lexer_masks.ResidualSets, "_split", "split"),
-               (parser.ParserCore, "closure", "closure")]
+               (parser.ParserCore, "closure", "closure"), (parser.ParserCore, "_compute_step", "closure")]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _part in targets]
     originals.append((native, "lexer_walk", native.lexer_walk))
     for owner, name, part in targets:

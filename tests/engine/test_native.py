@@ -433,3 +433,24 @@ def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> No
     lexer.end_class_of = lexer.end_class_of[:1]  # a core whose arrays do not cover its states
     with pytest.raises(ValueError, match=r"lexer\.end_class_of"):
         native.lexer_walk(lexer, pre, lid, -1, -1)
+
+
+def test_set_bits_where_in_c_sets_the_bits_numpy_sets() -> None:
+    rng = np.random.default_rng(3)
+    vocab_size = 128_256
+    token_ids = rng.choice(vocab_size, 5_000, replace=False).astype(np.int32)
+    residual_of = rng.integers(0, 700, len(token_ids)).astype(np.int64)
+    ok = rng.random(700) < 0.3
+    start = rng.integers(0, 2**32, (vocab_size + 31) // 32, dtype=np.uint64).astype(np.uint32)
+    rows = []
+    for use_native in (True, False):
+        words = start.copy()
+        with native.using(use_native):
+            native.set_bits_where(words, token_ids, residual_of, ok)
+        rows.append(words)
+    assert (rows[0] == rows[1]).all() and (rows[0] != start).any()
+    expected = np.unpackbits(start.view(np.uint8), bitorder="little").astype(bool)
+    expected[token_ids[ok[residual_of]]] = True
+    assert (np.unpackbits(rows[0].view(np.uint8), bitorder="little").astype(bool) == expected).all()
+    with pytest.raises(IndexError, match="out of range"):
+        native.set_bits_where(start.copy(), token_ids, residual_of + 700, ok)

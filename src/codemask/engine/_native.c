@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 11
+#define NATIVE_VERSION 12
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -1640,11 +1640,47 @@ static PyTypeObject LexerStepperType = {
     .tp_new = stepper_new,
 };
 
+/* set_bits_where(words, token_ids, residual_of, ok): set the bit of each token_ids[i] whose
+ * ok[residual_of[i]] is true in the uint32 row `words` (a mask's uncertain tokens whose residual
+ * the parser accepts), in one pass instead of a gather, a boolean index and numpy's unbuffered
+ * scatter (`np.bitwise_or.at`, about 20 µs a call). */
+static PyObject *set_bits_where(PyObject *self, PyObject *args) {
+    Py_buffer words, ids, of, ok;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*", &words, &ids, &of, &ok)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = ids.len / (Py_ssize_t)sizeof(int32_t), nwords = words.len / (Py_ssize_t)sizeof(uint32_t);
+    if (need(&ids, sizeof(int32_t), n, "token_ids") || need(&of, sizeof(int64_t), n, "residual_of") ||
+        need(&words, sizeof(uint32_t), nwords, "words") || need(&ok, 1, ok.len, "ok"))
+        goto done;
+    const int32_t *tid = (const int32_t *)ids.buf;
+    const int64_t *res = (const int64_t *)of.buf;
+    const uint8_t *good = (const uint8_t *)ok.buf;
+    uint32_t *out = (uint32_t *)words.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (res[i] < 0 || res[i] >= ok.len || tid[i] < 0 || tid[i] / 32 >= nwords) {
+            index_error("token or residual out of range");
+            goto done;
+        }
+        if (good[res[i]]) out[tid[i] >> 5] |= (uint32_t)1 << (tid[i] & 31);
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&words);
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&of);
+    PyBuffer_Release(&ok);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, alphabet, flags, has_stacks, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
      "owners) -> (ok_owner, ok_token, exit_owner, exit_lo, exit_hi, exit_depth, pending_node, pending_state, "
      "pending_owner), each the bytes of an int32 array"},
+    {"set_bits_where", set_bits_where, METH_VARARGS,
+     "set_bits_where(words, token_ids, residual_of, ok): words[t >> 5] |= 1 << (t & 31) for each token_ids[i] = t "
+     "with ok[residual_of[i]]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from codemask.engine import native
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.mask_cache import pack_ids, set_bits
+from codemask.engine.mask_cache import pack_ids
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
 
@@ -351,7 +351,7 @@ class LexerMaskComputer:
             resumed = core.after(pid, end_class)
             if resumed != DEAD:
                 ok = self._residuals_accepted(resumed, unc.residuals)
-                set_bits(words, unc.token_ids[ok[unc.residual_of]])
+                native.set_bits_where(words, unc.token_ids, unc.residual_of, ok)
         fallback = core.fallback_state(state)
         if fallback != DEAD:
             words |= pos.fail & self.mask(fallback)

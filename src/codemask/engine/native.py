@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 11
+EXPECTED_VERSION = 12
 
 
 def _load() -> ModuleType | None:
@@ -205,3 +205,15 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
                                                      lid, mask.tobytes())
     return (np.frombuffer(alive, dtype=bool), np.frombuffer(end_at, dtype=np.int32).astype(np.int64),
             np.frombuffer(end_class, dtype=np.int32).astype(np.int64))
+
+
+def set_bits_where(words: np.ndarray, token_ids: np.ndarray, residual_of: np.ndarray, ok: np.ndarray) -> None:
+    """Set the bits of the tokens ``token_ids[i]`` (int32) whose residual ``ok[residual_of[i]]`` is
+    accepted in the uint32 bitmask row ``words``, in place (numpy without the extension)."""
+    if _enabled:
+        assert _MODULE is not None
+        _MODULE.set_bits_where(words, token_ids, residual_of, ok)
+        return
+    ids = token_ids[ok[residual_of]].astype(np.uint32)
+    if len(ids):
+        np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), ids & np.uint32(31)))

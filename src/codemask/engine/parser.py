@@ -4,7 +4,9 @@ A *stack node* is an RTN state on top of a set of parent nodes (a graph-structur
 GLR parsing; the set is a sorted tuple of ids, so its order is fixed), interned to an integer id,
 so equal stacks are one object and sharing is free. With the C extension the nodes are kept in C
 only (``node_state`` and ``node_parents`` read them): a long session makes millions of them, and
-as Python lists they were most of the garbage collector's work. A *parser state* is the set of nodes a non-deterministic parse can be in after closure (calls
+as Python lists they were most of the garbage collector's work.
+
+A *parser state* is the set of nodes a non-deterministic parse can be in after closure (calls
 pushed, finished rules popped), reduced to the nodes that wait on a byte, with nodes of the same
 RTN state merged into one node whose parents are the union of theirs: an ambiguous grammar then
 costs a few more parents, not exponentially many stacks. Plus one flag: whether a stack reached
