@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from codemask import Grammar, GrammarMatcher
+from codemask.engine import native
 from codemask.engine.lexer import LexParserCore
 from codemask.engine.lexer_masks import LexerMaskComputer
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
@@ -108,6 +109,30 @@ def test_masks_equal_the_byte_walk_where_lexemes_leave_the_parser_state_unchange
     in_place = [key for residuals in masks.residual_sets._sets.values() for key in residuals.splits
                 if isinstance(key, tuple)]
     assert len(in_place) > 10
+
+
+@pytest.mark.skipif(not native.available(), reason="compares the C recursion with the Python one")
+def test_the_c_residual_recursion_gives_the_python_recursions_masks() -> None:
+    """`native.ResidualWalker` against `LexerMaskComputer._residuals_accepted` at every step of
+    real Python and of a file of unary runs (lexemes followed in place): the same masks, also
+    with results kept for a few dozen (parser state, set) pairs, so that the two generations turn
+    over many times."""
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    core = compiled.core
+    assert isinstance(core, LexParserCore)
+    vocab = vocabulary("smollm2")
+    small = LexerMaskComputer(core, vocab, capacity=4)  # 32 results a generation
+    assert small._walk_residuals() is not small._residuals_accepted
+    for source in (SOURCES["python"], UNARY_RUNS):
+        matcher = GrammarMatcher(compiled)
+        for token in encode("smollm2", source)[:150]:
+            state = matcher._history[-1]
+            in_c = small._compute(state)
+            with native.using(False):
+                assert small._walk_residuals() == small._residuals_accepted
+                in_python = small._compute(state)
+            assert (in_c == in_python).all()
+            assert matcher.accept_token(token)
 
 
 def test_suffix_ids_number_equal_bytes_equally() -> None:

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 12
+#define NATIVE_VERSION 13
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -1640,6 +1640,373 @@ static PyTypeObject LexerStepperType = {
     .tp_new = stepper_new,
 };
 
+/* ---------------------------------------------------------------------------------------------
+ * Which residuals of a set a parser state accepts (`LexerMaskComputer._residuals_accepted`).
+ *
+ * A `ResidualWalker` runs the recursion over residual sets and parser states in C: the split of a
+ * set at a fresh lexer state (`ResidualSets.split`), the parser state after each lexeme that
+ * ends in it (`LexParserCore.after`) and a state's fresh lexer state (`LexParserCore.fresh`) come
+ * from Python callables, each memoised here (after and fresh are functions of their arguments for
+ * the life of the core; first splits per set and lexer state), and the results per (parser state,
+ * set) are kept in two generations of dicts (the young one handed over to the old when it holds
+ * `limit` entries). A new Python context makes about fifty such calls, nearly all new; in Python
+ * each cost its frame, a few dict lookups, a list and numpy's fancy indexing.
+ * ------------------------------------------------------------------------------------------- */
+
+/* uint64 keys to int32 values, open addressing, no deletions. */
+typedef struct {
+    uint64_t *keys; /* key + 1; 0: empty */
+    int32_t *values;
+    int bits;
+    Py_ssize_t used;
+} U64Map;
+
+static int u64_init(U64Map *m, int bits) {
+    m->keys = (uint64_t *)calloc((size_t)1 << bits, sizeof(uint64_t));
+    m->values = (int32_t *)malloc(((size_t)1 << bits) * sizeof(int32_t));
+    m->bits = bits;
+    m->used = 0;
+    if (!m->keys || !m->values) {
+        free(m->keys);
+        free(m->values);
+        m->keys = NULL;
+        m->values = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static size_t u64_slot(const U64Map *m, uint64_t key) {
+    size_t mask = ((size_t)1 << m->bits) - 1;
+    size_t i = (size_t)(((key + 1) * 0x9E3779B97F4A7C15ull) >> (64 - m->bits));
+    while (m->keys[i] && m->keys[i] != key + 1) i = (i + 1) & mask;
+    return i;
+}
+
+/* The value stored for `key`, or UNKNOWN. */
+static int32_t u64_get(const U64Map *m, uint64_t key) {
+    size_t i = u64_slot(m, key);
+    return m->keys[i] ? m->values[i] : UNKNOWN;
+}
+
+static int u64_put(U64Map *m, uint64_t key, int32_t value) {
+    if (2 * (m->used + 1) > ((Py_ssize_t)1 << m->bits)) {
+        U64Map bigger;
+        if (u64_init(&bigger, m->bits + 1)) return -1;
+        for (size_t i = 0; i < ((size_t)1 << m->bits); i++) {
+            if (!m->keys[i]) continue;
+            size_t j = u64_slot(&bigger, m->keys[i] - 1);
+            bigger.keys[j] = m->keys[i];
+            bigger.values[j] = m->values[i];
+            bigger.used++;
+        }
+        free(m->keys);
+        free(m->values);
+        *m = bigger;
+    }
+    size_t i = u64_slot(m, key);
+    if (!m->keys[i]) m->used++;
+    m->keys[i] = key + 1;
+    m->values[i] = value;
+    return 0;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fresh, *after, *split; /* fresh(pid) -> lexer state; after(pid, end class) -> pid; split(set, lid, loops) */
+    PyObject *young, *old;           /* dicts: pid << 32 | set index -> bytearray of accepted flags */
+    PyObject *no_loops;              /* frozenset() */
+    PyObject *s_index, *s_children, *s_accepted;
+    Py_ssize_t limit;
+    U64Map afters, lids, splits; /* (pid, end class) -> pid; pid -> lid; (set, lid) -> position in `split_list` */
+    PyObject *split_list;        /* the first splits met, kept alive */
+} ResidualWalker;
+
+static void rw_dealloc(ResidualWalker *w) {
+    Py_XDECREF(w->fresh);
+    Py_XDECREF(w->after);
+    Py_XDECREF(w->split);
+    Py_XDECREF(w->young);
+    Py_XDECREF(w->old);
+    Py_XDECREF(w->no_loops);
+    Py_XDECREF(w->s_index);
+    Py_XDECREF(w->s_children);
+    Py_XDECREF(w->s_accepted);
+    Py_XDECREF(w->split_list);
+    free(w->afters.keys);
+    free(w->afters.values);
+    free(w->lids.keys);
+    free(w->lids.values);
+    free(w->splits.keys);
+    free(w->splits.values);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyObject *rw_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"fresh", "after", "split", "limit", NULL};
+    ResidualWalker *w = (ResidualWalker *)type->tp_alloc(type, 0);
+    if (!w) return NULL;
+    PyObject *fresh, *after, *split;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOn", names, &fresh, &after, &split, &w->limit)) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    Py_INCREF(fresh);
+    Py_INCREF(after);
+    Py_INCREF(split);
+    w->fresh = fresh;
+    w->after = after;
+    w->split = split;
+    if (!(w->young = PyDict_New()) || !(w->old = PyDict_New()) || !(w->no_loops = PyFrozenSet_New(NULL)) ||
+        !(w->s_index = PyUnicode_InternFromString("index")) ||
+        !(w->s_children = PyUnicode_InternFromString("children")) ||
+        !(w->s_accepted = PyUnicode_InternFromString("accepted")) || !(w->split_list = PyList_New(0)) ||
+        u64_init(&w->afters, 12) || u64_init(&w->lids, 12) || u64_init(&w->splits, 12)) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    return (PyObject *)w;
+}
+
+/* An int returned by a callable (a parser or lexer state), or FAILED. */
+static int32_t state_result(PyObject *result) {
+    if (!result) return FAILED;
+    long value = PyLong_AsLong(result);
+    Py_DECREF(result);
+    if (value == -1 && PyErr_Occurred()) return FAILED;
+    if (value < DEAD || value > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "state out of range");
+        return FAILED;
+    }
+    return (int32_t)value;
+}
+
+static int32_t rw_after(ResidualWalker *w, int32_t pid, int32_t end_class) {
+    uint64_t key = (uint64_t)(uint32_t)pid << 32 | (uint32_t)end_class;
+    int32_t found = u64_get(&w->afters, key);
+    if (found != UNKNOWN) return found;
+    found = state_result(PyObject_CallFunction(w->after, "ii", pid, end_class));
+    if (found == FAILED || u64_put(&w->afters, key, found)) return FAILED;
+    return found;
+}
+
+static int32_t rw_fresh(ResidualWalker *w, int32_t pid) {
+    int32_t found = u64_get(&w->lids, (uint64_t)(uint32_t)pid);
+    if (found != UNKNOWN) return found;
+    found = state_result(PyObject_CallFunction(w->fresh, "i", pid));
+    if (found == FAILED || u64_put(&w->lids, (uint64_t)(uint32_t)pid, found)) return FAILED;
+    return found;
+}
+
+/* A Python int attribute of `obj` (a set's index, a child's end class) as int32, or FAILED. */
+static int32_t int_attr(PyObject *obj, PyObject *name) {
+    return state_result(PyObject_GetAttr(obj, name));
+}
+
+/* The first split of `set` (index `index`) at lexer state `lid`, without loops (borrowed). */
+static PyObject *rw_first_split(ResidualWalker *w, PyObject *set, int32_t index, int32_t lid) {
+    uint64_t key = (uint64_t)(uint32_t)index << 32 | (uint32_t)lid;
+    int32_t at = u64_get(&w->splits, key);
+    if (at != UNKNOWN) return PyList_GET_ITEM(w->split_list, at);
+    PyObject *lid_obj = PyLong_FromLong(lid);
+    PyObject *split = lid_obj ? PyObject_CallFunctionObjArgs(w->split, set, lid_obj, w->no_loops, NULL) : NULL;
+    Py_XDECREF(lid_obj);
+    if (!split) return NULL;
+    Py_ssize_t position = PyList_GET_SIZE(w->split_list);
+    int failed = PyList_Append(w->split_list, split) || u64_put(&w->splits, key, (int32_t)position);
+    Py_DECREF(split);
+    return failed ? NULL : PyList_GET_ITEM(w->split_list, position);
+}
+
+/* The split of `set` at parser state `pid` with the lexemes that leave `pid` as it was followed in
+ * place (`LexerMaskComputer._split_in_place`), as a new reference, and the parser state after each
+ * child's lexeme in `resumed` (which it allocates; the caller frees it). */
+static PyObject *rw_split(ResidualWalker *w, int32_t pid, PyObject *set, int32_t index, int32_t **resumed) {
+    int32_t lid = rw_fresh(w, pid);
+    if (lid == FAILED) return NULL;
+    PyObject *split = rw_first_split(w, set, index, lid), *loops = NULL;
+    if (!split) return NULL;
+    Py_INCREF(split);
+    *resumed = NULL;
+    for (;;) {
+        PyObject *children = PyObject_GetAttr(split, w->s_children);
+        if (!children) goto failed;
+        if (!PyList_Check(children)) {
+            Py_DECREF(children);
+            PyErr_SetString(PyExc_TypeError, "a split's children must be a list");
+            goto failed;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(children);
+        free(*resumed);
+        *resumed = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+        PyObject *more = *resumed ? PyList_New(0) : PyErr_NoMemory();
+        for (Py_ssize_t i = 0; more && i < n; i++) {
+            PyObject *child = PyList_GET_ITEM(children, i);
+            int32_t end_class = PyTuple_Check(child) && PyTuple_GET_SIZE(child) == 4 ?
+                state_result((Py_INCREF(PyTuple_GET_ITEM(child, 0)), PyTuple_GET_ITEM(child, 0))) : FAILED;
+            if (end_class == FAILED && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a child must be a 4-tuple");
+            int32_t nxt = end_class == FAILED ? FAILED : rw_after(w, pid, end_class);
+            if (nxt == FAILED || (nxt == pid && PyList_Append(more, PyTuple_GET_ITEM(child, 0)))) {
+                Py_CLEAR(more);
+                break;
+            }
+            (*resumed)[i] = nxt;
+        }
+        Py_DECREF(children);
+        if (!more) goto failed;
+        if (!PyList_GET_SIZE(more)) {
+            Py_DECREF(more);
+            Py_XDECREF(loops);
+            return split;
+        }
+        /* loops |= more, and the split again with them */
+        PyObject *all = PySet_New(more), *updated = NULL;
+        Py_DECREF(more);
+        if (all && loops) {
+            updated = PyObject_CallMethod(all, "update", "O", loops);
+            if (!updated) Py_CLEAR(all);
+            Py_XDECREF(updated);
+        }
+        PyObject *grown = all ? PyFrozenSet_New(all) : NULL;
+        Py_XDECREF(all);
+        if (!grown) goto failed;
+        Py_XDECREF(loops);
+        loops = grown;
+        PyObject *lid_obj = PyLong_FromLong(lid);
+        PyObject *again = lid_obj ? PyObject_CallFunctionObjArgs(w->split, set, lid_obj, loops, NULL) : NULL;
+        Py_XDECREF(lid_obj);
+        if (!again) goto failed;
+        Py_DECREF(split);
+        split = again;
+    }
+failed:
+    Py_DECREF(split);
+    Py_XDECREF(loops);
+    free(*resumed);
+    *resumed = NULL;
+    return NULL;
+}
+
+/* A contiguous buffer of `obj` holding items of `itemsize` bytes. */
+static int items_of(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS)) return -1;
+    if (view->len % itemsize) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: not an array of %zd-byte items", name, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+/* ok[members[j]] |= sub[tail_of[j]] over one child's members. */
+static int rw_merge(char *ok, Py_ssize_t count, PyObject *child, PyObject *sub) {
+    Py_buffer members, tail_of, accepted;
+    if (items_of(PyTuple_GET_ITEM(child, 1), &members, sizeof(int64_t), "members")) return -1;
+    if (items_of(PyTuple_GET_ITEM(child, 3), &tail_of, sizeof(int64_t), "tail_of")) {
+        PyBuffer_Release(&members);
+        return -1;
+    }
+    if (items_of(sub, &accepted, 1, "accepted")) {
+        PyBuffer_Release(&members);
+        PyBuffer_Release(&tail_of);
+        return -1;
+    }
+    int status = 0;
+    Py_ssize_t n = members.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *m = (const int64_t *)members.buf, *t = (const int64_t *)tail_of.buf;
+    const char *a = (const char *)accepted.buf;
+    if (tail_of.len != members.len) status = bad("members and tail_of differ in length");
+    for (Py_ssize_t j = 0; !status && j < n; j++) {
+        if (m[j] < 0 || m[j] >= count || t[j] < 0 || t[j] >= accepted.len) {
+            status = index_error("residual member out of range");
+        } else if (a[t[j]]) {
+            ok[m[j]] = 1;
+        }
+    }
+    PyBuffer_Release(&members);
+    PyBuffer_Release(&tail_of);
+    PyBuffer_Release(&accepted);
+    return status;
+}
+
+/* Which residuals of `set` parser state `pid` accepts: a bytearray of 0/1 per member (new reference). */
+static PyObject *rw_accepted(ResidualWalker *w, int32_t pid, PyObject *set) {
+    int32_t index = int_attr(set, w->s_index);
+    if (index == FAILED) return NULL;
+    if (index < 0) return PyErr_Format(PyExc_ValueError, "residual set without an index"), NULL;
+    PyObject *key = PyLong_FromUnsignedLongLong((uint64_t)(uint32_t)pid << 32 | (uint32_t)index);
+    if (!key) return NULL;
+    PyObject *found = PyDict_GetItemWithError(w->young, key);
+    if (!found && !PyErr_Occurred() && (found = PyDict_GetItemWithError(w->old, key)) &&
+        PyDict_SetItem(w->young, key, found))
+        found = NULL;
+    if (found || PyErr_Occurred()) {
+        Py_XINCREF(found);
+        Py_DECREF(key);
+        return found;
+    }
+    int32_t *resumed = NULL;
+    PyObject *ok = NULL, *children = NULL, *accepted = NULL;
+    PyObject *split = rw_split(w, pid, set, index, &resumed);
+    if (!split || !(children = PyObject_GetAttr(split, w->s_children)) ||
+        !(accepted = PyObject_GetAttr(split, w->s_accepted)))
+        goto done;
+    Py_buffer view;
+    if (items_of(accepted, &view, 1, "accepted")) goto done;
+    ok = PyByteArray_FromStringAndSize((const char *)view.buf, view.len);
+    Py_ssize_t count = view.len;
+    PyBuffer_Release(&view);
+    for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(children); i++) {
+        if (resumed[i] == DEAD) continue;
+        PyObject *child = PyList_GET_ITEM(children, i);
+        PyObject *sub = rw_accepted(w, resumed[i], PyTuple_GET_ITEM(child, 2));
+        if (!sub || rw_merge(PyByteArray_AS_STRING(ok), count, child, sub)) Py_CLEAR(ok);
+        Py_XDECREF(sub);
+    }
+    if (ok && PyDict_SetItem(w->young, key, ok)) Py_CLEAR(ok);
+    if (ok && PyDict_GET_SIZE(w->young) >= w->limit) { /* the young generation grows old */
+        PyObject *fresh = PyDict_New();
+        if (!fresh) {
+            Py_CLEAR(ok);
+        } else {
+            Py_SETREF(w->old, w->young);
+            w->young = fresh;
+        }
+    }
+done:
+    free(resumed);
+    Py_XDECREF(split);
+    Py_XDECREF(children);
+    Py_XDECREF(accepted);
+    Py_DECREF(key);
+    return ok;
+}
+
+static PyObject *rw_call(ResidualWalker *w, PyObject *args) {
+    int pid;
+    PyObject *set;
+    if (!PyArg_ParseTuple(args, "iO", &pid, &set)) return NULL;
+    if (pid < 0) return index_error("parser state out of range"), NULL;
+    return rw_accepted(w, pid, set);
+}
+
+static PyMethodDef rw_methods[] = {
+    {"accepted", (PyCFunction)rw_call, METH_VARARGS,
+     "accepted(pid, residuals) -> bytearray: per member of the set, 1 if parser state pid accepts it"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ResidualWalkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "codemask.engine._native.ResidualWalker",
+    .tp_basicsize = sizeof(ResidualWalker),
+    .tp_dealloc = (destructor)rw_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ResidualWalker(fresh, after, split, limit): LexerMaskComputer._residuals_accepted in C",
+    .tp_methods = rw_methods,
+    .tp_new = rw_new,
+};
+
 /* set_bits_where(words, token_ids, residual_of, ok): set the bit of each token_ids[i] whose
  * ok[residual_of[i]] is true in the uint32 row `words` (a mask's uncertain tokens whose residual
  * the parser accepts), in one pass instead of a gather, a boolean index and numpy's unbuffered
@@ -1689,12 +2056,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
                                     methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&InternerType) || PyType_Ready(&LexerStepperType)) return NULL;
+    if (PyType_Ready(&InternerType) || PyType_Ready(&LexerStepperType) || PyType_Ready(&ResidualWalkerType))
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) ||
         PyModule_AddObjectRef(m, "Interner", (PyObject *)&InternerType) ||
-        PyModule_AddObjectRef(m, "LexerStepper", (PyObject *)&LexerStepperType)) {
+        PyModule_AddObjectRef(m, "LexerStepper", (PyObject *)&LexerStepperType) ||
+        PyModule_AddObjectRef(m, "ResidualWalker", (PyObject *)&ResidualWalkerType)) {
         Py_DECREF(m);
         return NULL;
     }

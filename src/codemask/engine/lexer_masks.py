@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,6 +68,7 @@ class Residuals:
     starts: np.ndarray  # int64 [R]: where it starts in that row
     lengths: np.ndarray  # int64 [R]
     member_of_key: np.ndarray  # int64 [R]: the member holding the k-th smallest suffix number
+    index: int  # the order it was interned in (`ResidualSets`), its key in the C recursion's results
     # by fresh lexer state, and the end classes followed in place (`ResidualSets.split`)
     splits: dict[int | tuple[int, frozenset[int]], ResidualSplit] = field(default_factory=dict)
 
@@ -107,7 +109,7 @@ class ResidualSets:
             member_of_key[order] = np.arange(len(order))
             rows, starts = rows[order], starts[order]
             found = self._sets[key] = Residuals(rows, starts, self.trie.lengths[rows].astype(np.int64) - starts,
-                                                member_of_key)
+                                                member_of_key, len(self._sets))
         return found, found.member_of_key[group]
 
     def _distinct(self, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -309,6 +311,7 @@ class LexerMaskComputer:
         self._trie: TokenTrie | None = None
         self._residual_sets: ResidualSets | None = None
         self._accepted: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._walker: native.ResidualWalker | None = None
 
     @property
     def trie(self) -> TokenTrie:
@@ -347,10 +350,11 @@ class LexerMaskComputer:
         pid, lid = core.configs(state)[0]
         pos = self.position(lid)
         words = pos.accepted.copy()
+        accepted = self._walk_residuals()
         for end_class, unc in pos.uncertain.items():
             resumed = core.after(pid, end_class)
             if resumed != DEAD:
-                ok = self._residuals_accepted(resumed, unc.residuals)
+                ok = accepted(resumed, unc.residuals)
                 native.set_bits_where(words, unc.token_ids, unc.residual_of, ok)
         fallback = core.fallback_state(state)
         if fallback != DEAD:
@@ -358,6 +362,18 @@ class LexerMaskComputer:
         if core.can_end(state):
             words |= self.stop_words
         return words
+
+    def _walk_residuals(self) -> Callable[[int, Residuals], np.ndarray | bytearray]:
+        """The residual recursion: in C (`native.ResidualWalker`, made at the first use) or
+        `_residuals_accepted`. Both give the same flags; each keeps its own results."""
+        if not native.enabled():
+            return self._residuals_accepted
+        if self._walker is None:
+            core = self.core
+            self._walker = native.residual_walker(fresh=lambda pid: core.fresh(pid)[1], after=core.after,
+                                                  split=self.residual_sets.split, limit=8 * self._capacity)
+            assert self._walker is not None
+        return self._walker.accepted
 
     def _split_in_place(self, pid: int, residuals: Residuals) -> tuple[ResidualSplit, list[int]]:
         """The split of ``residuals`` at parser state ``pid`` with every lexeme that leaves the

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 12
+EXPECTED_VERSION = 13
 
 
 def _load() -> ModuleType | None:
@@ -217,3 +217,21 @@ def set_bits_where(words: np.ndarray, token_ids: np.ndarray, residual_of: np.nda
     ids = token_ids[ok[residual_of]].astype(np.uint32)
     if len(ids):
         np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), ids & np.uint32(31)))
+
+
+class ResidualWalker(Protocol):
+    """`_native.ResidualWalker`: `LexerMaskComputer._residuals_accepted` in C."""
+
+    def accepted(self, pid: int, residuals: Any) -> bytearray: ...
+
+
+def residual_walker(*, fresh: Callable[[int], int], after: Callable[[int, int], int],
+                    split: Callable[[Any, int, frozenset[int]], Any], limit: int) -> ResidualWalker | None:
+    """The residual recursion in C over the callables ``fresh(pid) -> lexer state``,
+    ``after(pid, end class) -> pid`` (both memoised in C: they must be functions of their
+    arguments) and ``split(residuals, lid, loops) -> ResidualSplit``; results per (parser state,
+    set) in two generations of ``limit`` entries (None without the extension)."""
+    if _MODULE is None:
+        return None
+    found: ResidualWalker = _MODULE.ResidualWalker(fresh, after, split, limit)
+    return found
