@@ -207,14 +207,16 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
             np.frombuffer(end_class, dtype=np.int32).astype(np.int64))
 
 
-def set_bits_where(words: np.ndarray, token_ids: np.ndarray, residual_of: np.ndarray, ok: np.ndarray) -> None:
+def set_bits_where(words: np.ndarray, token_ids: np.ndarray, residual_of: np.ndarray,
+                   ok: np.ndarray | bytearray) -> None:
     """Set the bits of the tokens ``token_ids[i]`` (int32) whose residual ``ok[residual_of[i]]`` is
-    accepted in the uint32 bitmask row ``words``, in place (numpy without the extension)."""
+    accepted (bools, or the C recursion's 0/1 bytes) in the uint32 bitmask row ``words``, in place
+    (numpy without the extension)."""
     if _enabled:
         assert _MODULE is not None
         _MODULE.set_bits_where(words, token_ids, residual_of, ok)
         return
-    ids = token_ids[ok[residual_of]].astype(np.uint32)
+    ids = token_ids[np.asarray(ok, dtype=bool)[residual_of]].astype(np.uint32)
     if len(ids):
         np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), ids & np.uint32(31)))
 
