@@ -118,13 +118,13 @@ def test_bad_arguments_raise_instead_of_reading_out_of_bounds() -> None:
                      flat.token, flat.child_lo, flat.child_hi, flat.depth, one, one, one)
 
 
-def drive(rtn: RTN, use_native: bool | None, limit: int, *, lists: bool = False) -> ParserCore:
+def drive(rtn: RTN, use_native: bool | None, limit: int, *, lists: bool = False, lazy: bool = False) -> ParserCore:
     """A fresh core put through a fixed sequence of operations: every reachable state's row filled
     breadth first (up to ``limit`` states), frame and exit states, vectorised and single steps, and
     closures of random nodes. ``use_native`` None alternates between C and Python from operation
     to operation (both read and intern the nodes in the C record, so mixing must change nothing);
     ``lists``: the core is made without the C interner, its nodes in Python lists, as where the
-    extension was not built."""
+    extension was not built; ``lazy``: a core that leaves calls unexpanded (lexer mode)."""
     turns = iter(range(10**9))
 
     def native_now() -> bool:
@@ -132,7 +132,7 @@ def drive(rtn: RTN, use_native: bool | None, limit: int, *, lists: bool = False)
 
     with native.using(native_now()), mock.patch.object(native, "interner", return_value=None) if lists \
             else contextlib.nullcontext():
-        core = ParserCore(rtn)
+        core = ParserCore(rtn, lazy=lazy)
     assert (core._native is None) == lists
     frontier, i = [core.initial], 0
     while i < len(frontier) and len(frontier) < limit:
@@ -169,20 +169,22 @@ def assert_same_core(a: ParserCore, b: ParserCore) -> None:
     assert (a.flags[:n] == b.flags[:n]).all() and (a.has_stacks[:n] == b.has_stacks[:n]).all()
 
 
-@pytest.mark.parametrize(("source", "limit"), [
-    ("json", 3000),
-    ("python_function", 3000),
-    ("Github_medium---o10297.json", 3000),
-    ("Kubernetes---kb_474_Normalized.json", 3000),
-    ("sql", 1500),  # lexer mode: the parser's symbols are terminals
+@pytest.mark.parametrize(("source", "limit", "lazy"), [
+    ("json", 3000, False),
+    ("python_function", 3000, False),
+    ("Github_medium---o10297.json", 3000, False),
+    ("Kubernetes---kb_474_Normalized.json", 3000, False),
+    ("sql", 1500, False),  # lexer mode: the parser's symbols are terminals
+    ("sql", 1500, True),  # ... and the calls left unexpanded, as lexer mode does
+    ("python", 1500, True),
 ])
-def test_c_closures_intern_the_same_nodes_and_states_as_python(source: str, limit: int) -> None:
+def test_c_closures_intern_the_same_nodes_and_states_as_python(source: str, limit: int, lazy: bool) -> None:
     rtn = compiler("llama3").compile(grammar_of(source)).artifacts.rtn
-    python = drive(rtn, False, limit, lists=True)
+    python = drive(rtn, False, limit, lists=True, lazy=lazy)
     assert python.num_states >= 1000
-    assert_same_core(drive(rtn, True, limit), python)
-    assert_same_core(drive(rtn, False, limit), python)
-    assert_same_core(drive(rtn, None, limit), python)
+    assert_same_core(drive(rtn, True, limit, lazy=lazy), python)
+    assert_same_core(drive(rtn, False, limit, lazy=lazy), python)
+    assert_same_core(drive(rtn, None, limit, lazy=lazy), python)
 
 
 def test_a_too_ambiguous_closure_raises_in_c_as_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,15 +214,21 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     from codemask.engine import _native  # type: ignore[attr-defined]
 
     rtn = core.rtn
+    states, words = len(rtn.accepting), (rtn.trans.shape[1] + 63) // 64
+    lazy = (True, np.zeros(states, np.uint8), np.zeros(states, np.uint8), np.zeros((states, words), np.uint64))
     with pytest.raises(ValueError, match="accepting"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting[:-1], np.zeros(1, np.int32),
-                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, 10)
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, 10, *lazy)
+    with pytest.raises(ValueError, match="first"):
+        _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(states + 1, np.int32),
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, 10,
+                         *lazy[:3], np.zeros((states, words + 1), np.uint64))
     calls = np.zeros(len(rtn.accepting) + 1, np.int32)
     calls[1:] = 1
     with pytest.raises(ValueError, match="out of range"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, calls,
                          np.array([len(rtn.accepting)], np.int32), np.zeros(1, np.int32), np.zeros(1, np.uint8),
-                         [], [], {}, 10)
+                         [], [], {}, 10, *lazy)
     with pytest.raises(IndexError, match="parser state out of range"):
         core._native.step(core, core.num_states, 0)
     with pytest.raises(IndexError, match="symbol out of range"):

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 13
+#define NATIVE_VERSION 14
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -314,6 +314,71 @@ static int map_put(IntMap *m, int32_t key, int32_t value) {
     return 0;
 }
 
+/* uint64 keys to int32 values, open addressing, no deletions. */
+typedef struct {
+    uint64_t *keys; /* key + 1; 0: empty */
+    int32_t *values;
+    int bits;
+    Py_ssize_t used;
+} U64Map;
+
+static int u64_init(U64Map *m, int bits) {
+    m->keys = (uint64_t *)calloc((size_t)1 << bits, sizeof(uint64_t));
+    m->values = (int32_t *)malloc(((size_t)1 << bits) * sizeof(int32_t));
+    m->bits = bits;
+    m->used = 0;
+    if (!m->keys || !m->values) {
+        free(m->keys);
+        free(m->values);
+        m->keys = NULL;
+        m->values = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static size_t u64_slot(const U64Map *m, uint64_t key) {
+    size_t mask = ((size_t)1 << m->bits) - 1;
+    size_t i = (size_t)(((key + 1) * 0x9E3779B97F4A7C15ull) >> (64 - m->bits));
+    while (m->keys[i] && m->keys[i] != key + 1) i = (i + 1) & mask;
+    return i;
+}
+
+/* The value stored for `key`, or UNKNOWN. */
+static int32_t u64_get(const U64Map *m, uint64_t key) {
+    size_t i = u64_slot(m, key);
+    return m->keys[i] ? m->values[i] : UNKNOWN;
+}
+
+/* Empty the map (its table keeps its size). */
+static void u64_clear(U64Map *m) {
+    if (m->used) memset(m->keys, 0, ((size_t)1 << m->bits) * sizeof(uint64_t));
+    m->used = 0;
+}
+
+static int u64_put(U64Map *m, uint64_t key, int32_t value) {
+    if (2 * (m->used + 1) > ((Py_ssize_t)1 << m->bits)) {
+        U64Map bigger;
+        if (u64_init(&bigger, m->bits + 1)) return -1;
+        for (size_t i = 0; i < ((size_t)1 << m->bits); i++) {
+            if (!m->keys[i]) continue;
+            size_t j = u64_slot(&bigger, m->keys[i] - 1);
+            bigger.keys[j] = m->keys[i];
+            bigger.values[j] = m->values[i];
+            bigger.used++;
+        }
+        free(m->keys);
+        free(m->values);
+        *m = bigger;
+    }
+    size_t i = u64_slot(m, key);
+    if (!m->keys[i]) m->used++;
+    m->keys[i] = key + 1;
+    m->values[i] = value;
+    return 0;
+}
+
 /* An RTN state some nodes of a closure wait on: the first such node, and (from the second node on)
  * all their parents, sorted and made unique when the merged node is interned. */
 typedef struct {
@@ -325,6 +390,7 @@ typedef struct {
 /* Scratch memory of closures and rows, reused from call to call. */
 typedef struct {
     IntMap seen, scan;
+    U64Map visited; /* a lazy step's (state, parents) pairs (`ParserCore._descend`) */
     IntBuf todo, ids, moved;
     Scan *entries;
     Py_ssize_t entry_count, entry_cap, entry_ready; /* the first `entry_ready` own their buffers */
@@ -358,12 +424,21 @@ typedef struct {
     int slot_bits;
     Py_ssize_t max_stacks;
     Ctx *spare;
+    /* a lazy core (`ParserCore(lazy=True)`): calls are not expanded by closures. Per RTN state:
+     * whether a node there waits on input (`_first_bits` not empty), whether its frame may end
+     * without a symbol, and its first symbols (`first_words` uint64 words each) */
+    int lazy;
+    uint8_t *waits, *nullable;
+    uint64_t *first;
+    Py_ssize_t first_words;
 } Interner;
 
 static void ctx_free(Ctx *c) {
     if (!c) return;
     map_free(&c->seen);
     map_free(&c->scan);
+    free(c->visited.keys);
+    free(c->visited.values);
     free(c->todo.data);
     free(c->ids.data);
     free(c->moved.data);
@@ -382,7 +457,7 @@ static void ctx_free(Ctx *c) {
 static Ctx *ctx_new(Py_ssize_t alphabet) {
     Ctx *c = (Ctx *)calloc(1, sizeof(Ctx));
     if (!c) return (Ctx *)PyErr_NoMemory();
-    if (map_init(&c->seen, 6) || map_init(&c->scan, 4)) {
+    if (map_init(&c->seen, 6) || map_init(&c->scan, 4) || u64_init(&c->visited, 6)) {
         ctx_free(c);
         return NULL;
     }
@@ -707,6 +782,73 @@ static int expand(Interner *x, Ctx *c, int32_t s, int32_t q, int *flag) {
     return 0;
 }
 
+/* Push the parents of node `s` (at a state where its frame may end), or set the flag for a bottom. */
+static int pop_to_parents(Interner *x, Ctx *c, int32_t s, int *flag) {
+    for (int32_t i = 0; i < x->npn[s]; i++) {
+        int32_t parent = x->par[x->npo[s] + i];
+        if (parent < 0) {
+            *flag = 1;
+        } else if (buf_push(&c->todo, parent)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* `expand` of a lazy core (`ParserCore._lazy_closure`): only calls of rules that may match nothing
+ * are stepped over (to the state after them, or the frame's end for a tail call). */
+static int expand_lazy(Interner *x, Ctx *c, int32_t s, int32_t q, int *flag) {
+    int ends = x->accepting[q];
+    for (int32_t k = x->call_lo[q]; k < x->call_lo[q + 1]; k++) {
+        if (!x->nullable[x->callee[k]]) continue;
+        if (x->tail[k]) {
+            ends = 1;
+            continue;
+        }
+        Py_ssize_t frame = node(x, x->ret[k], x->par + x->npo[s], x->npn[s], s);
+        if (frame < 0 || buf_push(&c->todo, (int32_t)frame)) return -1;
+    }
+    return ends ? pop_to_parents(x, c, s, flag) : 0;
+}
+
+static int takes(const Interner *x, int32_t q, Py_ssize_t symbol) {
+    return (int)(x->first[(Py_ssize_t)q * x->first_words + (symbol >> 6)] >> (symbol & 63) & 1);
+}
+
+/* `ParserCore._descend`: the nodes `symbol` moves from state `q` and from what its calls predict,
+ * appended to `c->moved`. The parents are node `owner`'s (owner >= 0) or the one frame `single`;
+ * `base` names them for the visited pairs. */
+static int descend(Interner *x, Ctx *c, int32_t q, int32_t owner, int32_t single, int32_t base, Py_ssize_t symbol,
+                   int top) {
+    uint64_t key = (uint64_t)(uint32_t)q << 32 | (uint32_t)base;
+    if (u64_get(&c->visited, key) != UNKNOWN) return 0;
+    if (u64_put(&c->visited, key, 0)) return -1;
+    if (c->visited.used > x->max_stacks) return grammar_too_ambiguous(x->max_stacks);
+    const int32_t *trans = (const int32_t *)x->trans.buf;
+#define PARENTS (owner >= 0 ? x->par + x->npo[owner] : &single), (owner >= 0 ? x->npn[owner] : 1), (owner >= 0 ? owner : -1)
+    int32_t target = trans[(Py_ssize_t)q * x->alphabet + symbol];
+    if (target >= 0) {
+        Py_ssize_t moved = node(x, target, PARENTS);
+        if (moved < 0 || buf_push(&c->moved, (int32_t)moved)) return -1;
+    }
+    for (int32_t k = x->call_lo[q]; k < x->call_lo[q + 1]; k++) {
+        int32_t callee = x->callee[k], ret = x->ret[k];
+        if (takes(x, callee, symbol)) {
+            if (x->tail[k]) {
+                if (descend(x, c, callee, owner, single, base, symbol, 0)) return -1;
+            } else {
+                Py_ssize_t frame = node(x, ret, PARENTS);
+                if (frame < 0 || descend(x, c, callee, -1, (int32_t)frame, (int32_t)frame, symbol, 0)) return -1;
+            }
+        }
+        if (!top && !x->tail[k] && x->nullable[callee] && takes(x, ret, symbol) &&
+            descend(x, c, ret, owner, single, base, symbol, 0))
+            return -1;
+    }
+#undef PARENTS
+    return 0;
+}
+
 /* `ParserCore.closure` of nodes `stacks`: the state id, DEAD, or FAILED. */
 static int32_t closure(Interner *x, PyObject *core, Ctx *c, const int32_t *stacks, Py_ssize_t count) {
     map_clear(&c->seen);
@@ -729,8 +871,8 @@ static int32_t closure(Interner *x, PyObject *core, Ctx *c, const int32_t *stack
         int32_t q;
         Py_ssize_t n;
         if (node_at(x, s, &q, &n)) goto done;
-        if (x->scanning[q] && scan_add(x, c, s, q)) goto done;
-        if (expand(x, c, s, q, &flag)) goto done;
+        if ((x->lazy ? x->waits[q] : x->scanning[q]) && scan_add(x, c, s, q)) goto done;
+        if ((x->lazy ? expand_lazy(x, c, s, q, &flag) : expand(x, c, s, q, &flag))) goto done;
     }
     if (!c->entry_count && !flag) {
         result = DEAD;
@@ -869,6 +1011,9 @@ static void interner_dealloc(Interner *x) {
     free(x->nh);
     free(x->par);
     free(x->slots);
+    free(x->waits);
+    free(x->nullable);
+    free(x->first);
     Py_XDECREF(x->state_stacks);
     Py_XDECREF(x->state_flag);
     Py_XDECREF(x->state_index);
@@ -899,15 +1044,16 @@ static int check_rtn(Interner *x, Py_ssize_t calls) {
 
 static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"trans", "alphabet", "scanning", "accepting", "call_lo", "callee", "ret", "tail",
-                            "state_stacks", "state_flag", "state_index",
-                            "max_stacks", NULL};
-    Py_buffer v[6];
+                            "state_stacks", "state_flag", "state_index", "max_stacks", "lazy", "waits", "nullable",
+                            "first", NULL};
+    Py_buffer v[9];
     memset(v, 0, sizeof(v));
     Interner *x = (Interner *)type->tp_alloc(type, 0);
     if (!x) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!O!n", names, &x->trans, &x->alphabet,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!O!npy*y*y*", names, &x->trans, &x->alphabet,
                                      &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &PyList_Type, &x->state_stacks,
-                                     &PyList_Type, &x->state_flag, &PyDict_Type, &x->state_index, &x->max_stacks)) {
+                                     &PyList_Type, &x->state_flag, &PyDict_Type, &x->state_index, &x->max_stacks,
+                                     &x->lazy, &v[6], &v[7], &v[8])) {
         x->state_stacks = x->state_flag = x->state_index = NULL;
         Py_DECREF(x);
         return NULL;
@@ -929,10 +1075,15 @@ static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         !(x->ret = (int32_t *)copy_array(&v[4], sizeof(int32_t), calls, "ret")) ||
         !(x->tail = (uint8_t *)copy_array(&v[5], 1, calls, "tail")) || check_rtn(x, calls))
         goto done;
+    x->first_words = (x->alphabet + 63) / 64;
+    if (!(x->waits = (uint8_t *)copy_array(&v[6], 1, x->states, "waits")) ||
+        !(x->nullable = (uint8_t *)copy_array(&v[7], 1, x->states, "nullable")) ||
+        !(x->first = (uint64_t *)copy_array(&v[8], sizeof(uint64_t), x->states * x->first_words, "first")))
+        goto done;
     if (grow_slots(x)) goto done;
     failed = 0;
 done:
-    for (int i = 0; i < 6; i++) PyBuffer_Release(&v[i]);
+    for (int i = 0; i < 9; i++) PyBuffer_Release(&v[i]);
     if (failed) {
         Py_DECREF(x);
         return NULL;
@@ -1058,9 +1209,14 @@ static PyObject *interner_step(Interner *x, PyObject *args) {
     const int32_t *trans = (const int32_t *)x->trans.buf;
     int32_t result = FAILED;
     c->moved.size = 0;
+    u64_clear(&c->visited);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stacks); i++) {
         int32_t s;
         if (node_arg(x, PyTuple_GET_ITEM(stacks, i), &s)) goto done;
+        if (x->lazy) {
+            if (descend(x, c, x->nq[s], s, 0, -1 - s, symbol, 1)) goto done;
+            continue;
+        }
         int32_t t = trans[(Py_ssize_t)x->nq[s] * x->alphabet + symbol];
         if (t < 0) continue;
         Py_ssize_t moved = node(x, t, x->par + x->npo[s], x->npn[s], s);
@@ -1110,7 +1266,8 @@ static PyTypeObject InternerType = {
     .tp_dealloc = (destructor)interner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Interner(trans, alphabet, scanning, accepting, call_lo, callee, ret, tail, "
-              "state_stacks, state_flag, state_index, max_stacks): a ParserCore's stack nodes and closures in C",
+              "state_stacks, state_flag, state_index, max_stacks, lazy, waits, nullable, first): a ParserCore's stack "
+              "nodes and closures in C",
     .tp_methods = interner_methods,
     .tp_new = interner_new,
 };
@@ -1652,65 +1809,6 @@ static PyTypeObject LexerStepperType = {
  * `limit` entries). A new Python context makes about fifty such calls, nearly all new; in Python
  * each cost its frame, a few dict lookups, a list and numpy's fancy indexing.
  * ------------------------------------------------------------------------------------------- */
-
-/* uint64 keys to int32 values, open addressing, no deletions. */
-typedef struct {
-    uint64_t *keys; /* key + 1; 0: empty */
-    int32_t *values;
-    int bits;
-    Py_ssize_t used;
-} U64Map;
-
-static int u64_init(U64Map *m, int bits) {
-    m->keys = (uint64_t *)calloc((size_t)1 << bits, sizeof(uint64_t));
-    m->values = (int32_t *)malloc(((size_t)1 << bits) * sizeof(int32_t));
-    m->bits = bits;
-    m->used = 0;
-    if (!m->keys || !m->values) {
-        free(m->keys);
-        free(m->values);
-        m->keys = NULL;
-        m->values = NULL;
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
-static size_t u64_slot(const U64Map *m, uint64_t key) {
-    size_t mask = ((size_t)1 << m->bits) - 1;
-    size_t i = (size_t)(((key + 1) * 0x9E3779B97F4A7C15ull) >> (64 - m->bits));
-    while (m->keys[i] && m->keys[i] != key + 1) i = (i + 1) & mask;
-    return i;
-}
-
-/* The value stored for `key`, or UNKNOWN. */
-static int32_t u64_get(const U64Map *m, uint64_t key) {
-    size_t i = u64_slot(m, key);
-    return m->keys[i] ? m->values[i] : UNKNOWN;
-}
-
-static int u64_put(U64Map *m, uint64_t key, int32_t value) {
-    if (2 * (m->used + 1) > ((Py_ssize_t)1 << m->bits)) {
-        U64Map bigger;
-        if (u64_init(&bigger, m->bits + 1)) return -1;
-        for (size_t i = 0; i < ((size_t)1 << m->bits); i++) {
-            if (!m->keys[i]) continue;
-            size_t j = u64_slot(&bigger, m->keys[i] - 1);
-            bigger.keys[j] = m->keys[i];
-            bigger.values[j] = m->values[i];
-            bigger.used++;
-        }
-        free(m->keys);
-        free(m->values);
-        *m = bigger;
-    }
-    size_t i = u64_slot(m, key);
-    if (!m->keys[i]) m->used++;
-    m->keys[i] = key + 1;
-    m->values[i] = value;
-    return 0;
-}
 
 typedef struct {
     PyObject_HEAD

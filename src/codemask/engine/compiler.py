@@ -74,7 +74,7 @@ class CompiledGrammar:
     def __post_init__(self) -> None:
         artifacts = self.artifacts
         if artifacts.terminals is not None:
-            self.core = LexParserCore(ParserCore(artifacts.rtn), LexerCore(artifacts.terminals))
+            self.core = LexParserCore(ParserCore(artifacts.rtn, lazy=True), LexerCore(artifacts.terminals))
             self.masks = LexerMaskComputer(self.core, self.vocab)
             return
         core = self.core = ParserCore(artifacts.rtn)

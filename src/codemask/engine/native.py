@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 13
+EXPECTED_VERSION = 14
 
 
 def _load() -> ModuleType | None:
@@ -97,19 +97,27 @@ class Interner(Protocol):
 
 def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, call_lo: np.ndarray,
              callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, state_stacks: list[tuple[int, ...]],
-             state_flag: list[bool], state_index: dict[tuple[tuple[int, ...], bool], int],
-             max_stacks: int) -> Interner | None:
+             state_flag: list[bool], state_index: dict[tuple[tuple[int, ...], bool], int], max_stacks: int,
+             lazy: bool = False, waits: np.ndarray | None = None, nullable: np.ndarray | None = None,
+             first: np.ndarray | None = None) -> Interner | None:
     """The C stack nodes and closures over a core's RTN (``trans``, per-state ``scanning`` and
     ``accepting``, and its calls as ``callee[k]``, ``ret[k]``, ``tail[k]`` for ``k`` in
     ``call_lo[q]:call_lo[q+1]``) that keep the stack nodes themselves and append to the core's
-    state lists and dict, which it keeps (None without the extension)."""
+    state lists and dict, which it keeps (None without the extension). A ``lazy`` core's closures
+    leave calls unexpanded (`ParserCore._lazy_closure`): per RTN state, whether a node there
+    ``waits`` on input, whether its frame is ``nullable`` and its ``first`` symbols, a uint64
+    bit set of ``ceil(alphabet / 64)`` words."""
     if _MODULE is None:
         return None
     ints = [np.ascontiguousarray(a, dtype=np.int32) for a in (trans, call_lo, callee, ret)]
     flags = [np.ascontiguousarray(a, dtype=np.uint8) for a in (scanning, accepting, tail)]
+    states, words = len(scanning), (trans.shape[1] + 63) // 64
+    lazy_arrays = [np.ascontiguousarray(a if a is not None else np.zeros(size, dtype), dtype=dtype)
+                   for a, size, dtype in ((waits, states, np.uint8), (nullable, states, np.uint8),
+                                          (first, (states, words), np.uint64))]
     found: Interner = _MODULE.Interner(ints[0], trans.shape[1], flags[0], flags[1], ints[1], ints[2], ints[3],
-                                       flags[2], state_stacks, state_flag, state_index,
-                                       max_stacks)
+                                       flags[2], state_stacks, state_flag, state_index, max_stacks, lazy,
+                                       *lazy_arrays)
     return found
 
 

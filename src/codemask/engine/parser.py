@@ -61,8 +61,9 @@ def _distinct_columns(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class ParserCore:
     """Interned stacks and parser states of one compiled grammar, shared by all its matchers."""
 
-    def __init__(self, rtn: RTN) -> None:
+    def __init__(self, rtn: RTN, *, lazy: bool = False) -> None:
         self.rtn = rtn
+        self.lazy = lazy
         self.alphabet = rtn.trans.shape[1]
         self._trans = rtn.trans
         self._scanning = rtn.scanning
@@ -83,13 +84,18 @@ class ParserCore:
         self.flags = np.zeros(64, dtype=bool)
         self.has_stacks = np.zeros(64, dtype=bool)
         self.lock = threading.RLock()
+        scans = [sum(1 << int(a) for a in np.flatnonzero(row >= 0)) for row in rtn.trans]
+        self._first, self._nullable = first_sets(scans, self._accepting, self._calls)
+        # the symbols a node can take before its frame ends: its state's own, and in a lazy core
+        # also those of the calls it has not expanded (0: the node never waits in a state)
+        self._first_bits = [_union(bits, *(self._first[c] for c, _r, _t in calls)) if lazy else bits
+                            for bits, calls in zip(scans, self._calls, strict=True)]
+        self._allowed_sets: dict[int, frozenset[int]] = {}
         self._native = self._native_interner()
         # per node, its RTN state and its parents (each sorted, without repeats): Python lists
         # without the extension, read from C with it
         self.node_state: NodeRecord[int] = [] if self._native is None else NodeStates(self._native)
         self.node_parents: NodeRecord[tuple[int, ...]] = [] if self._native is None else NodeParents(self._native)
-        self._first_bits = [sum(1 << int(a) for a in np.flatnonzero(row >= 0)) for row in rtn.trans]
-        self._allowed_sets: dict[int, frozenset[int]] = {}
         self.initial = self.closure([self.node(int(rtn.rule_start[rtn.start_rule]), _ROOT_SET)])
 
     # -- interning ---------------------------------------------------------------------------
@@ -148,7 +154,8 @@ class ParserCore:
             trans=self._trans, scanning=self._scanning, accepting=self.rtn.accepting,
             call_lo=np.concatenate([[0], np.cumsum(sizes)]), callee=calls[:, 0], ret=calls[:, 1], tail=calls[:, 2],
             state_stacks=self.state_stacks, state_flag=self.state_flag, state_index=self._state_index,
-            max_stacks=MAX_STACKS)
+            max_stacks=MAX_STACKS, lazy=self.lazy, waits=np.array([bool(b) for b in self._first_bits], dtype=np.uint8),
+            nullable=np.array(self._nullable, dtype=np.uint8), first=_bit_words(self._first, self.alphabet))
 
     # -- closure and steps -------------------------------------------------------------------
 
@@ -167,6 +174,8 @@ class ParserCore:
         """`closure` in Python (without the C extension, and the tests' oracle). The order of
         every step (the pops, the parents in their sorted order, the scanning states in the order
         first met) fixes the ids of new nodes and states, and the C version follows it exactly."""
+        if self.lazy:
+            return self._lazy_closure(stacks)
         seen: set[int] = set()
         todo = list(stacks)
         scanning: dict[int, set[int]] = {}  # RTN state -> parents of the nodes waiting there
@@ -197,6 +206,85 @@ class ParserCore:
         merged = tuple(sorted(self.node(q, tuple(sorted(ps))) for q, ps in scanning.items()))
         return self._intern_state(merged, flag)
 
+    def _lazy_closure(self, stacks: list[int]) -> int:
+        """`_closure` of a lazy core: calls are not expanded. A node whose state calls rules
+        stays as it is and stands for everything those calls predict (its `_first_bits` are
+        theirs); `_lazy_step` follows the predictions only where they take the symbol. Calls of
+        rules that may match nothing are stepped over here (the state after them, or the end of
+        the frame for a tail call), as a closure would pop them.
+
+        In Python's grammar a state after an opening bracket predicts some ninety nodes (every
+        level of the expression rules); a lazy step makes the twenty or so on the path to the
+        symbol it takes."""
+        seen: set[int] = set()
+        todo = list(stacks)
+        waiting: dict[int, set[int]] = {}  # RTN state -> parents of the nodes waiting there
+        flag = False
+        node_state, node_parents = self.node_state, self.node_parents
+        first_bits, nullable = self._first_bits, self._nullable
+        while todo:
+            s = todo.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            if len(seen) > MAX_STACKS:
+                raise GrammarError(f"grammar is too ambiguous: a parser state exceeds {MAX_STACKS} stack nodes")
+            q = node_state[s]
+            parents = node_parents[s]
+            if first_bits[q]:
+                waiting.setdefault(q, set()).update(parents)
+            ends = self._accepting[q]
+            for callee_start, ret, tail in self._calls[q]:
+                if nullable[callee_start]:
+                    if tail:
+                        ends = True
+                    else:
+                        todo.append(self.node(ret, parents))
+            if ends:
+                for parent in parents:
+                    if parent < 0:
+                        flag = True
+                    else:
+                        todo.append(parent)
+        if not waiting and not flag:
+            return DEAD
+        merged = tuple(sorted(self.node(q, tuple(sorted(ps))) for q, ps in waiting.items()))
+        return self._intern_state(merged, flag)
+
+    def _lazy_step(self, state: int, symbol: int) -> int:
+        """`_compute_step` of a lazy core: each node takes the symbol itself or through the calls
+        whose first symbols include it, making the return frames on the way (see `_lazy_closure`)."""
+        moved: list[int] = []
+        visited: set[tuple[int, int]] = set()
+        for s in self.state_stacks[state]:
+            self._descend(self.node_state[s], self.node_parents[s], -1 - s, symbol, moved, visited, True)
+        return self.closure(moved) if moved else DEAD
+
+    def _descend(self, q: int, parents: tuple[int, ...], base: int, symbol: int, moved: list[int],
+                 visited: set[tuple[int, int]], top: bool) -> None:
+        """Nodes moved by ``symbol`` from state ``q`` on ``parents`` and from what its calls
+        predict. ``base`` names the parents (``-1 - node`` for a node's own parents, else the
+        single return frame): a state met twice on the same parents is followed once. The
+        states after nullable calls of a top node are nodes of the state already."""
+        if (q, base) in visited:
+            return
+        visited.add((q, base))
+        if len(visited) > MAX_STACKS:
+            raise GrammarError(f"grammar is too ambiguous: a parser state exceeds {MAX_STACKS} stack nodes")
+        target = int(self._trans[q, symbol])
+        if target >= 0:
+            moved.append(self.node(target, parents))
+        bit = 1 << symbol
+        for callee_start, ret, tail in self._calls[q]:
+            if self._first[callee_start] & bit:
+                if tail:
+                    self._descend(callee_start, parents, base, symbol, moved, visited, False)
+                else:
+                    frame = self.node(ret, parents)
+                    self._descend(callee_start, (frame,), frame, symbol, moved, visited, False)
+            if not top and not tail and self._nullable[callee_start] and self._first[ret] & bit:
+                self._descend(ret, parents, base, symbol, moved, visited, False)
+
     def step(self, state: int, symbol: int) -> int:
         """The parser state after one symbol (memoised); `DEAD` if the symbol is not allowed."""
         nxt = int(self.table[state, symbol])
@@ -210,6 +298,8 @@ class ParserCore:
     def _compute_step(self, state: int, symbol: int) -> int:
         if self._native is not None and native.enabled():
             return self._native.step(self, state, symbol)
+        if self.lazy:
+            return self._lazy_step(state, symbol)
         trans = self._trans
         moved = []
         for s in self.state_stacks[state]:
@@ -234,6 +324,10 @@ class ParserCore:
             self._fill_rows(states.tolist())
 
     def _fill_rows(self, states: list[int]) -> None:
+        if self.lazy:  # (lexer mode: nothing walks a lazy core's rows; each symbol is a step)
+            for st in states:
+                self.table[st] = [self._compute_step(st, symbol) for symbol in range(self.alphabet)]
+            return
         if self._native is not None and native.enabled():
             self._native.fill_rows(self, states)
         else:
@@ -277,6 +371,10 @@ class ParserCore:
 
     def allowed_symbols(self, state: int) -> np.ndarray:
         """Boolean mask of the symbols that keep the parse alive."""
+        if self.lazy:
+            allowed = np.zeros(self.alphabet, dtype=bool)
+            allowed[sorted(self.allowed_set(state))] = True
+            return allowed
         tops = self._tops(state)
         if not tops:
             return np.zeros(self.alphabet, dtype=bool)
@@ -353,3 +451,38 @@ class NodeParents:
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
         return (self._interner.parents_of(s) for s in range(len(self)))
+
+
+def _bit_words(sets: list[int], alphabet: int) -> np.ndarray:
+    """Bit sets as rows of uint64 words, least significant first (the C interner's layout)."""
+    words = (alphabet + 63) // 64
+    return np.array([[bits >> (64 * w) & (2**64 - 1) for w in range(words)] for bits in sets],
+                    dtype=np.uint64).reshape(len(sets), words)
+
+
+def _union(*bits: int) -> int:
+    found = 0
+    for b in bits:
+        found |= b
+    return found
+
+
+def first_sets(scans: list[int], accepting: list[bool], calls: list[tuple[tuple[int, int, bool], ...]]
+               ) -> tuple[list[int], list[bool]]:
+    """Per RTN state, the symbols its frame can take next before it ends (a bit set: its own,
+    its callees' first symbols, and after callees that may match nothing those of the state they
+    return to), and whether its frame may end without taking any: the least fixed point."""
+    first, nullable = list(scans), list(accepting)
+    changed = True
+    while changed:
+        changed = False
+        for q, q_calls in enumerate(calls):
+            bits, ends = first[q], nullable[q]
+            for callee_start, ret, _tail in q_calls:
+                bits |= first[callee_start]
+                if nullable[callee_start]:
+                    bits |= first[ret]
+                    ends = ends or nullable[ret]
+            if bits != first[q] or ends != nullable[q]:
+                first[q], nullable[q], changed = bits, ends, True
+    return first, nullable

@@ -28,7 +28,7 @@ class Recognizer:
             index = {t.name: i for i, t in enumerate(terminals)}
             rtn = build_rtn(bodies, ir.start, alphabet=max(len(terminals), 1), terminal_index=index)
             automata = build_terminal_automata(terminals, set(ir.ignore))
-            self._core = LexParserCore(ParserCore(rtn), LexerCore(automata))
+            self._core = LexParserCore(ParserCore(rtn, lazy=True), LexerCore(automata))
         else:
             self._core = ParserCore(build_rtn(bodies, ir.start))
 
