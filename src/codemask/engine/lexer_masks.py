@@ -89,6 +89,7 @@ class ResidualSets:
         self.lexer = lexer
         self.trie = trie
         self._sets: dict[bytes, Residuals] = {}
+        self._uncertain: dict[bytes, UncertainTokens] = {}  # large groups by their exits (`uncertain`)
         self._slots: np.ndarray | None = None  # scratch, one entry per suffix number (see `_distinct`)
         self._lock = threading.Lock()
 
@@ -111,6 +112,23 @@ class ResidualSets:
             found = self._sets[key] = Residuals(rows, starts, self.trie.lengths[rows].astype(np.int64) - starts,
                                                 member_of_key, len(self._sets))
         return found, found.member_of_key[group]
+
+    def uncertain(self, lo: np.ndarray, hi: np.ndarray, depth: np.ndarray) -> UncertainTokens:
+        """The tokens of the trie rows ``lo[i]:hi[i]`` whose lexeme ended ``depth[i]`` bytes in, and
+        their residuals. Kept per exits for groups of 1,024 tokens or more: every fresh lexer
+        state meets the same group of ~59,000 Llama-3 tokens that start with a space and go on
+        (the blank lexeme ends after it), and interning its residuals again (their suffix numbers
+        read from a 45 MB table) was most of a classification's time besides the C walk."""
+        key = lo.tobytes() + hi.tobytes() + depth.tobytes() if int((hi - lo).sum()) >= 1024 else None
+        found = self._uncertain.get(key) if key is not None else None
+        if found is None:
+            rows = expand_ranges(lo, hi)
+            residuals, residual_of = self.intern(rows, np.repeat(depth, hi - lo))
+            token_ids, residual_of = self.trie.expand_pairs(rows, residual_of)
+            found = UncertainTokens(token_ids.astype(np.int32), residuals, residual_of)
+            if key is not None:
+                self._uncertain[key] = found
+        return found
 
     def _distinct(self, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The sorted distinct suffix numbers, the position of one occurrence of each, and which
@@ -223,11 +241,7 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
     failing = exit_depth <= 0
     uncertain: dict[int, UncertainTokens] = {}
     for end_class, group in _grouped(np.flatnonzero(~failing), exit_class):
-        lo, hi = exit_lo[group], exit_hi[group]
-        rows = expand_ranges(lo, hi)
-        residuals, residual_of = residual_sets.intern(rows, np.repeat(exit_depth[group], hi - lo))
-        token_ids, residual_of = trie.expand_pairs(rows, residual_of)
-        uncertain[end_class] = UncertainTokens(token_ids.astype(np.int32), residuals, residual_of)
+        uncertain[end_class] = residual_sets.uncertain(exit_lo[group], exit_hi[group], exit_depth[group])
     return LexerPosition(
         accepted=pack_ids(trie.token_ids(accepted_rows), vocab_size),
         fail=pack_ids(trie.token_ids(expand_ranges(exit_lo[failing], exit_hi[failing])), vocab_size),
