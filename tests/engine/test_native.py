@@ -229,6 +229,17 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, calls,
                          np.array([len(rtn.accepting)], np.int32), np.zeros(1, np.int32), np.zeros(1, np.uint8),
                          [], [], {}, 10, *lazy)
+    bad_trans = rtn.trans.copy()
+    bad_trans[0, 0] = states
+    with pytest.raises(ValueError, match="trans: a transition to an RTN state out of range"):
+        _native.Interner(bad_trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(states + 1, np.int32),
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, 10, *lazy)
+    lazy_core = ParserCore(rtn, lazy=True)
+    assert lazy_core._native is not None
+    with pytest.raises(ValueError, match="no rows to fill"):
+        lazy_core._native.fill_rows(lazy_core, [lazy_core.initial])
+    lazy_core.fill_rows(np.array([lazy_core.initial]))  # through steps instead
+    assert (lazy_core.table[lazy_core.initial] != parser.UNKNOWN).all()
     with pytest.raises(IndexError, match="parser state out of range"):
         core._native.step(core, core.num_states, 0)
     with pytest.raises(IndexError, match="symbol out of range"):

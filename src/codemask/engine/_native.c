@@ -1039,6 +1039,10 @@ static int check_rtn(Interner *x, Py_ssize_t calls) {
         if (x->callee[k] < 0 || x->callee[k] >= x->states || x->ret[k] < 0 || x->ret[k] >= x->states)
             return bad("call to an RTN state out of range");
     }
+    const int32_t *trans = (const int32_t *)x->trans.buf;
+    for (Py_ssize_t i = 0; i < x->states * x->alphabet; i++) {
+        if (trans[i] < -1 || trans[i] >= x->states) return bad("trans: a transition to an RTN state out of range");
+    }
     return 0;
 }
 
@@ -1169,7 +1173,15 @@ static PyObject *interner_state_of(Interner *x, PyObject *arg) {
 
 static PyObject *interner_parents_of(Interner *x, PyObject *arg) {
     int32_t s;
-    return node_arg(x, arg, &s) ? NULL : int_tuple(x->par + x->npo[s], x->npn[s]);
+    if (node_arg(x, arg, &s)) return NULL;
+    /* a copy first: making the tuple may run the collector, and with it a thread that interns a
+     * node and moves `par` */
+    int32_t *ids = (int32_t *)malloc((size_t)(x->npn[s] ? x->npn[s] : 1) * sizeof(int32_t));
+    if (!ids) return PyErr_NoMemory();
+    memcpy(ids, x->par + x->npo[s], (size_t)x->npn[s] * sizeof(int32_t));
+    PyObject *parents = int_tuple(ids, x->npn[s]);
+    free(ids);
+    return parents;
 }
 
 /* The RTN states of a sequence of node ids, as a list. */
@@ -1231,6 +1243,10 @@ done:
 static PyObject *interner_fill_rows(Interner *x, PyObject *args) {
     PyObject *core, *states;
     if (!PyArg_ParseTuple(args, "OO", &core, &states)) return NULL;
+    if (x->lazy) {
+        PyErr_SetString(PyExc_ValueError, "a lazy interner has no rows to fill: each symbol is a step");
+        return NULL;
+    }
     IntBuf ids = {0};
     Ctx *c = NULL;
     int status = -1;
@@ -1920,7 +1936,8 @@ static PyObject *rw_first_split(ResidualWalker *w, PyObject *set, int32_t index,
 /* The split of `set` at parser state `pid` with the lexemes that leave `pid` as it was followed in
  * place (`LexerMaskComputer._split_in_place`), as a new reference, and the parser state after each
  * child's lexeme in `resumed` (which it allocates; the caller frees it). */
-static PyObject *rw_split(ResidualWalker *w, int32_t pid, PyObject *set, int32_t index, int32_t **resumed) {
+static PyObject *rw_split(ResidualWalker *w, int32_t pid, PyObject *set, int32_t index, int32_t **resumed,
+                          Py_ssize_t *count) {
     int32_t lid = rw_fresh(w, pid);
     if (lid == FAILED) return NULL;
     PyObject *split = rw_first_split(w, set, index, lid), *loops = NULL;
@@ -1956,6 +1973,7 @@ static PyObject *rw_split(ResidualWalker *w, int32_t pid, PyObject *set, int32_t
         if (!PyList_GET_SIZE(more)) {
             Py_DECREF(more);
             Py_XDECREF(loops);
+            *count = n;
             return split;
         }
         /* loops |= more, and the split again with them */
@@ -1988,8 +2006,8 @@ failed:
 
 /* A contiguous buffer of `obj` holding items of `itemsize` bytes. */
 static int items_of(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS)) return -1;
-    if (view->len % itemsize) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS)) return -1; /* itemsize is set even without a format */
+    if (view->itemsize != itemsize || view->len % itemsize) {
         PyBuffer_Release(view);
         PyErr_Format(PyExc_ValueError, "%s: not an array of %zd-byte items", name, itemsize);
         return -1;
@@ -2045,21 +2063,26 @@ static PyObject *rw_accepted(ResidualWalker *w, int32_t pid, PyObject *set) {
         return found;
     }
     int32_t *resumed = NULL;
+    Py_ssize_t count = 0;
     PyObject *ok = NULL, *children = NULL, *accepted = NULL;
-    PyObject *split = rw_split(w, pid, set, index, &resumed);
+    PyObject *split = rw_split(w, pid, set, index, &resumed, &count);
     if (!split || !(children = PyObject_GetAttr(split, w->s_children)) ||
         !(accepted = PyObject_GetAttr(split, w->s_accepted)))
         goto done;
+    if (!PyList_Check(children) || PyList_GET_SIZE(children) != count) {
+        PyErr_SetString(PyExc_ValueError, "a split's children changed while it was walked");
+        goto done;
+    }
     Py_buffer view;
     if (items_of(accepted, &view, 1, "accepted")) goto done;
     ok = PyByteArray_FromStringAndSize((const char *)view.buf, view.len);
-    Py_ssize_t count = view.len;
+    Py_ssize_t members = view.len;
     PyBuffer_Release(&view);
     for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(children); i++) {
         if (resumed[i] == DEAD) continue;
         PyObject *child = PyList_GET_ITEM(children, i);
         PyObject *sub = rw_accepted(w, resumed[i], PyTuple_GET_ITEM(child, 2));
-        if (!sub || rw_merge(PyByteArray_AS_STRING(ok), count, child, sub)) Py_CLEAR(ok);
+        if (!sub || rw_merge(PyByteArray_AS_STRING(ok), members, child, sub)) Py_CLEAR(ok);
         Py_XDECREF(sub);
     }
     if (ok && PyDict_SetItem(w->young, key, ok)) Py_CLEAR(ok);

@@ -109,8 +109,11 @@ class ResidualSets:
             member_of_key = np.empty(len(order), dtype=np.int64)
             member_of_key[order] = np.arange(len(order))
             rows, starts = rows[order], starts[order]
-            found = self._sets[key] = Residuals(rows, starts, self.trie.lengths[rows].astype(np.int64) - starts,
-                                                member_of_key, len(self._sets))
+            with self._lock:  # the index keys the C recursion's results: one per set, whatever the thread
+                found = self._sets.get(key)
+                if found is None:
+                    found = self._sets[key] = Residuals(
+                        rows, starts, self.trie.lengths[rows].astype(np.int64) - starts, member_of_key, len(self._sets))
         return found, found.member_of_key[group]
 
     def uncertain(self, lo: np.ndarray, hi: np.ndarray, depth: np.ndarray) -> UncertainTokens:

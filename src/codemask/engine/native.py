@@ -222,7 +222,8 @@ def set_bits_where(words: np.ndarray, token_ids: np.ndarray, residual_of: np.nda
     (numpy without the extension)."""
     if _enabled:
         assert _MODULE is not None
-        _MODULE.set_bits_where(words, token_ids, residual_of, ok)
+        _MODULE.set_bits_where(words, np.ascontiguousarray(token_ids, dtype=np.int32),
+                               np.ascontiguousarray(residual_of, dtype=np.int64), ok)
         return
     ids = token_ids[np.asarray(ok, dtype=bool)[residual_of]].astype(np.uint32)
     if len(ids):
