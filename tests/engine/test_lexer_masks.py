@@ -124,7 +124,7 @@ def test_the_c_residual_recursion_gives_the_python_recursions_masks() -> None:
     assert isinstance(core, LexParserCore)
     vocab = vocabulary("smollm2")
     small = LexerMaskComputer(core, vocab, capacity=4)  # 32 results a generation
-    assert small._walk_residuals() is not small._residuals_accepted
+    assert small._walk_residuals() != small._residuals_accepted
     for source in (SOURCES["python"], UNARY_RUNS):
         matcher = GrammarMatcher(compiled)
         for token in encode("smollm2", source)[:150]:

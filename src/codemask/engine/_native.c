@@ -756,6 +756,19 @@ static int cmp_int32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Push the parents of node `s` (at a state where its frame may end), or set the flag for a bottom. */
+static int pop_to_parents(Interner *x, Ctx *c, int32_t s, int *flag) {
+    for (int32_t i = 0; i < x->npn[s]; i++) {
+        int32_t parent = x->par[x->npo[s] + i];
+        if (parent < 0) {
+            *flag = 1;
+        } else if (buf_push(&c->todo, parent)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Push the nodes a popped node `s` (at RTN state `q`) leads to: its calls' callees, and (if its
  * rule may end here) its parents, or the flag for a bottom. */
 static int expand(Interner *x, Ctx *c, int32_t s, int32_t q, int *flag) {
@@ -770,32 +783,10 @@ static int expand(Interner *x, Ctx *c, int32_t s, int32_t q, int *flag) {
         }
         if (callee < 0 || buf_push(&c->todo, (int32_t)callee)) return -1;
     }
-    if (!x->accepting[q]) return 0;
-    for (int32_t i = 0; i < x->npn[s]; i++) {
-        int32_t parent = x->par[x->npo[s] + i];
-        if (parent < 0) {
-            *flag = 1;
-        } else if (buf_push(&c->todo, parent)) {
-            return -1;
-        }
-    }
-    return 0;
+    return x->accepting[q] ? pop_to_parents(x, c, s, flag) : 0;
 }
 
-/* Push the parents of node `s` (at a state where its frame may end), or set the flag for a bottom. */
-static int pop_to_parents(Interner *x, Ctx *c, int32_t s, int *flag) {
-    for (int32_t i = 0; i < x->npn[s]; i++) {
-        int32_t parent = x->par[x->npo[s] + i];
-        if (parent < 0) {
-            *flag = 1;
-        } else if (buf_push(&c->todo, parent)) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* `expand` of a lazy core (`ParserCore._lazy_closure`): only calls of rules that may match nothing
+/* `expand` of a lazy core (`ParserCore._push_unexpanded`): only calls of rules that may match nothing
  * are stepped over (to the state after them, or the frame's end for a tail call). */
 static int expand_lazy(Interner *x, Ctx *c, int32_t s, int32_t q, int *flag) {
     int ends = x->accepting[q];

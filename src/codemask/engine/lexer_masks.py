@@ -36,7 +36,7 @@ import numpy as np
 
 from codemask.engine import native
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.mask_cache import pack_ids
+from codemask.engine.mask_cache import pack_ids, set_bits
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
 
@@ -372,7 +372,10 @@ class LexerMaskComputer:
             resumed = core.after(pid, end_class)
             if resumed != DEAD:
                 ok = accepted(resumed, unc.residuals)
-                native.set_bits_where(words, unc.token_ids, unc.residual_of, ok)
+                if native.enabled():
+                    native.set_bits_where(words, unc.token_ids, unc.residual_of, ok)
+                else:
+                    set_bits(words, unc.token_ids[np.asarray(ok, dtype=bool)[unc.residual_of]])
         fallback = core.fallback_state(state)
         if fallback != DEAD:
             words |= pos.fail & self.mask(fallback)

@@ -104,7 +104,7 @@ def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, 
     ``accepting``, and its calls as ``callee[k]``, ``ret[k]``, ``tail[k]`` for ``k`` in
     ``call_lo[q]:call_lo[q+1]``) that keep the stack nodes themselves and append to the core's
     state lists and dict, which it keeps (None without the extension). A ``lazy`` core's closures
-    leave calls unexpanded (`ParserCore._lazy_closure`): per RTN state, whether a node there
+    leave calls unexpanded (`ParserCore._push_unexpanded`): per RTN state, whether a node there
     ``waits`` on input, whether its frame is ``nullable`` and its ``first`` symbols, a uint64
     bit set of ``ceil(alphabet / 64)`` words."""
     if _MODULE is None:
@@ -217,17 +217,12 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
 
 def set_bits_where(words: np.ndarray, token_ids: np.ndarray, residual_of: np.ndarray,
                    ok: np.ndarray | bytearray) -> None:
-    """Set the bits of the tokens ``token_ids[i]`` (int32) whose residual ``ok[residual_of[i]]`` is
-    accepted (bools, or the C recursion's 0/1 bytes) in the uint32 bitmask row ``words``, in place
-    (numpy without the extension)."""
-    if _enabled:
-        assert _MODULE is not None
-        _MODULE.set_bits_where(words, np.ascontiguousarray(token_ids, dtype=np.int32),
-                               np.ascontiguousarray(residual_of, dtype=np.int64), ok)
-        return
-    ids = token_ids[np.asarray(ok, dtype=bool)[residual_of]].astype(np.uint32)
-    if len(ids):
-        np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), ids & np.uint32(31)))
+    """Set the bits of the tokens ``token_ids[i]`` whose residual ``ok[residual_of[i]]`` is
+    accepted (bools, or the C recursion's 0/1 bytes) in the uint32 bitmask row ``words``, in place,
+    in one C pass (`mask_cache.set_bits` is the numpy way). The extension must be loaded."""
+    assert _MODULE is not None
+    _MODULE.set_bits_where(words, np.ascontiguousarray(token_ids, dtype=np.int32),
+                           np.ascontiguousarray(residual_of, dtype=np.int64), ok)
 
 
 class ResidualWalker(Protocol):

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from functools import reduce
 from itertools import chain
+from operator import or_
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -88,7 +90,7 @@ class ParserCore:
         self._first, self._nullable = first_sets(scans, self._accepting, self._calls)
         # the symbols a node can take before its frame ends: its state's own, and in a lazy core
         # also those of the calls it has not expanded (0: the node never waits in a state)
-        self._first_bits = [_union(bits, *(self._first[c] for c, _r, _t in calls)) if lazy else bits
+        self._first_bits = [reduce(or_, (self._first[c] for c, _r, _t in calls), bits) if lazy else bits
                             for bits, calls in zip(scans, self._calls, strict=True)]
         self._allowed_sets: dict[int, frozenset[int]] = {}
         self._native = self._native_interner()
@@ -174,54 +176,12 @@ class ParserCore:
         """`closure` in Python (without the C extension, and the tests' oracle). The order of
         every step (the pops, the parents in their sorted order, the scanning states in the order
         first met) fixes the ids of new nodes and states, and the C version follows it exactly."""
-        if self.lazy:
-            return self._lazy_closure(stacks)
-        seen: set[int] = set()
-        todo = list(stacks)
-        scanning: dict[int, set[int]] = {}  # RTN state -> parents of the nodes waiting there
-        flag = False
-        node_state, node_parents = self.node_state, self.node_parents
-        while todo:
-            s = todo.pop()
-            if s in seen:
-                continue
-            seen.add(s)
-            if len(seen) > MAX_STACKS:
-                raise GrammarError(f"grammar is too ambiguous: a parser state exceeds {MAX_STACKS} stack nodes")
-            q = node_state[s]
-            parents = node_parents[s]
-            if self._scanning[q]:
-                scanning.setdefault(q, set()).update(parents)
-            for callee_start, ret, tail in self._calls[q]:
-                base = parents if tail else (self.node(ret, parents),)
-                todo.append(self.node(callee_start, base))
-            if self._accepting[q]:
-                for parent in parents:
-                    if parent < 0:
-                        flag = True
-                    else:
-                        todo.append(parent)
-        if not scanning and not flag:
-            return DEAD
-        merged = tuple(sorted(self.node(q, tuple(sorted(ps))) for q, ps in scanning.items()))
-        return self._intern_state(merged, flag)
-
-    def _lazy_closure(self, stacks: list[int]) -> int:
-        """`_closure` of a lazy core: calls are not expanded. A node whose state calls rules
-        stays as it is and stands for everything those calls predict (its `_first_bits` are
-        theirs); `_lazy_step` follows the predictions only where they take the symbol. Calls of
-        rules that may match nothing are stepped over here (the state after them, or the end of
-        the frame for a tail call), as a closure would pop them.
-
-        In Python's grammar a state after an opening bracket predicts some ninety nodes (every
-        level of the expression rules); a lazy step makes the twenty or so on the path to the
-        symbol it takes."""
         seen: set[int] = set()
         todo = list(stacks)
         waiting: dict[int, set[int]] = {}  # RTN state -> parents of the nodes waiting there
         flag = False
-        node_state, node_parents = self.node_state, self.node_parents
-        first_bits, nullable = self._first_bits, self._nullable
+        node_state, node_parents, first_bits = self.node_state, self.node_parents, self._first_bits
+        push = self._push_unexpanded if self.lazy else self._push_calls
         while todo:
             s = todo.pop()
             if s in seen:
@@ -233,14 +193,7 @@ class ParserCore:
             parents = node_parents[s]
             if first_bits[q]:
                 waiting.setdefault(q, set()).update(parents)
-            ends = self._accepting[q]
-            for callee_start, ret, tail in self._calls[q]:
-                if nullable[callee_start]:
-                    if tail:
-                        ends = True
-                    else:
-                        todo.append(self.node(ret, parents))
-            if ends:
+            if push(q, parents, todo):
                 for parent in parents:
                     if parent < 0:
                         flag = True
@@ -251,9 +204,36 @@ class ParserCore:
         merged = tuple(sorted(self.node(q, tuple(sorted(ps))) for q, ps in waiting.items()))
         return self._intern_state(merged, flag)
 
+    def _push_calls(self, q: int, parents: tuple[int, ...], todo: list[int]) -> bool:
+        """Push a node's callees, each on its return frame (or on its parents for a tail call);
+        whether its frame may end here."""
+        for callee_start, ret, tail in self._calls[q]:
+            base = parents if tail else (self.node(ret, parents),)
+            todo.append(self.node(callee_start, base))
+        return self._accepting[q]
+
+    def _push_unexpanded(self, q: int, parents: tuple[int, ...], todo: list[int]) -> bool:
+        """`_push_calls` of a lazy core: calls are not expanded. A node whose state calls rules
+        stays as it is and stands for everything those calls predict (its `_first_bits` are
+        theirs); `_lazy_step` follows the predictions only where they take the symbol. Calls of
+        rules that may match nothing are stepped over here (the state after them, or the end of
+        the frame for a tail call), as a closure would pop them.
+
+        In Python's grammar a state after an opening bracket predicts some ninety nodes (every
+        level of the expression rules); a lazy step makes the twenty or so on the path to the
+        symbol it takes."""
+        ends = self._accepting[q]
+        for callee_start, ret, tail in self._calls[q]:
+            if self._nullable[callee_start]:
+                if tail:
+                    ends = True
+                else:
+                    todo.append(self.node(ret, parents))
+        return ends
+
     def _lazy_step(self, state: int, symbol: int) -> int:
         """`_compute_step` of a lazy core: each node takes the symbol itself or through the calls
-        whose first symbols include it, making the return frames on the way (see `_lazy_closure`)."""
+        whose first symbols include it, making the return frames on the way (see `_push_unexpanded`)."""
         moved: list[int] = []
         visited: set[tuple[int, int]] = set()
         for s in self.state_stacks[state]:
@@ -458,13 +438,6 @@ def _bit_words(sets: list[int], alphabet: int) -> np.ndarray:
     words = (alphabet + 63) // 64
     return np.array([[bits >> (64 * w) & (2**64 - 1) for w in range(words)] for bits in sets],
                     dtype=np.uint64).reshape(len(sets), words)
-
-
-def _union(*bits: int) -> int:
-    found = 0
-    for b in bits:
-        found |= b
-    return found
 
 
 def first_sets(scans: list[int], accepting: list[bool], calls: list[tuple[tuple[int, int, bool], ...]]
