@@ -22,6 +22,7 @@ import pytest
 from codemask import Grammar, GrammarMatcher
 from codemask.engine import native, parser
 from codemask.engine.automaton import RTN
+from codemask.engine.indentation import IndentingParser
 from codemask.engine.lexer import LexerCore, LexParserCore
 from codemask.engine.lexer_masks import _residuals_numpy, _walk_native, _walk_numpy
 from codemask.engine.mask_cache import PositionClassifier, Uncertain, set_bits
@@ -470,3 +471,85 @@ def test_set_bits_where_in_c_sets_the_bits_mask_cache_sets() -> None:
     assert (np.unpackbits(rows[0].view(np.uint8), bitorder="little").astype(bool) == expected).all()
     with pytest.raises(IndexError, match="out of range"):
         native.set_bits_where(start.copy(), token_ids, residual_of + 700, ok)
+
+
+def drive_combined(language: str, use_native: bool, data: bytes) -> tuple[LexParserCore, list[int]]:
+    """A fresh lexer-mode core of the builtin grammar driven over ``data`` byte by byte (every
+    lexeme end is an `after`, every new parser state a `fresh`), and in Python also over a line
+    in a completion scope from the middle; returns it and the states it passed through."""
+    compiled = compiler("smollm2").compile(Grammar.builtin(language))
+    assert compiled.artifacts.terminals is not None
+    with native.using(use_native):
+        core = LexParserCore(ParserCore(compiled.artifacts.rtn, lazy=True), LexerCore(compiled.artifacts.terminals))
+        states = [core.initial]
+        for byte in data:
+            states.append(core.step(states[-1], byte))
+            assert states[-1] != parser.DEAD
+        if language == "python":
+            middle = states[len(states) // 2]
+            core.walk(core.scoped(middle, "line"), data[len(states) // 2:][:60])
+    return core, states
+
+
+@pytest.mark.parametrize("language", ["python", "go", "javascript"])
+def test_c_symbol_steps_intern_the_same_states_as_python(language: str) -> None:
+    """`LexParserCore.after` and the fresh lexer states in C (`native.symbol_steps`, the common
+    cases: parser steps, brackets and `def` marks under Python's indentation) against Python:
+    driven over the same real file, two cores intern the same indentation, parser, lexer and
+    combined states in the same order; then from every parser state interned (up to 400), every
+    end class gives the same state in C and in Python, and so does the fresh lexer state."""
+    data = REAL_SOURCES[language].read_bytes()[:12000]
+    (core, states), (python_core, python_states) = (drive_combined(language, use, data) for use in (True, False))
+    assert core.native_steps is not None
+    assert states == python_states
+    assert core.keys == python_core.keys and core.lexer.keys == python_core.lexer.keys
+    assert core.parser.state_stacks == python_core.parser.state_stacks
+    if language == "python":
+        assert core.symbols.keys == python_core.symbols.keys  # type: ignore[attr-defined]
+        assert any(key[5] is not None for key in core.symbols.keys)  # type: ignore[attr-defined]
+    symbols = core.symbols
+    pids = range(min(len(symbols.keys) if isinstance(symbols, IndentingParser) else core.parser.num_states, 400))
+    ends = range(len(core.lexer.end_classes))
+    assert len(pids) > 100 and len(ends) > 20
+    steps = core.native_steps
+    for pid in pids:
+        for end_class in ends:
+            assert steps.after(pid, end_class) == core._after(pid, end_class), (pid, core.lexer.end_classes[end_class])
+        assert steps.fresh(pid) == core.fresh(pid)[1]
+    kinds = {core.lexer.automata.names[terminal] for terminal, _column in core.lexer.end_classes}
+    if language == "python":  # the tracker's cases C hands back to Python were met too
+        assert {"_NEWLINE", "LPAR", "RPAR", "DEF"} <= kinds
+
+
+def test_bad_symbol_steps_arguments_raise() -> None:
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    core = compiled.core
+    assert isinstance(core, LexParserCore) and core.native_steps is not None
+    with pytest.raises(IndexError, match="parser state out of range"):
+        core.native_steps.after(10**8, 0)
+    with pytest.raises(IndexError, match="parser state out of range"):
+        core.native_steps.fresh(-5)
+    kinds = np.zeros(core.parser.alphabet + 1, dtype=np.uint8)
+    layout = {"keys": None, "index": None, "key_lock": None, "indent": -1, "dedent": -1, "newline": -1}
+    with pytest.raises(ValueError, match="more terminals"):
+        native.symbol_steps(parser=core.parser, kinds=kinds, end_classes=[], **layout, after=core._after,
+                            fresh=core.fresh_lexer_state)
+    layout["indent"] = core.parser.alphabet
+    with pytest.raises(ValueError, match="out of the parser's alphabet"):
+        native.symbol_steps(parser=core.parser, kinds=kinds[:2], end_classes=[], **layout, after=core._after,
+                            fresh=core.fresh_lexer_state)
+
+
+def test_a_lexer_mode_core_with_c_steps_is_collected() -> None:
+    """The C steps hold the core's methods, and the core holds them: the collector must see that
+    cycle (`SymbolSteps` supports it), or every compiled grammar dropped would stay in memory."""
+    import gc
+    import weakref
+
+    compiled = compiler("smollm2").compile(Grammar.builtin("go"))
+    core = LexParserCore(ParserCore(compiled.artifacts.rtn, lazy=True), LexerCore(compiled.core.lexer.automata))
+    assert core.native_steps is not None
+    gone = weakref.ref(core)
+    del core
+    gc.collect()
+    assert gone() is None

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NATIVE_VERSION 14
+#define NATIVE_VERSION 15
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -1196,19 +1196,16 @@ static PyObject *interner_num_nodes(Interner *x, PyObject *Py_UNUSED(ignored)) {
 }
 
 /* `ParserCore._compute_step`: every stack of `state` that takes `symbol` moves, then the closure. */
-static PyObject *interner_step(Interner *x, PyObject *args) {
-    PyObject *core;
-    Py_ssize_t state, symbol;
-    if (!PyArg_ParseTuple(args, "Onn", &core, &state, &symbol)) return NULL;
-    if (state < 0 || state >= PyList_GET_SIZE(x->state_stacks)) return index_error("parser state out of range"), NULL;
-    if (symbol < 0 || symbol >= x->alphabet) return index_error("symbol out of range"), NULL;
+/* `ParserCore._compute_step` of a valid state and symbol: the closure of the moved stacks, DEAD, or
+ * FAILED with an exception set. */
+static int32_t step_state(Interner *x, PyObject *core, Py_ssize_t state, Py_ssize_t symbol) {
     PyObject *stacks = PyList_GET_ITEM(x->state_stacks, state);
     if (!PyTuple_Check(stacks)) {
         PyErr_SetString(PyExc_TypeError, "state stacks must be tuples");
-        return NULL;
+        return FAILED;
     }
     Ctx *c = ctx_take(x);
-    if (!c) return NULL;
+    if (!c) return FAILED;
     const int32_t *trans = (const int32_t *)x->trans.buf;
     int32_t result = FAILED;
     c->moved.size = 0;
@@ -1228,6 +1225,16 @@ static PyObject *interner_step(Interner *x, PyObject *args) {
     result = c->moved.size ? closure(x, core, c, c->moved.data, c->moved.size) : DEAD;
 done:
     ctx_give(x, c);
+    return result;
+}
+
+static PyObject *interner_step(Interner *x, PyObject *args) {
+    PyObject *core;
+    Py_ssize_t state, symbol;
+    if (!PyArg_ParseTuple(args, "Onn", &core, &state, &symbol)) return NULL;
+    if (state < 0 || state >= PyList_GET_SIZE(x->state_stacks)) return index_error("parser state out of range"), NULL;
+    if (symbol < 0 || symbol >= x->alphabet) return index_error("symbol out of range"), NULL;
+    int32_t result = step_state(x, core, state, symbol);
     return result == FAILED ? NULL : PyLong_FromLong(result);
 }
 
@@ -1805,13 +1812,447 @@ static PyTypeObject LexerStepperType = {
 };
 
 /* ---------------------------------------------------------------------------------------------
+ * The lexer layer's parser side (`LexParserCore.after` and `LexParserCore.fresh`).
+ *
+ * A new parser context asks both about a hundred times (the residual recursion: `after` at every
+ * lexeme a residual ends, `fresh` at every state that leads to), nearly all new. In Python each was
+ * a chain of calls, dict lookups and tuple unpacking around the parser's C step: about 7 µs an
+ * `after` and 5 µs a `fresh`, a third of the time of a slow warm Python mask. A `SymbolSteps` does
+ * the common cases here and hands the rest to the Python ones (`after`, `fresh`):
+ *
+ * - `after`: an ignored lexeme leaves the state as it was; any other terminal is a parser step
+ *   (`ParserCore.step`, memoised in the core's table, computed under its lock when new). Under
+ *   Python's indentation tracker (`IndentingParser`, whose `keys` and `_index` it appends to, as
+ *   `intern` does, under its lock) with the brackets' depth and the `def` marks, as `_step` does;
+ *   newlines, line joins and states in a completion scope go to Python.
+ * - `fresh`: the lexer state that starts a lexeme depends on the parser state only through the
+ *   terminals it allows (`ParserCore.allowed_set`: the first symbols of its stacks' tops, and under
+ *   the tracker without INDENT and DEDENT, with the newline inside brackets), so it is looked up by
+ *   that bit set, and asked of Python the first time a set is met.
+ * ------------------------------------------------------------------------------------------- */
+
+/* An int returned by a callable (a parser or lexer state), or FAILED. */
+static int32_t state_result(PyObject *result) {
+    if (!result) return FAILED;
+    long value = PyLong_AsLong(result);
+    Py_DECREF(result);
+    if (value == -1 && PyErr_Occurred()) return FAILED;
+    if (value < DEAD || value > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "state out of range");
+        return FAILED;
+    }
+    return (int32_t)value;
+}
+
+#define K_IGNORED 1
+#define K_NEWLINE 2
+#define K_OPENING 4
+#define K_CLOSING 8
+#define K_DEF 16
+#define K_JOIN 32
+#define AFTER_JOIN ((long long)1 << 61) /* indentation.py's _AFTER_JOIN and _PENDING_DEF */
+#define PENDING_DEF ((long long)1 << 62)
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *parser;           /* the ParserCore */
+    Interner *x;                /* its `_native` */
+    PyObject *parser_lock;      /* its `lock` */
+    PyObject *end_classes;      /* LexerCore.end_classes: (terminal, measured) per end class */
+    PyObject *keys, *index;     /* IndentingParser.keys and _index (NULL without indentation) */
+    PyObject *key_lock;         /* IndentingParser._lock */
+    PyObject *after, *fresh;    /* the Python ones: after(pid, end class) -> pid; fresh(pid) -> lexer state */
+    PyObject *s_table;          /* "table" */
+    uint8_t *kind;              /* per terminal, K_* flags */
+    Py_ssize_t terminals;
+    uint64_t *first;            /* per RTN state, `ParserCore._first_bits` as `words` uint64 words */
+    Py_ssize_t rtn_states, words;
+    int32_t indent, dedent, newline;
+    U64Map by_hash;             /* a bit set's hash -> its entry */
+    uint64_t *sets, *scratch;   /* entry i's bits at sets[i * words] */
+    int32_t *lids;
+    Py_ssize_t count, cap;
+} SymbolSteps;
+
+static int ss_traverse(SymbolSteps *s, visitproc visit, void *arg) {
+    Py_VISIT(s->parser);
+    Py_VISIT(s->x);
+    Py_VISIT(s->parser_lock);
+    Py_VISIT(s->end_classes);
+    Py_VISIT(s->keys);
+    Py_VISIT(s->index);
+    Py_VISIT(s->key_lock);
+    Py_VISIT(s->after);
+    Py_VISIT(s->fresh);
+    return 0;
+}
+
+static int ss_clear(SymbolSteps *s) {
+    Py_CLEAR(s->parser);
+    Py_CLEAR(s->x);
+    Py_CLEAR(s->parser_lock);
+    Py_CLEAR(s->end_classes);
+    Py_CLEAR(s->keys);
+    Py_CLEAR(s->index);
+    Py_CLEAR(s->key_lock);
+    Py_CLEAR(s->after);
+    Py_CLEAR(s->fresh);
+    return 0;
+}
+
+static void ss_dealloc(SymbolSteps *s) {
+    PyObject_GC_UnTrack(s);
+    ss_clear(s);
+    Py_XDECREF(s->s_table);
+    free(s->kind);
+    free(s->first);
+    free(s->by_hash.keys);
+    free(s->by_hash.values);
+    free(s->sets);
+    free(s->scratch);
+    free(s->lids);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *ss_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"parser", "first", "kinds", "end_classes", "keys", "index", "key_lock", "indent",
+                            "dedent", "newline", "after", "fresh", NULL};
+    SymbolSteps *s = (SymbolSteps *)type->tp_alloc(type, 0);
+    if (!s) return NULL;
+    PyObject *parser, *end_classes, *keys, *index, *key_lock, *after, *fresh;
+    Py_buffer first, kinds;
+    int indent, dedent, newline;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*O!OOOiiiOO", names, &parser, &first, &kinds, &PyList_Type,
+                                     &end_classes, &keys, &index, &key_lock, &indent, &dedent, &newline, &after,
+                                     &fresh)) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    int failed = 1;
+    PyObject *x = PyObject_GetAttrString(parser, "_native");
+    if (!x) goto done;
+    if (!PyObject_TypeCheck(x, &InternerType)) {
+        Py_DECREF(x);
+        PyErr_SetString(PyExc_TypeError, "the parser core has no C interner");
+        goto done;
+    }
+    s->x = (Interner *)x;
+    if (!(s->parser_lock = PyObject_GetAttrString(parser, "lock"))) goto done;
+    Py_INCREF(parser);
+    s->parser = parser;
+    Py_INCREF(end_classes);
+    s->end_classes = end_classes;
+    Py_INCREF(after);
+    s->after = after;
+    Py_INCREF(fresh);
+    s->fresh = fresh;
+    if (keys != Py_None) {
+        if (!PyList_Check(keys) || !PyDict_Check(index)) {
+            PyErr_SetString(PyExc_TypeError, "keys must be a list and index a dict");
+            goto done;
+        }
+        Py_INCREF(keys);
+        s->keys = keys;
+        Py_INCREF(index);
+        s->index = index;
+        Py_INCREF(key_lock);
+        s->key_lock = key_lock;
+    }
+    s->indent = indent;
+    s->dedent = dedent;
+    s->newline = newline;
+    s->words = s->x->first_words;
+    s->rtn_states = s->x->states;
+    s->terminals = kinds.len;
+    if (s->terminals > s->x->alphabet) {
+        bad("kinds: more terminals than the parser's alphabet");
+        goto done;
+    }
+    if ((indent >= s->x->alphabet || dedent >= s->x->alphabet || newline >= s->x->alphabet)) {
+        bad("indent, dedent or newline out of the parser's alphabet");
+        goto done;
+    }
+    if (!(s->kind = (uint8_t *)copy_array(&kinds, 1, s->terminals, "kinds")) ||
+        !(s->first = (uint64_t *)copy_array(&first, sizeof(uint64_t), s->rtn_states * s->words, "first")) ||
+        !(s->scratch = (uint64_t *)calloc((size_t)s->words + 1, sizeof(uint64_t))) ||
+        !(s->s_table = PyUnicode_InternFromString("table")) || u64_init(&s->by_hash, 8))
+        goto done;
+    failed = 0;
+done:
+    PyBuffer_Release(&first);
+    PyBuffer_Release(&kinds);
+    if (failed) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    return (PyObject *)s;
+}
+
+/* Call `lock.acquire()` or `lock.release()`; -1 with an exception set if that fails. */
+static int lock_call(PyObject *lock, const char *method) {
+    PyObject *done = PyObject_CallMethod(lock, method, NULL);
+    Py_XDECREF(done);
+    return done ? 0 : -1;
+}
+
+/* Release `lock` after a section that gave `result` (FAILED: an exception is set, and kept). */
+static int32_t unlock_after(PyObject *lock, int32_t result) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    int failed = lock_call(lock, "release");
+    if (type) {
+        if (failed) PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+        return FAILED;
+    }
+    return failed ? FAILED : result;
+}
+
+/* The parser's memo table entry [state, symbol], read (`write` NULL) or written. */
+static int ss_table(SymbolSteps *s, int32_t state, int32_t symbol, int32_t *read, const int32_t *write) {
+    PyObject *table = PyObject_GetAttr(s->parser, s->s_table);
+    if (!table) return -1;
+    Py_buffer view;
+    int status = PyObject_GetBuffer(table, &view, PyBUF_C_CONTIGUOUS | (write ? PyBUF_WRITABLE : 0));
+    Py_DECREF(table);
+    if (status) return -1;
+    Py_ssize_t at = (Py_ssize_t)state * s->x->alphabet + symbol;
+    if (view.itemsize != (Py_ssize_t)sizeof(int32_t) || (at + 1) * (Py_ssize_t)sizeof(int32_t) > view.len) {
+        status = index_error("parser table: not int32, or too small for the state");
+    } else if (write) {
+        ((int32_t *)view.buf)[at] = *write;
+    } else {
+        *read = ((const int32_t *)view.buf)[at];
+    }
+    PyBuffer_Release(&view);
+    return status;
+}
+
+/* `ParserCore.step`: the memoised transition, computed under the core's lock the first time. */
+static int32_t ss_parser_step(SymbolSteps *s, int32_t state, int32_t symbol) {
+    if (state < 0 || state >= PyList_GET_SIZE(s->x->state_stacks)) return index_error("parser state out of range"), FAILED;
+    if (symbol < 0 || symbol >= s->x->alphabet) return index_error("symbol out of range"), FAILED;
+    int32_t found;
+    if (ss_table(s, state, symbol, &found, NULL)) return FAILED;
+    if (found != UNKNOWN) return found;
+    if (lock_call(s->parser_lock, "acquire")) return FAILED;
+    int32_t result = FAILED;
+    if (!ss_table(s, state, symbol, &found, NULL)) {
+        result = found != UNKNOWN ? found : step_state(s->x, s->parser, state, symbol);
+        if (result != FAILED && found == UNKNOWN && ss_table(s, state, symbol, NULL, &result)) result = FAILED;
+    }
+    return unlock_after(s->parser_lock, result);
+}
+
+/* `IndentingParser.intern` of (inner, depth, levels, False, defs, None). */
+static int32_t ss_intern(SymbolSteps *s, int32_t inner, long depth, PyObject *levels, long long defs) {
+    PyObject *key = Py_BuildValue("(ilOOLO)", inner, depth, levels, Py_False, defs, Py_None);
+    if (!key) return FAILED;
+    int32_t result = FAILED;
+    PyObject *found = PyDict_GetItemWithError(s->index, key);
+    if (found || PyErr_Occurred()) {
+        Py_ssize_t id = found ? as_id(found) : -1;
+        result = id < 0 ? FAILED : (int32_t)id;
+        Py_DECREF(key);
+        return result;
+    }
+    if (lock_call(s->key_lock, "acquire")) {
+        Py_DECREF(key);
+        return FAILED;
+    }
+    found = PyDict_GetItemWithError(s->index, key); /* another thread may have interned it meanwhile */
+    if (found) {
+        Py_ssize_t id = as_id(found);
+        result = id < 0 ? FAILED : (int32_t)id;
+    } else if (!PyErr_Occurred()) {
+        Py_ssize_t id = PyList_GET_SIZE(s->keys);
+        PyObject *ident = id <= INT32_MAX ? PyLong_FromSsize_t(id) : NULL;
+        if (!ident && !PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "too many parser states");
+        if (ident && !PyDict_SetItem(s->index, key, ident) && !PyList_Append(s->keys, key)) result = (int32_t)id;
+        Py_XDECREF(ident);
+    }
+    Py_DECREF(key);
+    return unlock_after(s->key_lock, result);
+}
+
+/* A long item of a tuple, or -1 with an exception set (the callers' items are never negative). */
+static long long tuple_long(PyObject *tuple, Py_ssize_t i) {
+    long long value = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+    if (value < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative item in a state key");
+    return value;
+}
+
+/* The indentation state `pid`'s key, or NULL with an exception set. */
+static PyObject *ss_key(SymbolSteps *s, int32_t pid) {
+    if (pid < 0 || pid >= PyList_GET_SIZE(s->keys)) return index_error("parser state out of range"), NULL;
+    PyObject *key = PyList_GET_ITEM(s->keys, pid);
+    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 6) {
+        PyErr_SetString(PyExc_TypeError, "an indentation state's key must be a 6-tuple");
+        return NULL;
+    }
+    return key;
+}
+
+static int32_t ss_call_after(SymbolSteps *s, int32_t pid, int32_t end_class) {
+    return state_result(PyObject_CallFunction(s->after, "ii", pid, end_class));
+}
+
+/* `LexParserCore.after`: the parser state after a lexeme ended as `end_class` at `pid`. */
+static int32_t ss_after(SymbolSteps *s, int32_t pid, int32_t end_class) {
+    if (!s->parser) return bad("SymbolSteps cleared"), FAILED;
+    if (end_class < 0 || end_class >= PyList_GET_SIZE(s->end_classes)) return ss_call_after(s, pid, end_class);
+    PyObject *end = PyList_GET_ITEM(s->end_classes, end_class);
+    if (!PyTuple_Check(end) || PyTuple_GET_SIZE(end) < 1) return ss_call_after(s, pid, end_class);
+    long long terminal = tuple_long(end, 0);
+    if (terminal < 0) return FAILED;
+    if (terminal >= s->terminals) return ss_call_after(s, pid, end_class);
+    uint8_t kind = s->kind[terminal];
+    if (!s->keys) {
+        if (kind & K_IGNORED) return pid;
+        return ss_parser_step(s, pid, (int32_t)terminal);
+    }
+    PyObject *key = ss_key(s, pid);
+    if (!key) return FAILED;
+    long long defs = tuple_long(key, 4);
+    if (defs < 0) return FAILED;
+    if (kind & K_IGNORED) {
+        if ((kind & K_JOIN) || (defs & AFTER_JOIN)) return ss_call_after(s, pid, end_class);
+        return pid;
+    }
+    if ((kind & K_NEWLINE) || PyTuple_GET_ITEM(key, 5) != Py_None) return ss_call_after(s, pid, end_class);
+    long long inner = tuple_long(key, 0), depth = tuple_long(key, 1);
+    if (inner < 0 || depth < 0) return FAILED;
+    defs &= ~AFTER_JOIN;
+    if (kind & K_OPENING) {
+        depth++;
+    } else if (kind & K_CLOSING) {
+        if (!depth) return DEAD;
+        depth--;
+    }
+    if (inner > INT32_MAX) return index_error("parser state out of range"), FAILED;
+    int32_t nxt = ss_parser_step(s, (int32_t)inner, (int32_t)terminal);
+    if (nxt < 0) return nxt; /* DEAD or FAILED */
+    if (kind & K_DEF) defs |= PENDING_DEF;
+    return ss_intern(s, nxt, (long)depth, PyTuple_GET_ITEM(key, 2), defs);
+}
+
+/* A bit set's hash (63 bits: the map keeps key + 1). */
+static uint64_t bits_hash(const uint64_t *w, Py_ssize_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= w[i];
+        h *= 0xFF51AFD7ED558CCDull;
+        h ^= h >> 33;
+    }
+    return h >> 1;
+}
+
+/* The terminals the parser allows at `inner` (`ParserCore.allowed_set`), under the indentation
+ * tracker without INDENT and DEDENT and with the newline inside brackets (`depth`), into the scratch. */
+static int ss_allowed(SymbolSteps *s, long long inner, long long depth) {
+    Interner *x = s->x;
+    if (inner < 0 || inner >= PyList_GET_SIZE(x->state_stacks)) return index_error("parser state out of range");
+    PyObject *stacks = PyList_GET_ITEM(x->state_stacks, inner);
+    if (!PyTuple_Check(stacks)) return bad("state stacks must be tuples");
+    uint64_t *bits = s->scratch;
+    memset(bits, 0, (size_t)s->words * sizeof(uint64_t));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stacks); i++) {
+        int32_t node_id, q;
+        Py_ssize_t n;
+        if (node_arg(x, PyTuple_GET_ITEM(stacks, i), &node_id) || node_at(x, node_id, &q, &n)) return -1;
+        const uint64_t *row = s->first + (Py_ssize_t)q * s->words;
+        for (Py_ssize_t w = 0; w < s->words; w++) bits[w] |= row[w];
+    }
+    if (s->keys) {
+        if (s->indent >= 0) bits[s->indent / 64] &= ~((uint64_t)1 << (s->indent % 64));
+        if (s->dedent >= 0) bits[s->dedent / 64] &= ~((uint64_t)1 << (s->dedent % 64));
+        if (depth && s->newline >= 0) bits[s->newline / 64] |= (uint64_t)1 << (s->newline % 64);
+    }
+    return 0;
+}
+
+/* `LexParserCore.fresh(pid)[1]`: the lexer state that starts a lexeme at parser state `pid`. */
+static int32_t ss_fresh(SymbolSteps *s, int32_t pid) {
+    if (!s->parser) return bad("SymbolSteps cleared"), FAILED;
+    long long inner = pid, depth = 0;
+    if (s->keys) {
+        PyObject *key = ss_key(s, pid);
+        if (!key) return FAILED;
+        if (PyTuple_GET_ITEM(key, 3) != Py_False || PyTuple_GET_ITEM(key, 5) != Py_None)
+            return state_result(PyObject_CallFunction(s->fresh, "i", pid));
+        inner = tuple_long(key, 0);
+        depth = tuple_long(key, 1);
+        if (inner < 0 || depth < 0) return FAILED;
+    }
+    if (ss_allowed(s, inner, depth)) return FAILED;
+    int32_t at = u64_get(&s->by_hash, bits_hash(s->scratch, s->words));
+    if (at >= 0 && !memcmp(s->sets + at * s->words, s->scratch, (size_t)s->words * sizeof(uint64_t)))
+        return s->lids[at];
+    int32_t lid = state_result(PyObject_CallFunction(s->fresh, "i", pid));
+    if (lid < 0 || at >= 0) return lid; /* (at >= 0: another set with the same hash, not kept) */
+    /* the call may have run another thread's steps through this object: the scratch is filled again */
+    if (ss_allowed(s, inner, depth)) return FAILED;
+    uint64_t h = bits_hash(s->scratch, s->words);
+    if (u64_get(&s->by_hash, h) != UNKNOWN) return lid;
+    if (s->count == s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 64;
+        uint64_t *sets = (uint64_t *)realloc(s->sets, (size_t)(cap * s->words) * sizeof(uint64_t));
+        if (sets) s->sets = sets;
+        int32_t *lids = sets ? (int32_t *)realloc(s->lids, (size_t)cap * sizeof(int32_t)) : NULL;
+        if (lids) s->lids = lids;
+        if (!sets || !lids) return PyErr_NoMemory(), FAILED;
+        s->cap = cap;
+    }
+    memcpy(s->sets + s->count * s->words, s->scratch, (size_t)s->words * sizeof(uint64_t));
+    s->lids[s->count] = lid;
+    if (u64_put(&s->by_hash, h, (int32_t)s->count)) return FAILED;
+    s->count++;
+    return lid;
+}
+
+static PyObject *ss_after_call(SymbolSteps *s, PyObject *args) {
+    int pid, end_class;
+    if (!PyArg_ParseTuple(args, "ii", &pid, &end_class)) return NULL;
+    int32_t result = ss_after(s, pid, end_class);
+    return result == FAILED ? NULL : PyLong_FromLong(result);
+}
+
+static PyObject *ss_fresh_call(SymbolSteps *s, PyObject *args) {
+    int pid;
+    if (!PyArg_ParseTuple(args, "i", &pid)) return NULL;
+    int32_t result = ss_fresh(s, pid);
+    return result == FAILED ? NULL : PyLong_FromLong(result);
+}
+
+static PyMethodDef ss_methods[] = {
+    {"after", (PyCFunction)ss_after_call, METH_VARARGS,
+     "after(pid, end_class) -> pid: LexParserCore.after"},
+    {"fresh", (PyCFunction)ss_fresh_call, METH_VARARGS,
+     "fresh(pid) -> lexer state: LexParserCore.fresh(pid)[1]"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SymbolStepsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "codemask.engine._native.SymbolSteps",
+    .tp_basicsize = sizeof(SymbolSteps),
+    .tp_dealloc = (destructor)ss_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)ss_traverse,
+    .tp_clear = (inquiry)ss_clear,
+    .tp_doc = "SymbolSteps(parser, first, kinds, end_classes, keys, index, key_lock, indent, dedent, newline, after, "
+              "fresh): LexParserCore.after and fresh in C for the common cases",
+    .tp_methods = ss_methods,
+    .tp_new = ss_new,
+};
+
+/* ---------------------------------------------------------------------------------------------
  * Which residuals of a set a parser state accepts (`LexerMaskComputer._residuals_accepted`).
  *
  * A `ResidualWalker` runs the recursion over residual sets and parser states in C: the split of a
- * set at a fresh lexer state (`ResidualSets.split`), the parser state after each lexeme that
- * ends in it (`LexParserCore.after`) and a state's fresh lexer state (`LexParserCore.fresh`) come
- * from Python callables, each memoised here (after and fresh are functions of their arguments for
- * the life of the core; first splits per set and lexer state), and the results per (parser state,
+ * set at a fresh lexer state (`ResidualSets.split`, a Python callable), the parser state after
+ * each lexeme that ends in it (`LexParserCore.after`) and a state's fresh lexer state
+ * (`LexParserCore.fresh`) from a `SymbolSteps`, each memoised here (after and fresh are functions
+ * of their arguments for the life of the core; first splits per set and lexer state), and the results per (parser state,
  * set) are kept in two generations of dicts (the young one handed over to the old when it holds
  * `limit` entries). A new Python context makes about fifty such calls, nearly all new; in Python
  * each cost its frame, a few dict lookups, a list and numpy's fancy indexing.
@@ -1819,7 +2260,8 @@ static PyTypeObject LexerStepperType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *fresh, *after, *split; /* fresh(pid) -> lexer state; after(pid, end class) -> pid; split(set, lid, loops) */
+    SymbolSteps *steps;              /* fresh(pid) -> lexer state; after(pid, end class) -> pid */
+    PyObject *split;                 /* split(set, lid, loops) */
     PyObject *young, *old;           /* dicts: pid << 32 | set index -> bytearray of accepted flags */
     PyObject *no_loops;              /* frozenset() */
     PyObject *s_index, *s_children, *s_accepted;
@@ -1829,8 +2271,7 @@ typedef struct {
 } ResidualWalker;
 
 static void rw_dealloc(ResidualWalker *w) {
-    Py_XDECREF(w->fresh);
-    Py_XDECREF(w->after);
+    Py_XDECREF(w->steps);
     Py_XDECREF(w->split);
     Py_XDECREF(w->young);
     Py_XDECREF(w->old);
@@ -1849,19 +2290,17 @@ static void rw_dealloc(ResidualWalker *w) {
 }
 
 static PyObject *rw_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"fresh", "after", "split", "limit", NULL};
+    static char *names[] = {"steps", "split", "limit", NULL};
     ResidualWalker *w = (ResidualWalker *)type->tp_alloc(type, 0);
     if (!w) return NULL;
-    PyObject *fresh, *after, *split;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOn", names, &fresh, &after, &split, &w->limit)) {
+    PyObject *steps, *split;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!On", names, &SymbolStepsType, &steps, &split, &w->limit)) {
         Py_DECREF(w);
         return NULL;
     }
-    Py_INCREF(fresh);
-    Py_INCREF(after);
+    Py_INCREF(steps);
     Py_INCREF(split);
-    w->fresh = fresh;
-    w->after = after;
+    w->steps = (SymbolSteps *)steps;
     w->split = split;
     if (!(w->young = PyDict_New()) || !(w->old = PyDict_New()) || !(w->no_loops = PyFrozenSet_New(NULL)) ||
         !(w->s_index = PyUnicode_InternFromString("index")) ||
@@ -1874,24 +2313,11 @@ static PyObject *rw_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     return (PyObject *)w;
 }
 
-/* An int returned by a callable (a parser or lexer state), or FAILED. */
-static int32_t state_result(PyObject *result) {
-    if (!result) return FAILED;
-    long value = PyLong_AsLong(result);
-    Py_DECREF(result);
-    if (value == -1 && PyErr_Occurred()) return FAILED;
-    if (value < DEAD || value > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "state out of range");
-        return FAILED;
-    }
-    return (int32_t)value;
-}
-
 static int32_t rw_after(ResidualWalker *w, int32_t pid, int32_t end_class) {
     uint64_t key = (uint64_t)(uint32_t)pid << 32 | (uint32_t)end_class;
     int32_t found = u64_get(&w->afters, key);
     if (found != UNKNOWN) return found;
-    found = state_result(PyObject_CallFunction(w->after, "ii", pid, end_class));
+    found = ss_after(w->steps, pid, end_class);
     if (found == FAILED || u64_put(&w->afters, key, found)) return FAILED;
     return found;
 }
@@ -1899,7 +2325,7 @@ static int32_t rw_after(ResidualWalker *w, int32_t pid, int32_t end_class) {
 static int32_t rw_fresh(ResidualWalker *w, int32_t pid) {
     int32_t found = u64_get(&w->lids, (uint64_t)(uint32_t)pid);
     if (found != UNKNOWN) return found;
-    found = state_result(PyObject_CallFunction(w->fresh, "i", pid));
+    found = ss_fresh(w->steps, pid);
     if (found == FAILED || u64_put(&w->lids, (uint64_t)(uint32_t)pid, found)) return FAILED;
     return found;
 }
@@ -2114,7 +2540,7 @@ static PyTypeObject ResidualWalkerType = {
     .tp_basicsize = sizeof(ResidualWalker),
     .tp_dealloc = (destructor)rw_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "ResidualWalker(fresh, after, split, limit): LexerMaskComputer._residuals_accepted in C",
+    .tp_doc = "ResidualWalker(steps, split, limit): LexerMaskComputer._residuals_accepted in C",
     .tp_methods = rw_methods,
     .tp_new = rw_new,
 };
@@ -2168,13 +2594,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
                                     methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&InternerType) || PyType_Ready(&LexerStepperType) || PyType_Ready(&ResidualWalkerType))
+    if (PyType_Ready(&InternerType) || PyType_Ready(&LexerStepperType) || PyType_Ready(&SymbolStepsType) ||
+        PyType_Ready(&ResidualWalkerType))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) ||
         PyModule_AddObjectRef(m, "Interner", (PyObject *)&InternerType) ||
         PyModule_AddObjectRef(m, "LexerStepper", (PyObject *)&LexerStepperType) ||
+        PyModule_AddObjectRef(m, "SymbolSteps", (PyObject *)&SymbolStepsType) ||
         PyModule_AddObjectRef(m, "ResidualWalker", (PyObject *)&ResidualWalkerType)) {
         Py_DECREF(m);
         return NULL;

@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from codemask.engine import native
 from codemask.engine.completion import CLOSING, CONTINUATION_TERMINALS, OVER, Scope
 from codemask.engine.parser import DEAD, ParserCore
 
@@ -145,6 +149,11 @@ class SymbolParser:
         """The state after an ignored lexeme: the same."""
         return pid
 
+    def native_layout(self, kinds: np.ndarray) -> dict[str, Any]:
+        """`native.symbol_steps`' arguments for this parser (the terminals' ``kinds`` flags are
+        set in place): plain parser steps, no indentation."""
+        return {"keys": None, "index": None, "key_lock": None, "indent": -1, "dedent": -1, "newline": -1}
+
 
 class IndentingParser(SymbolParser):
     """The parser behind Python's indentation tracker; its states carry brackets and levels.
@@ -176,6 +185,20 @@ class IndentingParser(SymbolParser):
                 if found == len(self.keys):
                     self.keys.append(key)
         return found
+
+    def native_layout(self, kinds: np.ndarray) -> dict[str, Any]:
+        """`native.symbol_steps`' arguments: the tracker's terminals flagged in ``kinds``, and its
+        states' keys, index and lock, which the C steps append to as `intern` does."""
+        spec, flags = self.spec, native.SYMBOL_KINDS
+        kinds[spec.newline] |= flags["newline"]
+        kinds[sorted(spec.opening)] |= flags["opening"]
+        kinds[sorted(spec.closing)] |= flags["closing"]
+        if self.def_terminal >= 0:
+            kinds[self.def_terminal] |= flags["def"]
+        if spec.line_join >= 0:
+            kinds[spec.line_join] |= flags["line_join"]
+        return {"keys": self.keys, "index": self._index, "key_lock": self._lock, "indent": spec.indent,
+                "dedent": spec.dedent, "newline": spec.newline}
 
     # -- what the lexer may produce ----------------------------------------------------------
 

@@ -319,11 +319,22 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
         self._fresh: dict[int, Config] = {}
         self._can_end = np.full(64, -1, dtype=np.int8)  # -1: not computed yet (most states never ask)
         super().__init__()
+        self.native_steps = self._symbol_steps()
         if spec is not None:  # the input starts as if after a newline (the first line is at column 0)
             start = lexer.step(lexer.start(frozenset((spec.newline,))), 0x0A)
             self.initial = self.intern(((self.symbols.initial, start),))
         else:
             self.initial = self.intern((self.fresh(self.symbols.initial),))
+
+    def _symbol_steps(self) -> native.SymbolSteps | None:
+        """`after` and the fresh lexer states in C for the common cases (`native.symbol_steps`;
+        None without the extension): a new parser context asks them about a hundred times."""
+        auto = self.lexer.automata
+        kinds = np.zeros(len(auto.names), dtype=np.uint8)
+        kinds[sorted(auto.ignore)] |= native.SYMBOL_KINDS["ignored"]
+        layout = self.symbols.native_layout(kinds)
+        return native.symbol_steps(parser=self.parser, kinds=kinds, end_classes=self.lexer.end_classes, **layout,
+                                   after=self._after, fresh=self.fresh_lexer_state)
 
     def _on_new(self, ident: int, key: tuple[Config, ...]) -> None:
         if ident >= len(self._can_end):
@@ -366,6 +377,10 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
             found = self._fresh[pid] = (pid, self.lexer.start(self.candidates(pid), self.blockers(pid)))
         return found
 
+    def fresh_lexer_state(self, pid: int) -> int:
+        """The lexer state of `fresh` (``fresh(pid)[1]``)."""
+        return self.fresh(pid)[1]
+
     def end_lexeme(self, config: Config) -> Config | None:
         """End the current lexeme as its winning terminal and start a fresh one (None: refused)."""
         if config in self._ends:
@@ -381,6 +396,13 @@ class LexParserCore(_Interner[tuple[Config, ...]]):
 
     def after(self, pid: int, end_class: int) -> int:
         """The parser state after a lexeme ended as ``end_class`` in parser state ``pid``."""
+        steps = self.native_steps
+        if steps is not None and native.enabled():
+            return steps.after(pid, end_class)
+        return self._after(pid, end_class)
+
+    def _after(self, pid: int, end_class: int) -> int:
+        """`after` in Python (without the extension, and for what the C one hands back)."""
         terminal, column = self.lexer.end_classes[end_class]
         if terminal in self.lexer.automata.ignore:
             return self.symbols.ignored(pid, terminal)

@@ -386,12 +386,12 @@ class LexerMaskComputer:
     def _walk_residuals(self) -> Callable[[int, Residuals], np.ndarray | bytearray]:
         """The residual recursion: in C (`native.ResidualWalker`, made at the first use) or
         `_residuals_accepted`. Both give the same flags; each keeps its own results."""
-        if not native.enabled():
+        steps = self.core.native_steps
+        if not native.enabled() or steps is None:
             return self._residuals_accepted
         if self._walker is None:
-            core = self.core
-            self._walker = native.residual_walker(fresh=lambda pid: core.fresh(pid)[1], after=core.after,
-                                                  split=self.residual_sets.split, limit=8 * self._capacity)
+            self._walker = native.residual_walker(steps=steps, split=self.residual_sets.split,
+                                                  limit=8 * self._capacity)
             assert self._walker is not None
         return self._walker.accepted
 

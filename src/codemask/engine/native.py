@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.engine.parser import ParserCore
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 14
+EXPECTED_VERSION = 15
 
 
 def _load() -> ModuleType | None:
@@ -225,19 +225,48 @@ def set_bits_where(words: np.ndarray, token_ids: np.ndarray, residual_of: np.nda
                            np.ascontiguousarray(residual_of, dtype=np.int64), ok)
 
 
+class SymbolSteps(Protocol):
+    """`_native.SymbolSteps`: `LexParserCore.after` and `LexParserCore.fresh` in C for the common cases."""
+
+    def after(self, pid: int, end_class: int) -> int: ...
+
+    def fresh(self, pid: int) -> int: ...
+
+
+def symbol_steps(*, parser: ParserCore, kinds: np.ndarray, end_classes: list[Any], keys: list[Any] | None,
+                 index: dict[Any, int] | None, key_lock: Any, indent: int, dedent: int, newline: int,
+                 after: Callable[[int, int], int], fresh: Callable[[int], int]) -> SymbolSteps | None:
+    """The lexer layer's parser side in C over ``parser`` (which must have its C interner): per
+    terminal its ``kinds`` (`SYMBOL_KINDS` flags), the lexer's ``end_classes`` list, and under
+    Python's indentation tracker its ``keys`` list, ``index`` dict and ``key_lock`` (None, None,
+    None without one) and its ``indent``, ``dedent`` and ``newline`` terminals (-1: none). Cases it
+    does not handle go to ``after(pid, end class)`` and ``fresh(pid) -> lexer state`` (None
+    without the extension)."""
+    if _MODULE is None or getattr(parser, "_native", None) is None:
+        return None
+    found: SymbolSteps = _MODULE.SymbolSteps(parser, parser.allowed_words(), np.ascontiguousarray(kinds, dtype=np.uint8),
+                                             end_classes, keys, index, key_lock, indent, dedent, newline,
+                                             after, fresh)
+    return found
+
+
+# `symbol_steps`' per-terminal flags (the C file's K_* constants)
+SYMBOL_KINDS = {"ignored": 1, "newline": 2, "opening": 4, "closing": 8, "def": 16, "line_join": 32}
+
+
 class ResidualWalker(Protocol):
     """`_native.ResidualWalker`: `LexerMaskComputer._residuals_accepted` in C."""
 
     def accepted(self, pid: int, residuals: Any) -> bytearray: ...
 
 
-def residual_walker(*, fresh: Callable[[int], int], after: Callable[[int, int], int],
-                    split: Callable[[Any, int, frozenset[int]], Any], limit: int) -> ResidualWalker | None:
-    """The residual recursion in C over the callables ``fresh(pid) -> lexer state``,
-    ``after(pid, end class) -> pid`` (both memoised in C: they must be functions of their
+def residual_walker(*, steps: SymbolSteps, split: Callable[[Any, int, frozenset[int]], Any],
+                    limit: int) -> ResidualWalker | None:
+    """The residual recursion in C over ``steps`` (`symbol_steps`: the parser state after a lexeme
+    and a state's fresh lexer state, both memoised in C: they must be functions of their
     arguments) and ``split(residuals, lid, loops) -> ResidualSplit``; results per (parser state,
     set) in two generations of ``limit`` entries (None without the extension)."""
     if _MODULE is None:
         return None
-    found: ResidualWalker = _MODULE.ResidualWalker(fresh, after, split, limit)
+    found: ResidualWalker = _MODULE.ResidualWalker(steps, split, limit)
     return found

@@ -374,6 +374,11 @@ class ParserCore:
             found = self._allowed_sets[bits] = frozenset(i for i in range(self.alphabet) if bits >> i & 1)
         return found
 
+    def allowed_words(self) -> np.ndarray:
+        """Per RTN state, the symbols a node there can take (what `allowed_set` joins over a
+        state's tops) as uint64 words, least significant first: `native.symbol_steps`' input."""
+        return _bit_words(self._first_bits, self.alphabet)
+
     def _tops(self, state: int) -> list[int]:
         stacks = self.state_stacks[state]
         if self._native is not None:
