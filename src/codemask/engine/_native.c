@@ -387,6 +387,12 @@ typedef struct {
     IntBuf parents;
 } Scan;
 
+/* A buffer of a core's array kept between calls (`held_view`). */
+typedef struct {
+    PyObject *array;
+    Py_buffer view;
+} HeldView;
+
 /* Scratch memory of closures and rows, reused from call to call. */
 typedef struct {
     IntMap seen, scan;
@@ -431,6 +437,7 @@ typedef struct {
     uint8_t *waits, *nullable;
     uint64_t *first;
     Py_ssize_t first_words;
+    HeldView held_table, held_flags, held_has_stacks; /* the core's per-state arrays (`held_view`) */
 } Interner;
 
 static void ctx_free(Ctx *c) {
@@ -687,25 +694,49 @@ static int array_view(PyObject *owner, const char *label, const char *name, Py_s
     return 0;
 }
 
+static void held_release(HeldView *h) {
+    if (!h->array) return;
+    PyBuffer_Release(&h->view);
+    Py_CLEAR(h->array);
+}
+
+/* `array_view` of `owner.<name>`, kept in `h` between calls and taken again only when the
+ * attribute is another array (the cores grow their arrays into new ones): numpy's buffer export
+ * cost more than the rest of a parser step's bookkeeping. */
+static int held_view(HeldView *h, PyObject *owner, const char *label, const char *name, Py_ssize_t itemsize,
+                     Py_ssize_t count) {
+    PyObject *now = PyObject_GetAttrString(owner, name);
+    if (!now) return -1;
+    if (now == h->array) {
+        Py_DECREF(now);
+    } else {
+        held_release(h);
+        if (PyObject_GetBuffer(now, &h->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)) {
+            Py_DECREF(now);
+            return -1;
+        }
+        h->array = now;
+    }
+    if (h->view.itemsize != itemsize || h->view.len < itemsize * count) {
+        held_release(h);
+        PyErr_Format(PyExc_ValueError, "%s.%s: fewer than %zd items of %zd bytes", label, name, count, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
 /* The new state's entries in the per-state arrays, grown first if needed (`ParserCore._grow`). */
-static int mark_state(PyObject *core, Py_ssize_t id, int flag, int has_stacks) {
-    PyObject *table = PyObject_GetAttrString(core, "table");
-    if (!table) return -1;
-    Py_ssize_t rows = PyObject_Length(table);
-    Py_DECREF(table);
-    if (rows < 0) return -1;
-    if (id >= rows) {
+static int mark_state(Interner *x, PyObject *core, Py_ssize_t id, int flag, int has_stacks) {
+    if (held_view(&x->held_table, core, "core", "table", sizeof(int32_t), 0)) return -1;
+    if (id >= x->held_table.view.len / ((Py_ssize_t)sizeof(int32_t) * x->alphabet)) {
         PyObject *done = PyObject_CallMethod(core, "_grow", NULL);
         if (!done) return -1;
         Py_DECREF(done);
     }
-    Py_buffer view;
-    if (array_view(core, "core", "flags", 1, id + 1, &view)) return -1;
-    ((uint8_t *)view.buf)[id] = (uint8_t)flag;
-    PyBuffer_Release(&view);
-    if (array_view(core, "core", "has_stacks", 1, id + 1, &view)) return -1;
-    ((uint8_t *)view.buf)[id] = (uint8_t)has_stacks;
-    PyBuffer_Release(&view);
+    if (held_view(&x->held_flags, core, "core", "flags", 1, id + 1)) return -1;
+    ((uint8_t *)x->held_flags.view.buf)[id] = (uint8_t)flag;
+    if (held_view(&x->held_has_stacks, core, "core", "has_stacks", 1, id + 1)) return -1;
+    ((uint8_t *)x->held_has_stacks.view.buf)[id] = (uint8_t)has_stacks;
     return 0;
 }
 
@@ -733,7 +764,7 @@ static int32_t intern_state(Interner *x, PyObject *core, const int32_t *ids, Py_
     int failed = !ident || PyDict_SetItem(x->state_index, key, ident) || PyList_Append(x->state_stacks, stacks) ||
                  PyList_Append(x->state_flag, flag_obj);
     Py_XDECREF(ident);
-    if (!failed && !mark_state(core, id, flag, count > 0)) result = (int32_t)id;
+    if (!failed && !mark_state(x, core, id, flag, count > 0)) result = (int32_t)id;
 done:
     Py_XDECREF(key);
     Py_DECREF(stacks);
@@ -1009,6 +1040,9 @@ static void interner_dealloc(Interner *x) {
     Py_XDECREF(x->state_flag);
     Py_XDECREF(x->state_index);
     ctx_free(x->spare);
+    held_release(&x->held_table);
+    held_release(&x->held_flags);
+    held_release(&x->held_has_stacks);
     Py_TYPE(x)->tp_free((PyObject *)x);
 }
 
@@ -1862,7 +1896,6 @@ typedef struct {
     PyObject *keys, *index;     /* IndentingParser.keys and _index (NULL without indentation) */
     PyObject *key_lock;         /* IndentingParser._lock */
     PyObject *after, *fresh;    /* the Python ones: after(pid, end class) -> pid; fresh(pid) -> lexer state */
-    PyObject *s_table;          /* "table" */
     uint8_t *kind;              /* per terminal, K_* flags */
     Py_ssize_t terminals;
     uint64_t *first;            /* per RTN state, `ParserCore._first_bits` as `words` uint64 words */
@@ -1903,7 +1936,6 @@ static int ss_clear(SymbolSteps *s) {
 static void ss_dealloc(SymbolSteps *s) {
     PyObject_GC_UnTrack(s);
     ss_clear(s);
-    Py_XDECREF(s->s_table);
     free(s->kind);
     free(s->first);
     free(s->by_hash.keys);
@@ -1975,7 +2007,7 @@ static PyObject *ss_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     if (!(s->kind = (uint8_t *)copy_array(&kinds, 1, s->terminals, "kinds")) ||
         !(s->first = (uint64_t *)copy_array(&first, sizeof(uint64_t), s->rtn_states * s->words, "first")) ||
         !(s->scratch = (uint64_t *)calloc((size_t)s->words + 1, sizeof(uint64_t))) ||
-        !(s->s_table = PyUnicode_InternFromString("table")) || u64_init(&s->by_hash, 8))
+        u64_init(&s->by_hash, 8))
         goto done;
     failed = 0;
 done:
@@ -2010,22 +2042,14 @@ static int32_t unlock_after(PyObject *lock, int32_t result) {
 
 /* The parser's memo table entry [state, symbol], read (`write` NULL) or written. */
 static int ss_table(SymbolSteps *s, int32_t state, int32_t symbol, int32_t *read, const int32_t *write) {
-    PyObject *table = PyObject_GetAttr(s->parser, s->s_table);
-    if (!table) return -1;
-    Py_buffer view;
-    int status = PyObject_GetBuffer(table, &view, PyBUF_C_CONTIGUOUS | (write ? PyBUF_WRITABLE : 0));
-    Py_DECREF(table);
-    if (status) return -1;
     Py_ssize_t at = (Py_ssize_t)state * s->x->alphabet + symbol;
-    if (view.itemsize != (Py_ssize_t)sizeof(int32_t) || (at + 1) * (Py_ssize_t)sizeof(int32_t) > view.len) {
-        status = index_error("parser table: not int32, or too small for the state");
-    } else if (write) {
-        ((int32_t *)view.buf)[at] = *write;
+    if (held_view(&s->x->held_table, s->parser, "core", "table", sizeof(int32_t), at + 1)) return -1;
+    if (write) {
+        ((int32_t *)s->x->held_table.view.buf)[at] = *write;
     } else {
-        *read = ((const int32_t *)view.buf)[at];
+        *read = ((const int32_t *)s->x->held_table.view.buf)[at];
     }
-    PyBuffer_Release(&view);
-    return status;
+    return 0;
 }
 
 /* `ParserCore.step`: the memoised transition, computed under the core's lock the first time. */
