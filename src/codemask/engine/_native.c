@@ -389,7 +389,7 @@ typedef struct {
 
 /* A buffer of a core's array kept between calls (`held_view`). */
 typedef struct {
-    PyObject *array;
+    PyObject *array, *name; /* the array held, and the attribute's name (interned at first use) */
     Py_buffer view;
 } HeldView;
 
@@ -700,12 +700,18 @@ static void held_release(HeldView *h) {
     Py_CLEAR(h->array);
 }
 
+static void held_free(HeldView *h) {
+    held_release(h);
+    Py_CLEAR(h->name);
+}
+
 /* `array_view` of `owner.<name>`, kept in `h` between calls and taken again only when the
  * attribute is another array (the cores grow their arrays into new ones): numpy's buffer export
  * cost more than the rest of a parser step's bookkeeping. */
 static int held_view(HeldView *h, PyObject *owner, const char *label, const char *name, Py_ssize_t itemsize,
                      Py_ssize_t count) {
-    PyObject *now = PyObject_GetAttrString(owner, name);
+    if (!h->name && !(h->name = PyUnicode_InternFromString(name))) return -1;
+    PyObject *now = PyObject_GetAttr(owner, h->name);
     if (!now) return -1;
     if (now == h->array) {
         Py_DECREF(now);
@@ -1040,9 +1046,9 @@ static void interner_dealloc(Interner *x) {
     Py_XDECREF(x->state_flag);
     Py_XDECREF(x->state_index);
     ctx_free(x->spare);
-    held_release(&x->held_table);
-    held_release(&x->held_flags);
-    held_release(&x->held_has_stacks);
+    held_free(&x->held_table);
+    held_free(&x->held_flags);
+    held_free(&x->held_has_stacks);
     Py_TYPE(x)->tp_free((PyObject *)x);
 }
 
@@ -1891,10 +1897,10 @@ typedef struct {
     PyObject_HEAD
     PyObject *parser;           /* the ParserCore */
     Interner *x;                /* its `_native` */
-    PyObject *parser_lock;      /* its `lock` */
+    PyObject *parser_acquire, *parser_release; /* its `lock`'s methods */
     PyObject *end_classes;      /* LexerCore.end_classes: (terminal, measured) per end class */
     PyObject *keys, *index;     /* IndentingParser.keys and _index (NULL without indentation) */
-    PyObject *key_lock;         /* IndentingParser._lock */
+    PyObject *key_acquire, *key_release;       /* IndentingParser._lock's methods */
     PyObject *after, *fresh;    /* the Python ones: after(pid, end class) -> pid; fresh(pid) -> lexer state */
     uint8_t *kind;              /* per terminal, K_* flags */
     Py_ssize_t terminals;
@@ -1910,11 +1916,13 @@ typedef struct {
 static int ss_traverse(SymbolSteps *s, visitproc visit, void *arg) {
     Py_VISIT(s->parser);
     Py_VISIT(s->x);
-    Py_VISIT(s->parser_lock);
+    Py_VISIT(s->parser_acquire);
+    Py_VISIT(s->parser_release);
     Py_VISIT(s->end_classes);
     Py_VISIT(s->keys);
     Py_VISIT(s->index);
-    Py_VISIT(s->key_lock);
+    Py_VISIT(s->key_acquire);
+    Py_VISIT(s->key_release);
     Py_VISIT(s->after);
     Py_VISIT(s->fresh);
     return 0;
@@ -1923,11 +1931,13 @@ static int ss_traverse(SymbolSteps *s, visitproc visit, void *arg) {
 static int ss_clear(SymbolSteps *s) {
     Py_CLEAR(s->parser);
     Py_CLEAR(s->x);
-    Py_CLEAR(s->parser_lock);
+    Py_CLEAR(s->parser_acquire);
+    Py_CLEAR(s->parser_release);
     Py_CLEAR(s->end_classes);
     Py_CLEAR(s->keys);
     Py_CLEAR(s->index);
-    Py_CLEAR(s->key_lock);
+    Py_CLEAR(s->key_acquire);
+    Py_CLEAR(s->key_release);
     Py_CLEAR(s->after);
     Py_CLEAR(s->fresh);
     return 0;
@@ -1969,7 +1979,12 @@ static PyObject *ss_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
         goto done;
     }
     s->x = (Interner *)x;
-    if (!(s->parser_lock = PyObject_GetAttrString(parser, "lock"))) goto done;
+    PyObject *lock = PyObject_GetAttrString(parser, "lock");
+    if (!lock) goto done;
+    s->parser_acquire = PyObject_GetAttrString(lock, "acquire");
+    s->parser_release = s->parser_acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    Py_DECREF(lock);
+    if (!s->parser_release) goto done;
     Py_INCREF(parser);
     s->parser = parser;
     Py_INCREF(end_classes);
@@ -1987,8 +2002,9 @@ static PyObject *ss_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
         s->keys = keys;
         Py_INCREF(index);
         s->index = index;
-        Py_INCREF(key_lock);
-        s->key_lock = key_lock;
+        if (!(s->key_acquire = PyObject_GetAttrString(key_lock, "acquire")) ||
+            !(s->key_release = PyObject_GetAttrString(key_lock, "release")))
+            goto done;
     }
     s->indent = indent;
     s->dedent = dedent;
@@ -2020,18 +2036,18 @@ done:
     return (PyObject *)s;
 }
 
-/* Call `lock.acquire()` or `lock.release()`; -1 with an exception set if that fails. */
-static int lock_call(PyObject *lock, const char *method) {
-    PyObject *done = PyObject_CallMethod(lock, method, NULL);
+/* Call a lock's bound `acquire` or `release`; -1 with an exception set if that fails. */
+static int lock_call(PyObject *method) {
+    PyObject *done = PyObject_CallNoArgs(method);
     Py_XDECREF(done);
     return done ? 0 : -1;
 }
 
-/* Release `lock` after a section that gave `result` (FAILED: an exception is set, and kept). */
-static int32_t unlock_after(PyObject *lock, int32_t result) {
+/* Release a lock (its bound `release`) after a section that gave `result` (FAILED: an exception is set, and kept). */
+static int32_t unlock_after(PyObject *release, int32_t result) {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
-    int failed = lock_call(lock, "release");
+    int failed = lock_call(release);
     if (type) {
         if (failed) PyErr_Clear();
         PyErr_Restore(type, value, traceback);
@@ -2059,13 +2075,13 @@ static int32_t ss_parser_step(SymbolSteps *s, int32_t state, int32_t symbol) {
     int32_t found;
     if (ss_table(s, state, symbol, &found, NULL)) return FAILED;
     if (found != UNKNOWN) return found;
-    if (lock_call(s->parser_lock, "acquire")) return FAILED;
+    if (lock_call(s->parser_acquire)) return FAILED;
     int32_t result = FAILED;
     if (!ss_table(s, state, symbol, &found, NULL)) {
         result = found != UNKNOWN ? found : step_state(s->x, s->parser, state, symbol);
         if (result != FAILED && found == UNKNOWN && ss_table(s, state, symbol, NULL, &result)) result = FAILED;
     }
-    return unlock_after(s->parser_lock, result);
+    return unlock_after(s->parser_release, result);
 }
 
 /* `IndentingParser.intern` of (inner, depth, levels, False, defs, None). */
@@ -2080,7 +2096,7 @@ static int32_t ss_intern(SymbolSteps *s, int32_t inner, long depth, PyObject *le
         Py_DECREF(key);
         return result;
     }
-    if (lock_call(s->key_lock, "acquire")) {
+    if (lock_call(s->key_acquire)) {
         Py_DECREF(key);
         return FAILED;
     }
@@ -2096,7 +2112,7 @@ static int32_t ss_intern(SymbolSteps *s, int32_t inner, long depth, PyObject *le
         Py_XDECREF(ident);
     }
     Py_DECREF(key);
-    return unlock_after(s->key_lock, result);
+    return unlock_after(s->key_release, result);
 }
 
 /* A long item of a tuple, or -1 with an exception set (the callers' items are never negative). */
@@ -2288,7 +2304,7 @@ typedef struct {
     PyObject *split;                 /* split(set, lid, loops) */
     PyObject *young, *old;           /* dicts: pid << 32 | set index -> bytearray of accepted flags */
     PyObject *no_loops;              /* frozenset() */
-    PyObject *s_index, *s_children, *s_accepted;
+    PyObject *s_index, *s_children, *s_flags, *s_pairs;
     Py_ssize_t limit;
     U64Map afters, lids, splits; /* (pid, end class) -> pid; pid -> lid; (set, lid) -> position in `split_list` */
     PyObject *split_list;        /* the first splits met, kept alive */
@@ -2302,7 +2318,8 @@ static void rw_dealloc(ResidualWalker *w) {
     Py_XDECREF(w->no_loops);
     Py_XDECREF(w->s_index);
     Py_XDECREF(w->s_children);
-    Py_XDECREF(w->s_accepted);
+    Py_XDECREF(w->s_flags);
+    Py_XDECREF(w->s_pairs);
     Py_XDECREF(w->split_list);
     free(w->afters.keys);
     free(w->afters.values);
@@ -2329,7 +2346,7 @@ static PyObject *rw_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     if (!(w->young = PyDict_New()) || !(w->old = PyDict_New()) || !(w->no_loops = PyFrozenSet_New(NULL)) ||
         !(w->s_index = PyUnicode_InternFromString("index")) ||
         !(w->s_children = PyUnicode_InternFromString("children")) ||
-        !(w->s_accepted = PyUnicode_InternFromString("accepted")) || !(w->split_list = PyList_New(0)) ||
+        !(w->s_flags = PyUnicode_InternFromString("flags")) || !(w->s_pairs = PyUnicode_InternFromString("pairs")) || !(w->split_list = PyList_New(0)) ||
         u64_init(&w->afters, 12) || u64_init(&w->lids, 12) || u64_init(&w->splits, 12)) {
         Py_DECREF(w);
         return NULL;
@@ -2456,33 +2473,24 @@ static int items_of(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const c
     return 0;
 }
 
-/* ok[members[j]] |= sub[tail_of[j]] over one child's members. */
-static int rw_merge(char *ok, Py_ssize_t count, PyObject *child, PyObject *sub) {
-    Py_buffer members, tail_of, accepted;
-    if (items_of(PyTuple_GET_ITEM(child, 1), &members, sizeof(int64_t), "members")) return -1;
-    if (items_of(PyTuple_GET_ITEM(child, 3), &tail_of, sizeof(int64_t), "tail_of")) {
-        PyBuffer_Release(&members);
-        return -1;
-    }
-    if (items_of(sub, &accepted, 1, "accepted")) {
-        PyBuffer_Release(&members);
-        PyBuffer_Release(&tail_of);
-        return -1;
-    }
+/* ok[member] |= sub[tail] over one child's (member, tail) int64 pairs (`ResidualSplit.pairs`). */
+static int rw_merge(char *ok, Py_ssize_t count, PyObject *pairs, PyObject *sub) {
+    if (!PyBytes_Check(pairs) || PyBytes_GET_SIZE(pairs) % (2 * (Py_ssize_t)sizeof(int64_t)))
+        return bad("a child's pairs must be bytes of int64 pairs");
+    Py_buffer accepted;
+    if (items_of(sub, &accepted, 1, "accepted")) return -1;
     int status = 0;
-    Py_ssize_t n = members.len / (Py_ssize_t)sizeof(int64_t);
-    const int64_t *m = (const int64_t *)members.buf, *t = (const int64_t *)tail_of.buf;
+    Py_ssize_t n = PyBytes_GET_SIZE(pairs) / (2 * (Py_ssize_t)sizeof(int64_t));
+    const int64_t *p = (const int64_t *)PyBytes_AS_STRING(pairs);
     const char *a = (const char *)accepted.buf;
-    if (tail_of.len != members.len) status = bad("members and tail_of differ in length");
-    for (Py_ssize_t j = 0; !status && j < n; j++) {
-        if (m[j] < 0 || m[j] >= count || t[j] < 0 || t[j] >= accepted.len) {
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t member = p[2 * j], tail = p[2 * j + 1];
+        if (member < 0 || member >= count || tail < 0 || tail >= accepted.len) {
             status = index_error("residual member out of range");
-        } else if (a[t[j]]) {
-            ok[m[j]] = 1;
+            break;
         }
+        if (a[tail]) ok[member] = 1;
     }
-    PyBuffer_Release(&members);
-    PyBuffer_Release(&tail_of);
     PyBuffer_Release(&accepted);
     return status;
 }
@@ -2505,25 +2513,22 @@ static PyObject *rw_accepted(ResidualWalker *w, int32_t pid, PyObject *set) {
     }
     int32_t *resumed = NULL;
     Py_ssize_t count = 0;
-    PyObject *ok = NULL, *children = NULL, *accepted = NULL;
+    PyObject *ok = NULL, *children = NULL, *flags = NULL, *pairs = NULL;
     PyObject *split = rw_split(w, pid, set, index, &resumed, &count);
     if (!split || !(children = PyObject_GetAttr(split, w->s_children)) ||
-        !(accepted = PyObject_GetAttr(split, w->s_accepted)))
+        !(flags = PyObject_GetAttr(split, w->s_flags)) || !(pairs = PyObject_GetAttr(split, w->s_pairs)))
         goto done;
-    if (!PyList_Check(children) || PyList_GET_SIZE(children) != count) {
-        PyErr_SetString(PyExc_ValueError, "a split's children changed while it was walked");
+    if (!PyList_Check(children) || PyList_GET_SIZE(children) != count || !PyList_Check(pairs) ||
+        PyList_GET_SIZE(pairs) != count || !PyBytes_Check(flags)) {
+        PyErr_SetString(PyExc_ValueError, "a split's children, pairs or flags changed while it was walked");
         goto done;
     }
-    Py_buffer view;
-    if (items_of(accepted, &view, 1, "accepted")) goto done;
-    ok = PyByteArray_FromStringAndSize((const char *)view.buf, view.len);
-    Py_ssize_t members = view.len;
-    PyBuffer_Release(&view);
-    for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(children); i++) {
+    Py_ssize_t members = PyBytes_GET_SIZE(flags);
+    ok = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(flags), members);
+    for (Py_ssize_t i = 0; ok && i < count; i++) {
         if (resumed[i] == DEAD) continue;
-        PyObject *child = PyList_GET_ITEM(children, i);
-        PyObject *sub = rw_accepted(w, resumed[i], PyTuple_GET_ITEM(child, 2));
-        if (!sub || rw_merge(PyByteArray_AS_STRING(ok), members, child, sub)) Py_CLEAR(ok);
+        PyObject *sub = rw_accepted(w, resumed[i], PyTuple_GET_ITEM(PyList_GET_ITEM(children, i), 2));
+        if (!sub || rw_merge(PyByteArray_AS_STRING(ok), members, PyList_GET_ITEM(pairs, i), sub)) Py_CLEAR(ok);
         Py_XDECREF(sub);
     }
     if (ok && PyDict_SetItem(w->young, key, ok)) Py_CLEAR(ok);
@@ -2540,7 +2545,8 @@ done:
     free(resumed);
     Py_XDECREF(split);
     Py_XDECREF(children);
-    Py_XDECREF(accepted);
+    Py_XDECREF(flags);
+    Py_XDECREF(pairs);
     Py_DECREF(key);
     return ok;
 }

@@ -80,6 +80,15 @@ class ResidualSplit:
     accepted: np.ndarray  # bool [R]: the lexeme is still alive at the residual's end
     # (end class, members, the tails after that lexeme, which tail each member continues with)
     children: list[tuple[int, np.ndarray, Residuals, np.ndarray]]
+    # the same for the C recursion, as bytes (a numpy array's buffer export cost more than most
+    # merges it served): `accepted` as 0/1 bytes, and per child its (member, tail) int64 pairs
+    flags: bytes = b""
+    pairs: list[bytes] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.flags = self.accepted.astype(np.uint8).tobytes()
+        self.pairs = [np.stack([members, tail_of], axis=1).astype(np.int64).tobytes()
+                      for _cls, members, _tails, tail_of in self.children]
 
 
 class ResidualSets:
