@@ -24,8 +24,8 @@ from codemask.engine import native, parser
 from codemask.engine.automaton import RTN
 from codemask.engine.indentation import IndentingParser
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.lexer_masks import _residuals_numpy, _walk_native, _walk_numpy
-from codemask.engine.mask_cache import PositionClassifier, Uncertain, set_bits
+from codemask.engine.lexer_masks import Residuals, UncertainTokens, _residuals_numpy, _walk_native, _walk_numpy
+from codemask.engine.mask_cache import PositionClassifier, Uncertain, pack_ids, set_bits
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import TokenTrie, token_trie
 from codemask.errors import GrammarError
@@ -455,22 +455,37 @@ def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> No
         native.lexer_walk(lexer, pre, lid, -1, -1)
 
 
-def test_set_bits_where_in_c_sets_the_bits_mask_cache_sets() -> None:
+@pytest.mark.parametrize("accepted", [0.03, 0.5, 0.97])
+@pytest.mark.parametrize("whole", [False, True])
+def test_set_bits_where_in_c_sets_the_bits_mask_cache_sets(accepted: float, whole: bool) -> None:
+    """A group's tokens by residual, set where the residual is accepted: token by token, or (with
+    the group's packed bits, when most are accepted) all less the refused; as numpy does."""
     rng = np.random.default_rng(3)
     vocab_size = 128_256
     token_ids = rng.choice(vocab_size, 5_000, replace=False).astype(np.int32)
     residual_of = rng.integers(0, 700, len(token_ids)).astype(np.int64)
-    ok = rng.random(700) < 0.3
+    residuals = Residuals(np.zeros(700, dtype=np.int64), np.zeros(700, dtype=np.int64), np.zeros(700, dtype=np.int64),
+                          np.arange(700), 0)
+    group = UncertainTokens(token_ids, residuals, residual_of)
+    ok = rng.random(700) < accepted
     start = rng.integers(0, 2**32, (vocab_size + 31) // 32, dtype=np.uint64).astype(np.uint32)
     rows = [start.copy(), start.copy()]
-    native.set_bits_where(rows[0], token_ids, residual_of, ok)
+    bits = pack_ids(token_ids, vocab_size).tobytes() if whole else b""
+    native.set_bits_where(rows[0], group.by_residual, group.offsets, ok.astype(np.uint8).tobytes(), bits)
     set_bits(rows[1], token_ids[ok[residual_of]])
     assert (rows[0] == rows[1]).all() and (rows[0] != start).any()
     expected = np.unpackbits(start.view(np.uint8), bitorder="little").astype(bool)
     expected[token_ids[ok[residual_of]]] = True
     assert (np.unpackbits(rows[0].view(np.uint8), bitorder="little").astype(bool) == expected).all()
     with pytest.raises(IndexError, match="out of range"):
-        native.set_bits_where(start.copy(), token_ids, residual_of + 700, ok)
+        native.set_bits_where(start.copy(), (token_ids + vocab_size + 64).tobytes(), group.offsets, b"\x01" * 700, b"")
+    with pytest.raises(IndexError, match="offsets out of range"):
+        native.set_bits_where(start.copy(), group.by_residual, np.full(701, 9_999, np.int32).tobytes(), b"\x01" * 700,
+                              b"")
+    with pytest.raises(ValueError, match="0/1 bytes"):
+        native.set_bits_where(start.copy(), group.by_residual, group.offsets, b"\x02" * 700, b"")
+    with pytest.raises(ValueError, match="do not fit together"):
+        native.set_bits_where(start.copy(), group.by_residual, group.offsets, bytes(699), b"")
 
 
 def drive_combined(language: str, use_native: bool, data: bytes) -> tuple[LexParserCore, list[int]]:

@@ -57,6 +57,30 @@ class UncertainTokens:
     token_ids: np.ndarray  # int32 [U]
     residuals: Residuals
     residual_of: np.ndarray  # int64 [U]: which member of `residuals` each token goes on with
+    # for `native.set_bits_where`: the tokens in the order of their residuals (int32 bytes), where
+    # each residual's start there (int32 bytes [R + 1]), and the packed bits of all the tokens of
+    # a large group (`group_bits`)
+    by_residual: bytes = b""
+    offsets: bytes = b""
+    _group: bytes | None = None
+
+    def __post_init__(self) -> None:
+        order = np.argsort(self.residual_of, kind="stable")
+        self.by_residual = self.token_ids[order].astype(np.int32).tobytes()
+        counts = np.bincount(self.residual_of, minlength=len(self.residuals.rows))
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32).tobytes()
+
+    def group_bits(self, vocab_size: int) -> bytes:
+        """The packed bits of all the tokens, for groups of `GROUP_BITS_TOKENS` or more (b"": none)."""
+        if self._group is None:
+            large = len(self.token_ids) >= GROUP_BITS_TOKENS
+            self._group = pack_ids(self.token_ids, vocab_size).tobytes() if large else b""
+        return self._group
+
+
+# Uncertain groups this large keep their tokens' packed bits (16 KB for Llama-3): a mask sets
+# them whole when most of their residuals are accepted (`native.set_bits_where`).
+GROUP_BITS_TOKENS = 4096
 
 
 @dataclass
@@ -382,7 +406,7 @@ class LexerMaskComputer:
             if resumed != DEAD:
                 ok = accepted(resumed, unc.residuals)
                 if native.enabled():
-                    native.set_bits_where(words, unc.token_ids, unc.residual_of, ok)
+                    native.set_bits_where(words, unc.by_residual, unc.offsets, ok, unc.group_bits(self.vocab_size))
                 else:
                     set_bits(words, unc.token_ids[np.asarray(ok, dtype=bool)[unc.residual_of]])
         fallback = core.fallback_state(state)

@@ -215,14 +215,15 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
             np.frombuffer(end_class, dtype=np.int32).astype(np.int64))
 
 
-def set_bits_where(words: np.ndarray, token_ids: np.ndarray, residual_of: np.ndarray,
-                   ok: np.ndarray | bytearray) -> None:
-    """Set the bits of the tokens ``token_ids[i]`` whose residual ``ok[residual_of[i]]`` is
-    accepted (bools, or the C recursion's 0/1 bytes) in the uint32 bitmask row ``words``, in place,
-    in one C pass (`mask_cache.set_bits` is the numpy way). The extension must be loaded."""
+def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes | bytearray,
+                   group: bytes = b"") -> None:
+    """Set, in the uint32 bitmask row ``words`` (in place), the bits of the tokens of every
+    residual ``r`` whose ``ok[r]`` is set (0/1 bytes): residual ``r``'s tokens are
+    ``tokens[offsets[r]:offsets[r + 1]]`` (int32 bytes, `lexer_masks.UncertainTokens.by_residual`).
+    ``group``, the packed bits of all the tokens (b"": none), lets a mostly accepted group be set
+    whole, less the refused. The extension must be loaded (`mask_cache.set_bits` is the numpy way)."""
     assert _MODULE is not None
-    _MODULE.set_bits_where(words, np.ascontiguousarray(token_ids, dtype=np.int32),
-                           np.ascontiguousarray(residual_of, dtype=np.int64), ok)
+    _MODULE.set_bits_where(words, tokens, offsets, ok, group)
 
 
 class SymbolSteps(Protocol):
