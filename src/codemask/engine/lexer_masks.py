@@ -88,9 +88,9 @@ class Residuals:
     """A set of distinct residual byte strings, each a tail of a trie row, that start a fresh
     lexeme; interned by content (`ResidualSets`), so positions that share tails share the work."""
 
-    rows: np.ndarray  # int64 [R], increasing: the trie row the residual is a tail of
-    starts: np.ndarray  # int64 [R]: where it starts in that row
-    lengths: np.ndarray  # int64 [R]
+    rows: np.ndarray  # int32 [R], increasing: the trie row the residual is a tail of
+    starts: np.ndarray  # int32 [R]: where it starts in that row
+    lengths: np.ndarray  # int32 [R] (int32, as the C walk reads them: no conversion per split)
     member_of_key: np.ndarray  # int64 [R]: the member holding the k-th smallest suffix number
     index: int  # the order it was interned in (`ResidualSets`), its key in the C recursion's results
     # by fresh lexer state, and the end classes followed in place (`ResidualSets.split`)
@@ -110,9 +110,17 @@ class ResidualSplit:
     pairs: list[bytes] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.flags = self.accepted.astype(np.uint8).tobytes()
-        self.pairs = [np.stack([members, tail_of], axis=1).astype(np.int64).tobytes()
-                      for _cls, members, _tails, tail_of in self.children]
+        self.flags = self.accepted.view(np.uint8).tobytes()  # (bools are 0/1 bytes)
+        self.pairs = [_interleaved(members, tail_of) for _cls, members, _tails, tail_of in self.children]
+
+
+def _interleaved(first: np.ndarray, second: np.ndarray) -> bytes:
+    """``first[i], second[i]`` as int64 pairs, one after the other (a fill, where `np.stack` was
+    four times as long for the few members of a typical child)."""
+    pairs = np.empty((len(first), 2), dtype=np.int64)
+    pairs[:, 0] = first
+    pairs[:, 1] = second
+    return pairs.tobytes()
 
 
 class ResidualSets:
@@ -141,12 +149,12 @@ class ResidualSets:
             order = np.argsort(rows, kind="stable")
             member_of_key = np.empty(len(order), dtype=np.int64)
             member_of_key[order] = np.arange(len(order))
-            rows, starts = rows[order], starts[order]
+            rows, starts = rows[order].astype(np.int32), starts[order].astype(np.int32)
+            lengths = self.trie.lengths[rows].astype(np.int32) - starts
             with self._lock:  # the index keys the C recursion's results: one per set, whatever the thread
                 found = self._sets.get(key)
                 if found is None:
-                    found = self._sets[key] = Residuals(
-                        rows, starts, self.trie.lengths[rows].astype(np.int64) - starts, member_of_key, len(self._sets))
+                    found = self._sets[key] = Residuals(rows, starts, lengths, member_of_key, len(self._sets))
         return found, found.member_of_key[group]
 
     def uncertain(self, lo: np.ndarray, hi: np.ndarray, depth: np.ndarray) -> UncertainTokens:

@@ -199,8 +199,8 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
     classes ``loops`` is followed by a new one from ``lid`` in the same walk.
 
     Returns, per residual: alive at its end (bool), the offset just after the last match of its
-    last lexeme (int64, 0: none, or refused as a reserved word) and that match's end class
-    (int64, -1: none). Transitions the table does not know yet are computed on the way
+    last lexeme (int32, 0: none, or refused as a reserved word) and that match's end class
+    (int32, -1: none). Transitions the table does not know yet are computed on the way
     (`LexerStepper`).
     """
     mask = np.zeros(max(loops, default=-1) + 1, dtype=np.uint8)
@@ -211,8 +211,8 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
     with lexer.lock:
         alive, end_at, end_class = stepper.residuals(lexer, matrix, matrix.shape[1], rows32, starts32, lengths32,
                                                      lid, mask.tobytes())
-    return (np.frombuffer(alive, dtype=bool), np.frombuffer(end_at, dtype=np.int32).astype(np.int64),
-            np.frombuffer(end_class, dtype=np.int32).astype(np.int64))
+    return (np.frombuffer(alive, dtype=bool), np.frombuffer(end_at, dtype=np.int32),
+            np.frombuffer(end_class, dtype=np.int32))
 
 
 def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes | bytearray,
