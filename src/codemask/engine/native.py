@@ -215,10 +215,10 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
             np.frombuffer(end_class, dtype=np.int32))
 
 
-def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes | bytearray,
+def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes | bytearray | np.ndarray,
                    group: bytes = b"") -> None:
     """Set, in the uint32 bitmask row ``words`` (in place), the bits of the tokens of every
-    residual ``r`` whose ``ok[r]`` is set (0/1 bytes): residual ``r``'s tokens are
+    residual ``r`` whose ``ok[r]`` is set (0/1 bytes, or bools): residual ``r``'s tokens are
     ``tokens[offsets[r]:offsets[r + 1]]`` (int32 bytes, `lexer_masks.UncertainTokens.by_residual`).
     ``group``, the packed bits of all the tokens (b"": none), lets a mostly accepted group be set
     whole, less the refused. The extension must be loaded (`mask_cache.set_bits` is the numpy way)."""
@@ -245,9 +245,9 @@ def symbol_steps(*, parser: ParserCore, kinds: np.ndarray, end_classes: list[Any
     without the extension)."""
     if _MODULE is None or getattr(parser, "_native", None) is None:
         return None
-    found: SymbolSteps = _MODULE.SymbolSteps(parser, parser.allowed_words(), np.ascontiguousarray(kinds, dtype=np.uint8),
-                                             end_classes, keys, index, key_lock, indent, dedent, newline,
-                                             after, fresh)
+    kinds = np.ascontiguousarray(kinds, dtype=np.uint8)
+    found: SymbolSteps = _MODULE.SymbolSteps(parser, parser.allowed_words(), kinds, end_classes, keys, index,
+                                             key_lock, indent, dedent, newline, after, fresh)
     return found
 
 
