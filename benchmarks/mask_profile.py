@@ -16,7 +16,8 @@ spent inside it in:
 - ``split``: a residual set's first lexeme from a lexer state not met with it before
   (`ResidualSets._split`);
 - ``closure``: new parser states (`ParserCore.closure`, and `ParserCore._compute_step`, a step
-  that moves the stacks and closes them, in C with the extension);
+  that moves the stacks and closes them, in C with the extension; the steps the lexer layer's C
+  side computes itself, `native.SymbolSteps`, are counted from its own clock, `stats()`);
 - ``gc``: the garbage collector's pauses (``gc.callbacks``);
 - ``other``: the rest — the recursion over residual sets and parser states in Python, cached masks.
 
@@ -144,14 +145,19 @@ def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: i
                 raise SystemExit(f"{doc.name}: token refused — not a valid file for the grammar")
     timers = Timers()
     steps: list[dict[str, Any]] = []
+    c_steps = getattr(compiled.core, "native_steps", None)  # parser steps the lexer layer makes in C
     with instrumented(timers):
         for doc in docs:
             matcher = codemask.GrammarMatcher(compiled)
             for index, token in enumerate(doc.tokens):
                 before, calls = dict(timers.ns), timers.calls["classify"]
+                c_before = c_steps.stats() if c_steps is not None else (0, 0)
                 start_ns = time.perf_counter_ns()
                 matcher.fill_next_token_bitmask(bitmask)
                 total = time.perf_counter_ns() - start_ns
+                c_after = c_steps.stats() if c_steps is not None else (0, 0)
+                timers.ns["closure"] += c_after[1] - c_before[1]
+                timers.calls["closure"] += c_after[0] - c_before[0]
                 parts = {part: timers.ns[part] - before[part] for part in PARTS}
                 parts["other"] = total - sum(parts.values())
                 steps.append({"file": doc.name, "step": index, "ns": total, "parts": parts,

@@ -376,10 +376,12 @@ def test_c_residual_walk_splits_as_the_numpy_walk(language: str) -> None:
             rows = np.flatnonzero(trie.lengths > skip)
             offsets = np.full(len(rows), skip, dtype=np.int64)
             lengths = trie.lengths[rows].astype(np.int64) - skip
-            c_alive, c_end, c_class = native.lexer_residuals(lexers[0], trie.matrix, rows, offsets, lengths, lids[0])
+            c_alive, c_end, c_class, c_ended = native.lexer_residuals(lexers[0], trie.matrix, rows, offsets, lengths,
+                                                                      lids[0])
             with native.using(False):
-                n_alive, n_end, n_class = _residuals_numpy(lexers[1], trie.matrix, rows, offsets, lengths, lids[1])
-            assert (c_alive == n_alive).all() and (c_end == n_end).all()
+                n_alive, n_end, n_class, n_ended = _residuals_numpy(lexers[1], trie.matrix, rows, offsets, lengths,
+                                                                    lids[1])
+            assert (c_alive == n_alive).all() and (c_end == n_end).all() and (c_ended == n_ended).all()
             names = [[lexer.end_classes[c] if c >= 0 else None for c in classes.tolist()]
                      for lexer, classes in zip(lexers, (c_class, n_class), strict=True)]
             assert names[0] == names[1]
@@ -410,14 +412,14 @@ def test_c_residual_walk_follows_looping_lexemes_as_the_numpy_walk(language: str
             interned = [len(lexer.end_classes) for lexer in lexers]
             loops = [frozenset(c for c, end in enumerate(lexer.end_classes) if end[0] in looping_terminals)
                      for lexer in lexers]
-            c_alive, c_end, c_class = native.lexer_residuals(lexers[0], trie.matrix, rows, offsets, lengths,
-                                                              lids[0], loops[0])
+            c_alive, c_end, c_class, c_ended = native.lexer_residuals(lexers[0], trie.matrix, rows, offsets, lengths,
+                                                                      lids[0], loops[0])
             with native.using(False):
-                n_alive, n_end, n_class = _residuals_numpy(lexers[1], trie.matrix, rows, offsets, lengths, lids[1],
-                                                           loops[1])
+                n_alive, n_end, n_class, n_ended = _residuals_numpy(lexers[1], trie.matrix, rows, offsets, lengths,
+                                                                    lids[1], loops[1])
             if [len(lexer.end_classes) for lexer in lexers] == interned:
                 break
-        assert (c_alive == n_alive).all() and (c_end == n_end).all()
+        assert (c_alive == n_alive).all() and (c_end == n_end).all() and (c_ended == n_ended).all()
         assert [lexers[0].end_classes[c] if c >= 0 else None for c in c_class.tolist()] == \
             [lexers[1].end_classes[c] if c >= 0 else None for c in n_class.tolist()]
         followed += int((c_end > plain[1]).sum() + (c_alive & ~plain[0]).sum())

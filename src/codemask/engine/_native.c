@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NATIVE_VERSION 15
 #define UNKNOWN (-2)
@@ -1749,7 +1750,8 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
     int lid;
     memset(v, 0, sizeof(v));
     if (!PyArg_ParseTuple(args, "Oy*ny*y*y*iy*", &core, &v[0], &width, &v[1], &v[2], &v[3], &lid, &v[4])) return NULL;
-    PyObject *result = NULL, *alive_out = NULL, *end_at_out = NULL, *class_out = NULL;
+    PyObject *result = NULL, *alive_out = NULL, *end_at_out = NULL, *class_out = NULL, *ended = NULL;
+    Py_ssize_t ends = 0; /* residuals whose lexeme ended inside them: `ended` lists them */
     LexViews views;
     memset(&views, 0, sizeof(views));
     Py_ssize_t count = v[1].len / (Py_ssize_t)sizeof(int32_t);
@@ -1807,6 +1809,7 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
                  * that did not match since the last loop */
                 if (next >= 0 || end_at[i] <= lexeme_start) end_at[i] = 0;
                 alive[i] = 0;
+                ends += end_at[i] > 0;
                 break;
             }
             state = next;
@@ -1817,11 +1820,18 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
             }
         }
     }
-    result = PyTuple_Pack(3, alive_out, end_at_out, class_out);
+    ended = PyBytes_FromStringAndSize(NULL, ends * (Py_ssize_t)sizeof(int32_t));
+    if (!ended) goto done;
+    int32_t *out = (int32_t *)PyBytes_AS_STRING(ended);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!alive[i] && end_at[i] > 0) *out++ = (int32_t)i;
+    }
+    result = PyTuple_Pack(4, alive_out, end_at_out, class_out, ended);
 done:
     Py_XDECREF(alive_out);
     Py_XDECREF(end_at_out);
     Py_XDECREF(class_out);
+    Py_XDECREF(ended);
     views_release(&views);
     for (int i = 0; i < 5; i++) PyBuffer_Release(&v[i]);
     return result;
@@ -1907,6 +1917,7 @@ typedef struct {
     uint64_t *first;            /* per RTN state, `ParserCore._first_bits` as `words` uint64 words */
     Py_ssize_t rtn_states, words;
     int32_t indent, dedent, newline;
+    long long computed, computed_ns; /* parser steps computed (`ParserCore._compute_step`) and their time */
     U64Map by_hash;             /* a bit set's hash -> its entry */
     uint64_t *sets, *scratch;   /* entry i's bits at sets[i * words] */
     int32_t *lids;
@@ -2078,7 +2089,12 @@ static int32_t ss_parser_step(SymbolSteps *s, int32_t state, int32_t symbol) {
     if (lock_call(s->parser_acquire)) return FAILED;
     int32_t result = FAILED;
     if (!ss_table(s, state, symbol, &found, NULL)) {
+        struct timespec start, end;
+        clock_gettime(CLOCK_MONOTONIC, &start);
         result = found != UNKNOWN ? found : step_state(s->x, s->parser, state, symbol);
+        clock_gettime(CLOCK_MONOTONIC, &end);
+        s->computed += found == UNKNOWN;
+        s->computed_ns += (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec);
         if (result != FAILED && found == UNKNOWN && ss_table(s, state, symbol, NULL, &result)) result = FAILED;
     }
     return unlock_after(s->parser_release, result);
@@ -2264,7 +2280,13 @@ static PyObject *ss_fresh_call(SymbolSteps *s, PyObject *args) {
     return result == FAILED ? NULL : PyLong_FromLong(result);
 }
 
+static PyObject *ss_stats(SymbolSteps *s, PyObject *Py_UNUSED(ignored)) {
+    return Py_BuildValue("(LL)", s->computed, s->computed_ns);
+}
+
 static PyMethodDef ss_methods[] = {
+    {"stats", (PyCFunction)ss_stats, METH_NOARGS,
+     "stats() -> (steps, ns): the parser steps computed here and the time they took (`benchmarks/mask_profile.py`)"},
     {"after", (PyCFunction)ss_after_call, METH_VARARGS,
      "after(pid, end_class) -> pid: LexParserCore.after"},
     {"fresh", (PyCFunction)ss_fresh_call, METH_VARARGS,
