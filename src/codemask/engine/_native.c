@@ -794,6 +794,11 @@ static int cmp_int32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static int cmp_uint64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Push the parents of node `s` (at a state where its frame may end), or set the flag for a bottom. */
 static int pop_to_parents(Interner *x, Ctx *c, int32_t s, int *flag) {
     for (int32_t i = 0; i < x->npn[s]; i++) {
@@ -1750,8 +1755,9 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
     int lid;
     memset(v, 0, sizeof(v));
     if (!PyArg_ParseTuple(args, "Oy*ny*y*y*iy*", &core, &v[0], &width, &v[1], &v[2], &v[3], &lid, &v[4])) return NULL;
-    PyObject *result = NULL, *alive_out = NULL, *end_at_out = NULL, *class_out = NULL, *ended = NULL;
+    PyObject *result = NULL, *alive_out = NULL, *end_at_out = NULL, *class_out = NULL, *ended = NULL, *bounds = NULL;
     Py_ssize_t ends = 0; /* residuals whose lexeme ended inside them: `ended` lists them */
+    uint64_t *keys = NULL;
     LexViews views;
     memset(&views, 0, sizeof(views));
     Py_ssize_t count = v[1].len / (Py_ssize_t)sizeof(int32_t);
@@ -1820,18 +1826,37 @@ static PyObject *stepper_residuals(LexerStepper *x, PyObject *args) {
             }
         }
     }
-    ended = PyBytes_FromStringAndSize(NULL, ends * (Py_ssize_t)sizeof(int32_t));
-    if (!ended) goto done;
-    int32_t *out = (int32_t *)PyBytes_AS_STRING(ended);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (!alive[i] && end_at[i] > 0) *out++ = (int32_t)i;
+    /* the residuals whose lexeme ended inside them, by end class (then in order) */
+    keys = (uint64_t *)malloc((size_t)(ends ? ends : 1) * sizeof(uint64_t));
+    if (!keys) {
+        PyErr_NoMemory();
+        goto done;
     }
-    result = PyTuple_Pack(4, alive_out, end_at_out, class_out, ended);
+    Py_ssize_t k = 0, groups = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!alive[i] && end_at[i] > 0) keys[k++] = (uint64_t)(uint32_t)end_class[i] << 32 | (uint64_t)i;
+    }
+    qsort(keys, (size_t)ends, sizeof(uint64_t), cmp_uint64);
+    for (Py_ssize_t j = 0; j < ends; j++) groups += !j || keys[j] >> 32 != keys[j - 1] >> 32;
+    ended = PyBytes_FromStringAndSize(NULL, ends * (Py_ssize_t)sizeof(int32_t));
+    bounds = PyBytes_FromStringAndSize(NULL, 2 * groups * (Py_ssize_t)sizeof(int32_t));
+    if (!ended || !bounds) goto done;
+    int32_t *members = (int32_t *)PyBytes_AS_STRING(ended), *bound = (int32_t *)PyBytes_AS_STRING(bounds);
+    for (Py_ssize_t j = 0; j < ends; j++) {
+        members[j] = (int32_t)(keys[j] & 0xFFFFFFFFu);
+        if (!j || keys[j] >> 32 != keys[j - 1] >> 32) {
+            *bound++ = (int32_t)(keys[j] >> 32);
+            *bound++ = (int32_t)j;
+        }
+    }
+    result = PyTuple_Pack(5, alive_out, end_at_out, class_out, ended, bounds);
 done:
+    free(keys);
     Py_XDECREF(alive_out);
     Py_XDECREF(end_at_out);
     Py_XDECREF(class_out);
     Py_XDECREF(ended);
+    Py_XDECREF(bounds);
     views_release(&views);
     for (int i = 0; i < 5; i++) PyBuffer_Release(&v[i]);
     return result;

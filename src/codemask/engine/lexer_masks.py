@@ -209,10 +209,10 @@ class ResidualSets:
         so the next lexeme starts from ``lid`` again) is followed in the same walk."""
         rows, starts = residuals.rows, residuals.starts
         walk = native.lexer_residuals if native.enabled() else _residuals_numpy
-        alive, end_at, end_class, ended = walk(self.lexer, self.trie.matrix, rows, starts, residuals.lengths, lid,
-                                               loops)
+        alive, end_at, _end_class, ended = walk(self.lexer, self.trie.matrix, rows, starts, residuals.lengths, lid,
+                                                loops)
         children = []
-        for cls, members in _grouped(ended, end_class):
+        for cls, members in ended:
             tails, tail_of = self.intern(rows[members], starts[members] + end_at[members])
             children.append((cls, members, tails, tail_of))
         return ResidualSplit(accepted=alive, children=children)
@@ -231,7 +231,7 @@ def _grouped(items: np.ndarray, keys: np.ndarray) -> list[tuple[int, np.ndarray]
 
 def _residuals_numpy(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, starts: np.ndarray,
                      lengths: np.ndarray, lid: int, loops: frozenset[int] = frozenset()
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
     """`native.lexer_residuals` in numpy (without the C extension): one byte of every residual
     still lexing per round, each at its own offset (a lexeme ending as a loop goes back to its
     last match)."""
@@ -270,7 +270,7 @@ def _residuals_numpy(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, sta
         matched = classes >= 0
         end_at[active[matched]] = at[active[matched]]
         end_class[active[matched]] = classes[matched]
-    return alive, end_at, end_class, np.flatnonzero(~alive & (end_at > 0))
+    return alive, end_at, end_class, _grouped(np.flatnonzero(~alive & (end_at > 0)), end_class)
 
 
 def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size: int,

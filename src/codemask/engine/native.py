@@ -193,15 +193,16 @@ def lexer_walk(lexer: LexerCore, trie: PreorderTrie, lid: int, match_depth: int,
 
 def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, starts: np.ndarray,
                     lengths: np.ndarray, lid: int, loops: frozenset[int] = frozenset()
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
     """Walk the residuals ``matrix[rows, starts:starts + lengths]`` from lexer state ``lid`` with
     longest match (`lexer_masks.ResidualSets.split`); a lexeme that ends as one of the end
     classes ``loops`` is followed by a new one from ``lid`` in the same walk.
 
     Returns, per residual: alive at its end (bool), the offset just after the last match of its
     last lexeme (int32, 0: none, or refused as a reserved word) and that match's end class
-    (int32, -1: none); and, in order, the residuals whose lexeme ended inside them (dead at the end
-    with a match: int32). Transitions the table does not know yet are computed on the way
+    (int32, -1: none); and the residuals whose lexeme ended inside them (dead at the end with a
+    match) by that end class, as `lexer_masks._grouped` gives them: (end class, int32 members in
+    order), classes increasing. Transitions the table does not know yet are computed on the way
     (`LexerStepper`).
     """
     mask = np.zeros(max(loops, default=-1) + 1, dtype=np.uint8)
@@ -210,10 +211,14 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
     rows32, starts32, lengths32 = (np.ascontiguousarray(a, dtype=np.int32) for a in (rows, starts, lengths))
     matrix = np.ascontiguousarray(matrix, dtype=np.uint8)
     with lexer.lock:
-        alive, end_at, end_class, ended = stepper.residuals(lexer, matrix, matrix.shape[1], rows32, starts32,
-                                                            lengths32, lid, mask.tobytes())
+        alive, end_at, end_class, ended, bounds = stepper.residuals(lexer, matrix, matrix.shape[1], rows32, starts32,
+                                                                    lengths32, lid, mask.tobytes())
+    members = np.frombuffer(ended, dtype=np.int32)
+    firsts = np.frombuffer(bounds, dtype=np.int32).reshape(-1, 2).tolist()
+    stops = [start for _cls, start in firsts[1:]] + [len(members)] * bool(firsts)
+    groups = [(cls, members[start:stop]) for (cls, start), stop in zip(firsts, stops, strict=True)]
     return (np.frombuffer(alive, dtype=bool), np.frombuffer(end_at, dtype=np.int32),
-            np.frombuffer(end_class, dtype=np.int32), np.frombuffer(ended, dtype=np.int32))
+            np.frombuffer(end_class, dtype=np.int32), groups)
 
 
 def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes | bytearray | np.ndarray,
