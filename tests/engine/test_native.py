@@ -577,3 +577,17 @@ def test_a_lexer_mode_core_with_c_steps_is_collected() -> None:
     del core
     gc.collect()
     assert gone() is None
+
+
+def test_distinct_in_c_is_numpy_unique_with_index_and_inverse() -> None:
+    rng = np.random.default_rng(5)
+    slots = np.empty(10_000, dtype=np.int32)
+    for size in (0, 1, 7, 300, 20_000):
+        numbers = rng.integers(0, 10_000 if size > 300 else 40, size)
+        keys, chosen, group = native.distinct(slots, numbers)
+        assert keys.tolist() == np.unique(numbers).tolist()
+        assert (numbers[chosen] == keys).all() and (keys[group] == numbers).all()
+    with pytest.raises(IndexError, match="out of the slots"):
+        native.distinct(slots, np.array([3, 10_000]))
+    with pytest.raises(IndexError, match="out of the slots"):
+        native.distinct(slots, np.array([-1]))

@@ -794,6 +794,11 @@ static int cmp_int32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static int cmp_int64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 static int cmp_uint64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -2702,11 +2707,67 @@ done:
     return result;
 }
 
+/* distinct(slots, numbers) -> (keys, chosen, group): `np.unique(numbers)` with an index and the
+ * inverse, through the scratch table `slots` (int32, one entry per possible number: the numbers
+ * are dense suffix numbers, `lexer_masks.ResidualSets._distinct`): the sorted distinct numbers
+ * (int64 bytes), the position of one occurrence of each (int32 bytes) and which one each number
+ * is (int64 bytes). A residual set's interning made ten numpy calls of it, most on a few dozen
+ * numbers. */
+static PyObject *distinct(PyObject *self, PyObject *args) {
+    Py_buffer slots_view, numbers_view;
+    if (!PyArg_ParseTuple(args, "w*y*", &slots_view, &numbers_view)) return NULL;
+    PyObject *result = NULL, *keys_out = NULL, *chosen_out = NULL, *group_out = NULL;
+    Py_ssize_t n = numbers_view.len / (Py_ssize_t)sizeof(int64_t), size = slots_view.len / (Py_ssize_t)sizeof(int32_t);
+    int32_t *slots = (int32_t *)slots_view.buf;
+    const int64_t *numbers = (const int64_t *)numbers_view.buf;
+    if (need(&numbers_view, sizeof(int64_t), n, "numbers") || need(&slots_view, sizeof(int32_t), size, "slots")) goto done;
+    if (n > INT32_MAX) {
+        bad("too many numbers");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (numbers[i] < 0 || numbers[i] >= size) {
+            index_error("number out of the slots");
+            goto done;
+        }
+        slots[numbers[i]] = (int32_t)i; /* where a number repeats, one of its positions is left */
+    }
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) count += slots[numbers[i]] == i;
+    keys_out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+    chosen_out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int32_t));
+    group_out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (!keys_out || !chosen_out || !group_out) goto done;
+    int64_t *keys = (int64_t *)PyBytes_AS_STRING(keys_out), *group = (int64_t *)PyBytes_AS_STRING(group_out);
+    int32_t *chosen = (int32_t *)PyBytes_AS_STRING(chosen_out);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (slots[numbers[i]] == i) keys[k++] = numbers[i];
+    }
+    qsort(keys, (size_t)count, sizeof(int64_t), cmp_int64);
+    for (Py_ssize_t j = 0; j < count; j++) {
+        chosen[j] = slots[keys[j]];
+        slots[keys[j]] = (int32_t)j;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) group[i] = slots[numbers[i]];
+    result = PyTuple_Pack(3, keys_out, chosen_out, group_out);
+done:
+    Py_XDECREF(keys_out);
+    Py_XDECREF(chosen_out);
+    Py_XDECREF(group_out);
+    PyBuffer_Release(&slots_view);
+    PyBuffer_Release(&numbers_view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, alphabet, flags, has_stacks, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
      "owners) -> (ok_owner, ok_token, exit_owner, exit_lo, exit_hi, exit_depth, pending_node, pending_state, "
      "pending_owner), each the bytes of an int32 array"},
+    {"distinct", distinct, METH_VARARGS,
+     "distinct(slots, numbers) -> (keys, chosen, group): np.unique of int64 numbers with an index and the inverse, "
+     "through the int32 scratch table slots (int64, int32 and int64 bytes)"},
     {"set_bits_where", set_bits_where, METH_VARARGS,
      "set_bits_where(words, tokens, offsets, ok, group): words[t >> 5] |= 1 << (t & 31) for each t in "
      "tokens[offsets[r]:offsets[r + 1]] with ok[r] (int32 bytes; group: the packed bits of all tokens, or b'')"},

@@ -232,6 +232,18 @@ def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes |
     _MODULE.set_bits_where(words, tokens, offsets, ok, group)
 
 
+def distinct(slots: np.ndarray, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(numbers, return_index=True, return_inverse=True)`` for dense non-negative
+    numbers, in C through the scratch int32 table ``slots`` (one entry per possible number; its
+    contents are left undefined): the sorted distinct numbers, the position of one occurrence of
+    each (any: equal numbers are equal residuals), and which one each number is. The extension
+    must be loaded."""
+    assert _MODULE is not None
+    keys, chosen, group = _MODULE.distinct(slots, np.ascontiguousarray(numbers, dtype=np.int64))
+    return (np.frombuffer(keys, dtype=np.int64), np.frombuffer(chosen, dtype=np.int32),
+            np.frombuffer(group, dtype=np.int64))
+
+
 class SymbolSteps(Protocol):
     """`_native.SymbolSteps`: `LexParserCore.after` and `LexParserCore.fresh` in C for the common cases."""
 
