@@ -553,6 +553,8 @@ def test_bad_symbol_steps_arguments_raise() -> None:
         core.native_steps.after(10**8, 0)
     with pytest.raises(IndexError, match="parser state out of range"):
         core.native_steps.fresh(-5)
+    with pytest.raises(IndexError, match="end class out of range"):
+        core.native_steps.after(0, -1)
     kinds = np.zeros(core.parser.alphabet + 1, dtype=np.uint8)
     layout = {"keys": None, "index": None, "key_lock": None, "indent": -1, "dedent": -1, "newline": -1}
     with pytest.raises(ValueError, match="more terminals"):

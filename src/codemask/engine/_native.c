@@ -2097,6 +2097,18 @@ static int32_t unlock_after(PyObject *release, int32_t result) {
     return failed ? FAILED : result;
 }
 
+/* A monotonic clock in nanoseconds for `stats()` (0 where POSIX's is missing: the stats then
+ * count steps but no time). */
+static long long monotonic_ns(void) {
+#if defined(CLOCK_MONOTONIC)
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+#else
+    return 0;
+#endif
+}
+
 /* The parser's memo table entry [state, symbol], read (`write` NULL) or written. */
 static int ss_table(SymbolSteps *s, int32_t state, int32_t symbol, int32_t *read, const int32_t *write) {
     Py_ssize_t at = (Py_ssize_t)state * s->x->alphabet + symbol;
@@ -2119,12 +2131,10 @@ static int32_t ss_parser_step(SymbolSteps *s, int32_t state, int32_t symbol) {
     if (lock_call(s->parser_acquire)) return FAILED;
     int32_t result = FAILED;
     if (!ss_table(s, state, symbol, &found, NULL)) {
-        struct timespec start, end;
-        clock_gettime(CLOCK_MONOTONIC, &start);
+        long long start = monotonic_ns();
         result = found != UNKNOWN ? found : step_state(s->x, s->parser, state, symbol);
-        clock_gettime(CLOCK_MONOTONIC, &end);
         s->computed += found == UNKNOWN;
-        s->computed_ns += (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec);
+        s->computed_ns += monotonic_ns() - start;
         if (result != FAILED && found == UNKNOWN && ss_table(s, state, symbol, NULL, &result)) result = FAILED;
     }
     return unlock_after(s->parser_release, result);
@@ -2186,7 +2196,8 @@ static int32_t ss_call_after(SymbolSteps *s, int32_t pid, int32_t end_class) {
 /* `LexParserCore.after`: the parser state after a lexeme ended as `end_class` at `pid`. */
 static int32_t ss_after(SymbolSteps *s, int32_t pid, int32_t end_class) {
     if (!s->parser) return bad("SymbolSteps cleared"), FAILED;
-    if (end_class < 0 || end_class >= PyList_GET_SIZE(s->end_classes)) return ss_call_after(s, pid, end_class);
+    if (end_class < 0) return index_error("end class out of range"), FAILED;
+    if (end_class >= PyList_GET_SIZE(s->end_classes)) return ss_call_after(s, pid, end_class);
     PyObject *end = PyList_GET_ITEM(s->end_classes, end_class);
     if (!PyTuple_Check(end) || PyTuple_GET_SIZE(end) < 1) return ss_call_after(s, pid, end_class);
     long long terminal = tuple_long(end, 0);
@@ -2199,8 +2210,10 @@ static int32_t ss_after(SymbolSteps *s, int32_t pid, int32_t end_class) {
     }
     PyObject *key = ss_key(s, pid);
     if (!key) return FAILED;
-    long long defs = tuple_long(key, 4);
-    if (defs < 0) return FAILED;
+    int overflow;
+    long long defs = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(key, 4), &overflow);
+    if (defs == -1 && PyErr_Occurred()) return FAILED;
+    if (overflow || defs < 0) return ss_call_after(s, pid, end_class); /* (levels past 61 bits: Python's ints) */
     if (kind & K_IGNORED) {
         if ((kind & K_JOIN) || (defs & AFTER_JOIN)) return ss_call_after(s, pid, end_class);
         return pid;
@@ -2216,10 +2229,13 @@ static int32_t ss_after(SymbolSteps *s, int32_t pid, int32_t end_class) {
         depth--;
     }
     if (inner > INT32_MAX) return index_error("parser state out of range"), FAILED;
+    PyObject *levels = PyTuple_GET_ITEM(key, 2);
+    Py_INCREF(levels); /* (the step may run Python code: `key` is only borrowed from the keys list) */
     int32_t nxt = ss_parser_step(s, (int32_t)inner, (int32_t)terminal);
-    if (nxt < 0) return nxt; /* DEAD or FAILED */
     if (kind & K_DEF) defs |= PENDING_DEF;
-    return ss_intern(s, nxt, (long)depth, PyTuple_GET_ITEM(key, 2), defs);
+    if (nxt >= 0) nxt = ss_intern(s, nxt, (long)depth, levels, defs); /* (else DEAD or FAILED) */
+    Py_DECREF(levels);
+    return nxt;
 }
 
 /* A bit set's hash (63 bits: the map keeps key + 1). */
