@@ -27,7 +27,7 @@ from codemask.engine.lexer import LexerCore, LexParserCore
 from codemask.engine.lexer_masks import Residuals, UncertainTokens, _residuals_numpy, _walk_native, _walk_numpy
 from codemask.engine.mask_cache import PositionClassifier, Uncertain, pack_ids, set_bits
 from codemask.engine.parser import ParserCore
-from codemask.engine.token_trie import TokenTrie, token_trie
+from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from codemask.errors import GrammarError
 from tests.engine.conftest import compiler, encode, vocabulary
 
@@ -593,3 +593,18 @@ def test_distinct_in_c_is_numpy_unique_with_index_and_inverse() -> None:
         native.distinct(slots, np.array([3, 10_000]))
     with pytest.raises(IndexError, match="out of the slots"):
         native.distinct(slots, np.array([-1]))
+
+
+def test_pack_rows_in_c_sets_the_bits_of_the_rows_tokens() -> None:
+    """A lexer state's accepted and failing tokens from trie row ranges, as numpy packs them."""
+    trie = token_trie(vocabulary("llama3"))
+    rng = np.random.default_rng(7)
+    lo = np.sort(rng.choice(trie.num_tokens - 50, 300, replace=False))
+    hi = lo + rng.integers(0, 50, len(lo))
+    words = np.zeros((128_256 + 31) // 32, dtype=np.uint32)
+    native.pack_rows(words, trie.order, lo, hi)
+    assert (words == pack_ids(trie.token_ids(expand_ranges(lo, hi)), 128_256)).all() and words.any()
+    with pytest.raises(IndexError, match="row range out of the trie"):
+        native.pack_rows(words, trie.order, np.array([0]), np.array([trie.num_tokens + 1]))
+    with pytest.raises(IndexError, match="token out of the row"):
+        native.pack_rows(words[:10], trie.order, lo, hi)

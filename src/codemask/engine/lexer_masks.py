@@ -36,7 +36,7 @@ import numpy as np
 
 from codemask.engine import native
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.mask_cache import pack_ids, set_bits
+from codemask.engine.mask_cache import num_words, pack_ids, set_bits
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
 
@@ -295,10 +295,21 @@ def classify_lexer_state(lexer: LexerCore, trie: TokenTrie, lid: int, vocab_size
     for end_class, group in _grouped(np.flatnonzero(~failing), exit_class):
         uncertain[end_class] = residual_sets.uncertain(exit_lo[group], exit_hi[group], exit_depth[group])
     return LexerPosition(
-        accepted=pack_ids(trie.token_ids(accepted_rows), vocab_size),
-        fail=pack_ids(trie.token_ids(expand_ranges(exit_lo[failing], exit_hi[failing])), vocab_size),
+        accepted=_pack_ranges(trie, accepted_rows, accepted_rows + 1, vocab_size),
+        fail=_pack_ranges(trie, exit_lo[failing], exit_hi[failing], vocab_size),
         uncertain=uncertain,
     )
+
+
+def _pack_ranges(trie: TokenTrie, lo: np.ndarray, hi: np.ndarray, vocab_size: int) -> np.ndarray:
+    """The uint32 bitmask row of the tokens the trie rows ``lo[i]:hi[i]`` spell: in C
+    (`native.pack_rows`) where the extension is loaded and no two tokens share their bytes, else
+    through a bool array of the vocabulary."""
+    if native.enabled() and not trie.has_duplicates:
+        words = np.zeros(num_words(vocab_size), dtype=np.uint32)
+        native.pack_rows(words, trie.order, lo, hi)
+        return words
+    return pack_ids(trie.token_ids(expand_ranges(lo, hi)), vocab_size)
 
 
 # accepted rows, and the exits as row ranges: lo, hi, the depth of the last match above (-1: none,

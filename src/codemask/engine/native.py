@@ -232,6 +232,14 @@ def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes |
     _MODULE.set_bits_where(words, tokens, offsets, ok, group)
 
 
+def pack_rows(words: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+    """Set, in the uint32 bitmask row ``words`` (in place), the bit of token ``order[row]`` for
+    every trie row in each range ``lo[i]:hi[i]``. The extension must be loaded."""
+    assert _MODULE is not None
+    _MODULE.pack_rows(words, np.ascontiguousarray(order, dtype=np.int32), np.ascontiguousarray(lo, dtype=np.int64),
+                      np.ascontiguousarray(hi, dtype=np.int64))
+
+
 def distinct(slots: np.ndarray, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``np.unique(numbers, return_index=True, return_inverse=True)`` for dense non-negative
     numbers, in C through the scratch int32 table ``slots`` (one entry per possible number; its

@@ -154,6 +154,11 @@ class TokenTrie:
         return ids[row_start[rows] + starts]
 
     @property
+    def has_duplicates(self) -> bool:
+        """Whether some tokens spell the same bytes as another (their rows hold more than one id)."""
+        return bool(self._duplicates)
+
+    @property
     def num_tokens(self) -> int:
         return len(self.order)
 
