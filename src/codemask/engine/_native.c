@@ -18,6 +18,11 @@
  * below), interning into the ParserCore's own Python lists and dicts exactly as the Python code
  * does, about seven times faster (`benchmarks/parser_rows.py`).
  *
+ * In lexer mode, `SymbolSteps` is the lexer layer's parser side (`LexParserCore.after`, the fresh
+ * lexer states) and `ResidualWalker` the recursion over residual sets and parser states
+ * (`LexerMaskComputer._residuals_accepted`); `set_bits_where`, `pack_rows` and `distinct` are
+ * the few loops of a mask's and a classification's bookkeeping that numpy did with a call per step.
+ *
  * Built as an optional extension (setup.py): without a C compiler the numpy walk and the Python
  * parser are used instead, and the tests compare the two. Every index read from the arguments is
  * bounds-checked, so a bad argument raises instead of reading out of bounds.

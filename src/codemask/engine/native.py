@@ -7,8 +7,9 @@ millisecond. The transitions the walk meets first are computed by `ParserCore._f
 closure per distinct column of a state's transition rows, which is most of what is left of a
 grammar's compilation and of the slow decoding steps; in C it keeps the stack nodes and appends
 to the core's own Python lists and dicts (`Interner`). Lexer mode has its own: the lexer's
-transitions, its trie scan for a new lexer state and its residual walk (`LexerStepper`). The
-extension is optional: without it (no compiler when
+transitions, its trie scan for a new lexer state and its residual walk (`LexerStepper`), the
+parser state after a lexeme and a state's fresh lexer state (`SymbolSteps`), and the recursion
+over residual sets (`ResidualWalker`). The extension is optional: without it (no compiler when
 installed, or a build older than this source) the numpy walk in `mask_cache` and the Python
 parser run instead, with the same results (the tests compare the two). ``CODEMASK_NATIVE=0``
 turns it off.
