@@ -60,9 +60,9 @@ class UncertainTokens:
     # for `native.set_bits_where`: the tokens in the order of their residuals (int32 bytes), where
     # each residual's start there (int32 bytes [R + 1]), and the packed bits of all the tokens of
     # a large group (`group_bits`)
-    by_residual: bytes = b""
-    offsets: bytes = b""
-    _group: bytes | None = None
+    by_residual: bytes = field(init=False, repr=False)
+    offsets: bytes = field(init=False, repr=False)
+    _group: bytes | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         order = np.argsort(self.residual_of, kind="stable")
@@ -111,8 +111,8 @@ class ResidualSplit:
     children: list[tuple[int, np.ndarray, Residuals, np.ndarray]]
     # the same for the C recursion, as bytes (a numpy array's buffer export cost more than most
     # merges it served): `accepted` as 0/1 bytes, and per child its (member, tail) int64 pairs
-    flags: bytes = b""
-    pairs: list[bytes] = field(default_factory=list)
+    flags: bytes = field(init=False, repr=False)
+    pairs: list[bytes] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.flags = self.accepted.view(np.uint8).tobytes()  # (bools are 0/1 bytes)
