@@ -455,6 +455,10 @@ def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> No
     broken[5] = 5  # a subtree that ends where it starts would scan forever
     with pytest.raises(ValueError, match="subtree end out of order"):
         stepper.walk(lexer, pre.byte, pre.depth, pre.lo, pre.hi, pre.token, broken, lid, -1, -1)
+    assert not pre.end.flags.writeable and not pre.depth.flags.writeable  # (checked once by the C scan)
+    stepper.walk(lexer, pre.byte, pre.depth, pre.lo, pre.hi, pre.token, pre.end, lid, -1, -1)  # checked, kept
+    with pytest.raises(ValueError, match="subtree end out of order"):  # writable arrays: checked at every call
+        stepper.walk(lexer, pre.byte, pre.depth, pre.lo, pre.hi, pre.token, broken, lid, -1, -1)
     deeper = pre.depth.copy()
     deeper[0] = 2  # a node below a level the scan has not entered: its state would be garbage
     with pytest.raises(ValueError, match="deeper than its parent"):

@@ -69,6 +69,11 @@ class PreorderTrie:
     token: np.ndarray  # int32: the sorted token equal to the node's prefix, or -1
     end: np.ndarray  # int32: the first node after the subtree
 
+    def __post_init__(self) -> None:
+        # read-only: the C scan checks read-only arrays once, not at every lexer state it classifies
+        for array in (self.byte, self.depth, self.lo, self.hi, self.token, self.end):
+            array.flags.writeable = False
+
 
 class TokenTrie:
     """Sorted vocabulary and its level-by-level trie (tokens with bytes that grammars may use)."""
