@@ -22,10 +22,10 @@ import pytest
 from codemask import Grammar, GrammarMatcher
 from codemask.engine import native, parser
 from codemask.engine.automaton import RTN
-from codemask.engine.indentation import IndentingParser
+from codemask.engine.indentation import IndentingParser, SymbolParser
 from codemask.engine.lexer import LexerCore, LexParserCore
 from codemask.engine.lexer_masks import Residuals, UncertainTokens, _residuals_numpy, _walk_native, _walk_numpy
-from codemask.engine.mask_cache import PositionClassifier, Uncertain, pack_ids, set_bits
+from codemask.engine.mask_cache import PositionClassifier, Uncertain, num_words, pack_ids, set_bits
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from codemask.errors import GrammarError
@@ -481,7 +481,7 @@ def test_set_bits_where_in_c_sets_the_bits_mask_cache_sets(accepted: float, whol
                           np.arange(700), 0)
     group = UncertainTokens(token_ids, residuals, residual_of)
     ok = rng.random(700) < accepted
-    start = rng.integers(0, 2**32, (vocab_size + 31) // 32, dtype=np.uint64).astype(np.uint32)
+    start = rng.integers(0, 2**32, num_words(vocab_size), dtype=np.uint64).astype(np.uint32)
     rows = [start.copy(), start.copy()]
     bits = pack_ids(token_ids, vocab_size).tobytes() if whole else b""
     native.set_bits_where(rows[0], group.by_residual, group.offsets, ok.astype(np.uint8).tobytes(), bits)
@@ -490,8 +490,10 @@ def test_set_bits_where_in_c_sets_the_bits_mask_cache_sets(accepted: float, whol
     expected = np.unpackbits(start.view(np.uint8), bitorder="little").astype(bool)
     expected[token_ids[ok[residual_of]]] = True
     assert (np.unpackbits(rows[0].view(np.uint8), bitorder="little").astype(bool) == expected).all()
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match="token out of range"):
         native.set_bits_where(start.copy(), (token_ids + vocab_size + 64).tobytes(), group.offsets, b"\x01" * 700, b"")
+    with pytest.raises(TypeError, match="uint32"):
+        native.set_bits_where(start.astype(np.uint64), group.by_residual, group.offsets, bytes(700), b"")
     with pytest.raises(IndexError, match="offsets out of range"):
         native.set_bits_where(start.copy(), group.by_residual, np.full(701, 9_999, np.int32).tobytes(), b"\x01" * 700,
                               b"")
@@ -560,7 +562,7 @@ def test_bad_symbol_steps_arguments_raise() -> None:
     with pytest.raises(IndexError, match="end class out of range"):
         core.native_steps.after(0, -1)
     kinds = np.zeros(core.parser.alphabet + 1, dtype=np.uint8)
-    layout = {"keys": None, "index": None, "key_lock": None, "indent": -1, "dedent": -1, "newline": -1}
+    layout = SymbolParser(core.parser).native_layout(kinds)  # no indentation
     with pytest.raises(ValueError, match="more terminals"):
         native.symbol_steps(parser=core.parser, kinds=kinds, end_classes=[], **layout, after=core._after,
                             fresh=core.fresh_lexer_state)
@@ -605,10 +607,25 @@ def test_pack_rows_in_c_sets_the_bits_of_the_rows_tokens() -> None:
     rng = np.random.default_rng(7)
     lo = np.sort(rng.choice(trie.num_tokens - 50, 300, replace=False))
     hi = lo + rng.integers(0, 50, len(lo))
-    words = np.zeros((128_256 + 31) // 32, dtype=np.uint32)
+    vocab_size = vocabulary("llama3").vocab_size
+    words = np.zeros(num_words(vocab_size), dtype=np.uint32)
     native.pack_rows(words, trie.order, lo, hi)
-    assert (words == pack_ids(trie.token_ids(expand_ranges(lo, hi)), 128_256)).all() and words.any()
+    assert (words == pack_ids(trie.token_ids(expand_ranges(lo, hi)), vocab_size)).all() and words.any()
     with pytest.raises(IndexError, match="row range out of the trie"):
         native.pack_rows(words, trie.order, np.array([0]), np.array([trie.num_tokens + 1]))
     with pytest.raises(IndexError, match="token out of the row"):
         native.pack_rows(words[:10], trie.order, lo, hi)
+
+
+def test_native_entry_points_refuse_what_they_cannot_use() -> None:
+    """A lazy core where byte-level position masks need an expanded one, a walker that could keep
+    no result, a bitmask row of the wrong type: each a clear error."""
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    core = compiled.core
+    assert isinstance(core, LexParserCore) and core.native_steps is not None
+    with pytest.raises(ValueError, match="lazy"):
+        PositionClassifier(core.parser, token_trie(compiled.vocab), compiled.vocab_size)
+    with pytest.raises(ValueError, match="limit must be at least 1"):
+        native.residual_walker(steps=core.native_steps, split=lambda *args: None, limit=0)
+    with pytest.raises(TypeError, match="uint32"):
+        native.pack_rows(np.zeros(8, dtype=np.int64), np.zeros(4, dtype=np.int32), np.zeros(1), np.ones(1))

@@ -1967,7 +1967,7 @@ typedef struct {
     PyObject *after, *fresh;    /* the Python ones: after(pid, end class) -> pid; fresh(pid) -> lexer state */
     uint8_t *kind;              /* per terminal, K_* flags */
     Py_ssize_t terminals;
-    uint64_t *first;            /* per RTN state, `ParserCore._first_bits` as `words` uint64 words */
+    uint64_t *allowed;          /* per RTN state, the symbols a node there takes (`ParserCore.allowed_words`) */
     Py_ssize_t rtn_states, words;
     int32_t indent, dedent, newline;
     long long computed, computed_ns; /* parser steps computed (`ParserCore._compute_step`) and their time */
@@ -2011,7 +2011,7 @@ static void ss_dealloc(SymbolSteps *s) {
     PyObject_GC_UnTrack(s);
     ss_clear(s);
     free(s->kind);
-    free(s->first);
+    free(s->allowed);
     free(s->by_hash.keys);
     free(s->by_hash.values);
     free(s->sets);
@@ -2021,14 +2021,14 @@ static void ss_dealloc(SymbolSteps *s) {
 }
 
 static PyObject *ss_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"parser", "first", "kinds", "end_classes", "keys", "index", "key_lock", "indent",
+    static char *names[] = {"parser", "allowed", "kinds", "end_classes", "keys", "index", "key_lock", "indent",
                             "dedent", "newline", "after", "fresh", NULL};
     SymbolSteps *s = (SymbolSteps *)type->tp_alloc(type, 0);
     if (!s) return NULL;
     PyObject *parser, *end_classes, *keys, *index, *key_lock, *after, *fresh;
-    Py_buffer first, kinds;
+    Py_buffer allowed, kinds;
     int indent, dedent, newline;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*O!OOOiiiOO", names, &parser, &first, &kinds, &PyList_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*O!OOOiiiOO", names, &parser, &allowed, &kinds, &PyList_Type,
                                      &end_classes, &keys, &index, &key_lock, &indent, &dedent, &newline, &after,
                                      &fresh)) {
         Py_DECREF(s);
@@ -2085,13 +2085,13 @@ static PyObject *ss_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
         goto done;
     }
     if (!(s->kind = (uint8_t *)copy_array(&kinds, 1, s->terminals, "kinds")) ||
-        !(s->first = (uint64_t *)copy_array(&first, sizeof(uint64_t), s->rtn_states * s->words, "first")) ||
+        !(s->allowed = (uint64_t *)copy_array(&allowed, sizeof(uint64_t), s->rtn_states * s->words, "allowed")) ||
         !(s->scratch = (uint64_t *)calloc((size_t)s->words + 1, sizeof(uint64_t))) ||
         u64_init(&s->by_hash, 8))
         goto done;
     failed = 0;
 done:
-    PyBuffer_Release(&first);
+    PyBuffer_Release(&allowed);
     PyBuffer_Release(&kinds);
     if (failed) {
         Py_DECREF(s);
@@ -2285,7 +2285,7 @@ static int ss_allowed(SymbolSteps *s, long long inner, long long depth) {
         int32_t node_id, q;
         Py_ssize_t n;
         if (node_arg(x, PyTuple_GET_ITEM(stacks, i), &node_id) || node_at(x, node_id, &q, &n)) return -1;
-        const uint64_t *row = s->first + (Py_ssize_t)q * s->words;
+        const uint64_t *row = s->allowed + (Py_ssize_t)q * s->words;
         for (Py_ssize_t w = 0; w < s->words; w++) bits[w] |= row[w];
     }
     if (s->keys) {
@@ -2370,7 +2370,7 @@ static PyTypeObject SymbolStepsType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_traverse = (traverseproc)ss_traverse,
     .tp_clear = (inquiry)ss_clear,
-    .tp_doc = "SymbolSteps(parser, first, kinds, end_classes, keys, index, key_lock, indent, dedent, newline, after, "
+    .tp_doc = "SymbolSteps(parser, allowed, kinds, end_classes, keys, index, key_lock, indent, dedent, newline, after, "
               "fresh): LexParserCore.after and fresh in C for the common cases",
     .tp_methods = ss_methods,
     .tp_new = ss_new,

@@ -83,6 +83,10 @@ class UncertainTokens:
 # numpy's sort (at 4,000 numbers 80 µs where the qsort took 315).
 SMALL_DISTINCT = 256
 
+# Uncertain groups of this many trie rows or more are kept by their exits and shared between
+# lexer states (`ResidualSets.uncertain`).
+SHARED_GROUP_ROWS = 1024
+
 # Uncertain groups this large keep their tokens' packed bits (16 KB for Llama-3): a mask sets
 # them whole when most of their residuals are accepted (`native.set_bits_where`).
 GROUP_BITS_TOKENS = 4096
@@ -164,11 +168,11 @@ class ResidualSets:
 
     def uncertain(self, lo: np.ndarray, hi: np.ndarray, depth: np.ndarray) -> UncertainTokens:
         """The tokens of the trie rows ``lo[i]:hi[i]`` whose lexeme ended ``depth[i]`` bytes in, and
-        their residuals. Kept per exits for groups of 1,024 tokens or more: every fresh lexer
+        their residuals. Kept per exits for groups of `SHARED_GROUP_ROWS` rows or more: every fresh lexer
         state meets the same group of ~59,000 Llama-3 tokens that start with a space and go on
         (the blank lexeme ends after it), and interning its residuals again (their suffix numbers
         read from a 45 MB table) was most of a classification's time besides the C walk."""
-        key = lo.tobytes() + hi.tobytes() + depth.tobytes() if int((hi - lo).sum()) >= 1024 else None
+        key = lo.tobytes() + hi.tobytes() + depth.tobytes() if int((hi - lo).sum()) >= SHARED_GROUP_ROWS else None
         found = self._uncertain.get(key) if key is not None else None
         if found is None:
             rows = expand_ranges(lo, hi)
@@ -435,7 +439,7 @@ class LexerMaskComputer:
                 if native.enabled():
                     native.set_bits_where(words, unc.by_residual, unc.offsets, ok, unc.group_bits(self.vocab_size))
                 else:
-                    set_bits(words, unc.token_ids[np.asarray(ok, dtype=bool)[unc.residual_of]])
+                    set_bits(words, unc.token_ids[ok[unc.residual_of]])
         fallback = core.fallback_state(state)
         if fallback != DEAD:
             words |= pos.fail & self.mask(fallback)
@@ -481,7 +485,7 @@ class LexerMaskComputer:
         makes about a hundred calls, nearly all new (state, set) pairs, so the body is kept to
         the least Python per call (locals bound once, no copy of a split without children)."""
         accepted = self._accepted
-        key = (pid, id(residuals))
+        key = (pid, residuals.index)
         found = accepted.get(key)
         if found is not None:
             accepted.move_to_end(key)

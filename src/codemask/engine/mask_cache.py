@@ -140,6 +140,9 @@ class PositionClassifier:
     """
 
     def __init__(self, core: ParserCore, trie: TokenTrie, vocab_size: int, *, share: bool = True) -> None:
+        if core.lazy:
+            raise ValueError("byte-level position masks need an expanded parser core, not ParserCore(lazy=True) "
+                             "(a lazy core's nodes stand in call states, which have no position mask)")
         self.core, self.trie, self.vocab_size = core, trie, vocab_size
         self.share = share
         self._memo = SubtreeMemo(core, trie)
@@ -866,6 +869,9 @@ class MaskComputer:
 
     def __init__(self, core: ParserCore, masks: PositionMasks | LazyPositionMasks, trie: TokenTrie, vocab_size: int,
                  stop_token_ids: frozenset[int], capacity: int = 4096) -> None:
+        if core.lazy:
+            raise ValueError("byte-level position masks need an expanded parser core, not ParserCore(lazy=True) "
+                             "(a lazy core's nodes stand in call states, which have no position mask)")
         self.core = core
         self.masks = masks
         self.trie = trie

@@ -222,6 +222,20 @@ def lexer_residuals(lexer: LexerCore, matrix: np.ndarray, rows: np.ndarray, star
             np.frombuffer(end_class, dtype=np.int32), groups)
 
 
+def _loaded() -> ModuleType:
+    """The C module, or a clear error where a caller needs it and it is not loaded."""
+    if _MODULE is None:
+        raise RuntimeError("codemask.engine._native is not loaded (no C compiler at install, or CODEMASK_NATIVE=0)")
+    return _MODULE
+
+
+def _bitmask_row(words: np.ndarray) -> np.ndarray:
+    """``words`` if it is a uint32 bitmask row (the C loops index it by 32-bit words)."""
+    if not isinstance(words, np.ndarray) or words.dtype != np.uint32 or words.ndim != 1:
+        raise TypeError(f"expected a 1-d uint32 bitmask row, got {getattr(words, 'dtype', type(words).__name__)}")
+    return words
+
+
 def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes | bytearray | np.ndarray,
                    group: bytes = b"") -> None:
     """Set, in the uint32 bitmask row ``words`` (in place), the bits of the tokens of every
@@ -229,16 +243,14 @@ def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes |
     ``tokens[offsets[r]:offsets[r + 1]]`` (int32 bytes, `lexer_masks.UncertainTokens.by_residual`).
     ``group``, the packed bits of all the tokens (b"": none), lets a mostly accepted group be set
     whole, less the refused. The extension must be loaded (`mask_cache.set_bits` is the numpy way)."""
-    assert _MODULE is not None
-    _MODULE.set_bits_where(words, tokens, offsets, ok, group)
+    _loaded().set_bits_where(_bitmask_row(words), tokens, offsets, ok, group)
 
 
 def pack_rows(words: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
     """Set, in the uint32 bitmask row ``words`` (in place), the bit of token ``order[row]`` for
     every trie row in each range ``lo[i]:hi[i]``. The extension must be loaded."""
-    assert _MODULE is not None
-    _MODULE.pack_rows(words, np.ascontiguousarray(order, dtype=np.int32), np.ascontiguousarray(lo, dtype=np.int64),
-                      np.ascontiguousarray(hi, dtype=np.int64))
+    _loaded().pack_rows(_bitmask_row(words), np.ascontiguousarray(order, dtype=np.int32),
+                        np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64))
 
 
 def distinct(slots: np.ndarray, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -247,8 +259,7 @@ def distinct(slots: np.ndarray, numbers: np.ndarray) -> tuple[np.ndarray, np.nda
     contents are left undefined): the sorted distinct numbers, the position of one occurrence of
     each (any: equal numbers are equal residuals), and which one each number is. The extension
     must be loaded."""
-    assert _MODULE is not None
-    keys, chosen, group = _MODULE.distinct(slots, np.ascontiguousarray(numbers, dtype=np.int64))
+    keys, chosen, group = _loaded().distinct(slots, np.ascontiguousarray(numbers, dtype=np.int64))
     return (np.frombuffer(keys, dtype=np.int64), np.frombuffer(chosen, dtype=np.int32),
             np.frombuffer(group, dtype=np.int64))
 
@@ -298,5 +309,7 @@ def residual_walker(*, steps: SymbolSteps, split: Callable[[Any, int, frozenset[
     set) in two generations of ``limit`` entries (None without the extension)."""
     if _MODULE is None:
         return None
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1 result a generation, got {limit}")
     found: ResidualWalker = _MODULE.ResidualWalker(steps, split, limit)
     return found
