@@ -100,3 +100,29 @@ def test_the_default_precomputes_small_grammars_and_is_lazy_for_large_ones(tmp_p
 def test_an_unknown_precompute_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="precompute must be True, False or 'auto', got 'always'"):
         GrammarCompiler(vocabulary("gpt2"), cache_dir=False, precompute="always")  # type: ignore[arg-type]
+
+
+def test_a_lexer_grammars_saved_mask_state_comes_back_with_a_later_compile(tmp_path: Path) -> None:
+    """`save_mask_state` writes beside the compiled grammar; a later compiler of the same grammar
+    and vocabulary starts with it (the same masks, the lexer states already classified), and a
+    corrupt state file or a grammar of another kind leaves compiling as it was."""
+    vocab, grammar = vocabulary("smollm2"), Grammar.builtin("sql")
+    text = b"SELECT name, price FROM items WHERE price > 10 ORDER BY name;"
+    first = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    want = masks_along(first, text, "smollm2")
+    path = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).save_mask_state(first)
+    assert path is not None and path.exists() and path.parent == tmp_path
+    classified = len(first.masks.save_state().positions)  # type: ignore[union-attr]
+
+    again = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    assert len(again.masks.save_state().positions) == classified > 5  # type: ignore[union-attr]
+    assert (masks_along(again, text, "smollm2") == want).all()
+
+    path.write_bytes(b"not a pickle")
+    broken = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    assert not broken.masks.save_state().positions  # type: ignore[union-attr]
+    assert (masks_along(broken, text, "smollm2") == want).all()
+
+    regex = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(Grammar.from_regex("[a-z]+"))
+    assert GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).save_mask_state(regex) is None
+    assert GrammarCompiler(vocab, cache_dir=False, progress=False).save_mask_state(first) is None

@@ -5,14 +5,16 @@ against the bytes themselves."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import pickle
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from codemask import Grammar, GrammarMatcher
+from codemask import Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import native
 from codemask.engine.lexer import LexParserCore
 from codemask.engine.lexer_masks import LexerMaskComputer
@@ -189,3 +191,74 @@ def test_a_token_whose_residual_spells_a_keyword_then_more_is_refused() -> None:
     assert allowed[ids[b" is"]] and allowed[ids[b" in"]] and allowed[ids[b" =="]]
     assert not allowed[ids[b" isinstance"]] and not allowed[ids[b" instance"]]
     assert not matcher.fork().accept_token(ids[b" isinstance"])
+
+
+def _fresh_python(vocab_name: str = "smollm2") -> tuple[LexerMaskComputer, GrammarMatcher]:
+    """A Python grammar from a compiler of its own (no memory or disk cache shared with others)."""
+    compiled = GrammarCompiler(vocabulary(vocab_name), cache_dir=False, progress=False).compile(
+        Grammar.builtin("python"))
+    assert isinstance(compiled.masks, LexerMaskComputer)
+    return compiled.masks, GrammarMatcher(compiled)
+
+
+def _masks_along(masks: LexerMaskComputer, matcher: GrammarMatcher, text: str) -> list[np.ndarray]:
+    found = []
+    for token in encode("smollm2", text):
+        found.append(masks.mask(matcher._history[-1]).copy())
+        assert matcher.accept_token(token)
+    return found
+
+
+def test_a_saved_mask_state_gives_a_new_computer_the_same_masks_with_fewer_classifications() -> None:
+    """A state saved after one file (pickled, as the disk cache stores it) and loaded into a new
+    grammar's masks: on another file, every mask equals both a fresh grammar's and the byte walk
+    of every token, and the lexer states the first file had met are not classified again."""
+    trained, matcher = _fresh_python()
+    _masks_along(trained, matcher, SOURCES["python"])
+    state = pickle.loads(pickle.dumps(trained.save_state()))
+    assert len(state.positions) > 10 and state.sets
+
+    loaded, loaded_matcher = _fresh_python()
+    loaded.load_state(state)
+    fresh, fresh_matcher = _fresh_python()
+    other = textwrap.dedent(inspect.getsource(textwrap.TextWrapper._wrap_chunks))
+    got, want = _masks_along(loaded, loaded_matcher, other), _masks_along(fresh, fresh_matcher, other)
+    assert len(got) == len(want) > 300
+    for index, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+        assert np.array_equal(mine, theirs), index
+    vocab = vocabulary("smollm2")
+    special = np.array(sorted(vocab.special_ids | vocab.stop_token_ids), dtype=np.int64)
+    trie, core = token_trie(vocab), loaded.core
+    replay = GrammarMatcher(loaded_matcher.compiled)
+    for index, token in enumerate(encode("smollm2", other)):
+        if index % 8 == 0:
+            state_id = replay._history[-1]
+            mine = mask_bools(loaded.mask(state_id), vocab.vocab_size)
+            walked = walked_mask(core, trie, state_id, vocab.vocab_size)
+            mine[special] = walked[special] = False
+            assert np.array_equal(mine, walked), index
+        assert replay.accept_token(token)
+    new_in_loaded = len(loaded._positions) - len(state.positions)
+    assert new_in_loaded >= 0 and len(fresh._positions) - new_in_loaded >= 30  # (105 and 54 when written)
+
+
+def test_a_mask_state_is_refused_where_it_cannot_fit() -> None:
+    """Loading after the first mask, from another vocabulary or format, or into a lexer whose
+    states went another way, raises instead of mixing numbers."""
+    trained, matcher = _fresh_python()
+    _masks_along(trained, matcher, "def f(x):\n    return x + 1\n")
+    state = trained.save_state()
+
+    used, used_matcher = _fresh_python()
+    _masks_along(used, used_matcher, "x = 1\n")
+    with pytest.raises(ValueError, match="before the first mask"):
+        used.load_state(state)
+    other_vocab, _ = _fresh_python("gpt2")
+    with pytest.raises(ValueError, match="another vocabulary"):
+        other_vocab.load_state(state)
+    with pytest.raises(ValueError, match="format"):
+        _fresh_python()[0].load_state(dataclasses.replace(state, format=state.format + 1))
+    keys = list(state.lexer_keys)
+    keys[1], keys[2] = keys[2], keys[1]
+    with pytest.raises(ValueError, match="do not extend"):
+        _fresh_python()[0].load_state(dataclasses.replace(state, lexer_keys=keys))

@@ -10,6 +10,7 @@ pickled to a cache folder, from which a later process loads it in milliseconds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -22,7 +23,7 @@ from typing import Literal
 
 from codemask.engine.automaton import RTN, build_rtn
 from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, build_terminal_automata
-from codemask.engine.lexer_masks import LexerMaskComputer
+from codemask.engine.lexer_masks import STATE_FORMAT, LexerMaskComputer, LexerMaskState
 from codemask.engine.mask_cache import LazyPositionMasks, MaskComputer, PositionMasks, build_position_masks
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import ByteVocabulary, token_trie
@@ -39,6 +40,9 @@ AUTO_PRECOMPUTE_POSITIONS = 20000
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
 ENGINE_VERSION = "3"
+
+# A lexer-mode grammar's saved mask state lies beside its compiled form (`save_mask_state`).
+MASK_STATE_SUFFIX = ".masks"
 
 
 def default_cache_dir() -> Path:
@@ -150,6 +154,7 @@ class GrammarCompiler:
                 artifacts = self._build(grammar)
                 self._store(key, artifacts)
             compiled = CompiledGrammar(grammar, self.vocab, artifacts)
+            self._load_mask_state(key, compiled)
             self._memory[key] = compiled
             if len(self._memory) > self._memory_size:
                 self._memory.popitem(last=False)
@@ -181,31 +186,62 @@ class GrammarCompiler:
         masks = build_position_masks(ParserCore(rtn), token_trie(self.vocab), self.vocab.vocab_size, label)
         return CompiledArtifacts(rtn=rtn, masks=masks)
 
-    def _path(self, key: str) -> Path | None:
-        return None if self.cache_dir is None else self.cache_dir / f"{key}.pkl"
+    def _path(self, key: str, kind: str = "") -> Path | None:
+        return None if self.cache_dir is None else self.cache_dir / f"{key}{kind}.pkl"
+
+    def save_mask_state(self, compiled: CompiledGrammar) -> Path | None:
+        """Save what a lexer-mode grammar's masks have learnt so far (`LexerMaskState`: lexer
+        states, their classifications, residual sets and splits) beside the compiled grammar, so
+        that later compiles of the same grammar for the same vocabulary start with it — a
+        completion server that restarts, or one warmed ahead on sample code (``codemask warm``).
+        Call it while no mask of this grammar is being computed. Returns the file written (None
+        without a disk cache or for byte-level grammars, whose masks are precomputed instead)."""
+        path = self._path(self._key(compiled.grammar), MASK_STATE_SUFFIX)
+        if path is None or not isinstance(compiled.masks, LexerMaskComputer):
+            return None
+        _write_pickle(path, compiled.masks.save_state())
+        return path
+
+    def _load_mask_state(self, key: str, compiled: CompiledGrammar) -> None:
+        """Start a lexer-mode grammar's masks from a saved state, if there is one that fits."""
+        path = self._path(key, MASK_STATE_SUFFIX)
+        if path is None or not isinstance(compiled.masks, LexerMaskComputer) or not path.exists():
+            return
+        state = _read_pickle(path)
+        if isinstance(state, LexerMaskState) and state.format == STATE_FORMAT:
+            with contextlib.suppress(ValueError):  # another build's state: the masks start from scratch
+                compiled.masks.load_state(state)
 
     def _load(self, key: str) -> CompiledArtifacts | None:
         path = self._path(key)
-        if path is None or not path.exists():
-            return None
-        try:
-            with path.open("rb") as f:
-                loaded = pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            return None  # a corrupt or stale cache file is simply rebuilt
-        return loaded if isinstance(loaded, CompiledArtifacts) else None
+        loaded = _read_pickle(path) if path is not None and path.exists() else None
+        return loaded if isinstance(loaded, CompiledArtifacts) else None  # a corrupt or stale file is rebuilt
 
     def _store(self, key: str, artifacts: CompiledArtifacts) -> None:
         path = self._path(key)
-        if path is None:
-            return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
-                pickle.dump(artifacts, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(f.name, path)
-        except OSError:
-            pass  # the disk cache is an optimisation: a read-only home must not break compiling
+        if path is not None:
+            _write_pickle(path, artifacts)
+
+
+def _read_pickle(path: Path) -> object:
+    """A cache file's object, or None where it cannot be read (corrupt, truncated, stale classes)."""
+    try:
+        with path.open("rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+        return None
+
+
+def _write_pickle(path: Path, value: object) -> None:
+    """Write a cache file atomically (a reader never sees half a file); a read-only home is
+    ignored: the disk cache is an optimisation and must not break compiling."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(f.name, path)
+    except OSError:
+        pass
 
 
 def _build_lexer_mode(ir: GrammarIR) -> CompiledArtifacts:

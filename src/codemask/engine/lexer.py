@@ -242,6 +242,28 @@ class LexerCore(_Interner[LexerKey]):
             found = self._starts[(candidates, blockers)] = self.intern(key)
         return found
 
+    def snapshot(self) -> tuple[list[LexerKey], np.ndarray, dict[tuple[frozenset[int], frozenset[int]], int]]:
+        """This lexer's states, transitions and fresh states so far (what `adopt` takes)."""
+        with self.lock:
+            return list(self.keys), self.table[:len(self.keys)].copy(), dict(self._starts)
+
+    def adopt(self, keys: list[LexerKey], table: np.ndarray,
+              starts: dict[tuple[frozenset[int], frozenset[int]], int]) -> None:
+        """Take the states, transitions and fresh states another lexer of the same automata made
+        (a saved `LexerMaskState`), keeping their numbers: this lexer's states so far must be the
+        first of ``keys`` (as in any lexer right after its grammar compiled), since everything
+        saved beside them is keyed by those numbers."""
+        with self.lock:
+            if len(keys) < len(self.keys) or keys[:len(self.keys)] != self.keys:
+                raise ValueError("the saved lexer states do not extend this lexer's: it has states of its own")
+            if table.shape != (len(keys), BYTE_ALPHABET):
+                raise ValueError(f"saved transitions have shape {table.shape}, expected ({len(keys)}, {BYTE_ALPHABET})")
+            for key in keys[len(self.keys):]:
+                self.intern(key)
+            known = self.table[:len(keys)]
+            known[known == UNKNOWN] = table[known == UNKNOWN]
+            self._starts.update(starts)
+
     def winner(self, state: int) -> int:
         """The terminal the lexeme is if it ends here, or -1."""
         return int(self.winner_of[state])

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codemask.engine import native
-from codemask.engine.lexer import LexerCore, LexParserCore
+from codemask.engine.lexer import LexerCore, LexerKey, LexParserCore
 from codemask.engine.mask_cache import num_words, pack_ids, set_bits
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
@@ -90,6 +90,30 @@ SHARED_GROUP_ROWS = 1024
 # Uncertain groups this large keep their tokens' packed bits (16 KB for Llama-3): a mask sets
 # them whole when most of their residuals are accepted (`native.set_bits_where`).
 GROUP_BITS_TOKENS = 4096
+
+
+# Bump when the classes a `LexerMaskState` holds change shape: saved states of another format
+# are then refused (`GrammarCompiler` ignores them).
+STATE_FORMAT = 1
+
+
+@dataclass
+class LexerMaskState:
+    """What a `LexerMaskComputer` has learnt that depends only on the lexer and the vocabulary
+    (lexer states, their classifications, residual sets with their splits), so that a new process
+    can start with it (`GrammarCompiler.save_mask_state`): on Python from cold, first visits of
+    lexer states and their splits are most of the steps over 1 ms, while the parser contexts,
+    which are not saved, cost a fraction of that. Numbers inside (lexer states, end classes, set
+    indexes) are those of the lexer that made it, hence `LexerCore.adopt`."""
+
+    format: int
+    vocab_fingerprint: str
+    lexer_keys: list[LexerKey]
+    lexer_table: np.ndarray  # int32 [states, 256]
+    lexer_starts: dict[tuple[frozenset[int], frozenset[int]], int]
+    positions: dict[int, LexerPosition]
+    sets: dict[bytes, Residuals]  # `ResidualSets._sets`
+    uncertain: dict[bytes, UncertainTokens]  # `ResidualSets._uncertain`
 
 
 @dataclass
@@ -182,6 +206,21 @@ class ResidualSets:
             if key is not None:
                 self._uncertain[key] = found
         return found
+
+    def adopt(self, sets: dict[bytes, Residuals], uncertain: dict[bytes, UncertainTokens]) -> None:
+        """Start from saved sets (`LexerMaskState`), keeping their indexes (the C recursion's keys)."""
+        with self._lock:
+            if self._sets:
+                raise ValueError("residual sets can only be adopted before any is interned")
+            if sorted(found.index for found in sets.values()) != list(range(len(sets))):
+                raise ValueError("saved residual sets are not numbered 0..n-1")
+            self._sets.update(sets)
+            self._uncertain.update(uncertain)
+
+    def saved(self) -> tuple[dict[bytes, Residuals], dict[bytes, UncertainTokens]]:
+        """The sets and shared uncertain groups so far (copies of the tables, shared contents)."""
+        with self._lock:
+            return dict(self._sets), dict(self._uncertain)
 
     def _distinct(self, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The sorted distinct suffix numbers, the position of one occurrence of each, and which
@@ -393,6 +432,8 @@ class LexerMaskComputer:
         self._residual_sets: ResidualSets | None = None
         self._accepted: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._walker: native.ResidualWalker | None = None
+        # residual sets from `load_state`, adopted when the sets are made (they need the trie)
+        self._adopted: tuple[dict[bytes, Residuals], dict[bytes, UncertainTokens]] | None = None
 
     @property
     def trie(self) -> TokenTrie:
@@ -404,8 +445,35 @@ class LexerMaskComputer:
     @property
     def residual_sets(self) -> ResidualSets:
         if self._residual_sets is None:
-            self._residual_sets = ResidualSets(self.core.lexer, self.trie)
+            sets = ResidualSets(self.core.lexer, self.trie)
+            if self._adopted is not None:
+                sets.adopt(*self._adopted)
+                self._adopted = None
+            self._residual_sets = sets
         return self._residual_sets
+
+    def save_state(self) -> LexerMaskState:
+        """What this computer has learnt that a new process can start from (`load_state`).
+        Call it while no mask is being computed: the parts must agree on the lexer's numbers."""
+        keys, table, starts = self.core.lexer.snapshot()
+        sets, uncertain = self._residual_sets.saved() if self._residual_sets is not None else \
+            self._adopted if self._adopted is not None else ({}, {})
+        return LexerMaskState(STATE_FORMAT, self.vocab.fingerprint, keys, table, starts, dict(self._positions),
+                              sets, uncertain)
+
+    def load_state(self, state: LexerMaskState) -> None:
+        """Start from a saved state (same grammar and vocabulary), before this computer has
+        classified anything: its lexer takes the saved states under their numbers, and the
+        classifications and residual sets come with them."""
+        if state.format != STATE_FORMAT:
+            raise ValueError(f"saved mask state has format {state.format}, this version reads {STATE_FORMAT}")
+        if state.vocab_fingerprint != self.vocab.fingerprint:
+            raise ValueError("saved mask state is for another vocabulary")
+        if self._positions or self._residual_sets is not None or self._adopted is not None:
+            raise ValueError("a mask state can only be loaded before the first mask")
+        self.core.lexer.adopt(state.lexer_keys, state.lexer_table, state.lexer_starts)
+        self._positions.update(state.positions)
+        self._adopted = (state.sets, state.uncertain)
 
     def position(self, lid: int) -> LexerPosition:
         found = self._positions.get(lid)
