@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,28 @@ def test_demo_outputs_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
     assert "== JSON object" in out and "== Python function" in out
     assert out.count("-- valid") == 2 and "all outputs valid" in out
     assert "tok/s" in out and "forward passes" in out
+
+
+def test_warm_saves_a_mask_state_that_a_later_compile_starts_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``codemask warm`` runs real files through the Python grammar and saves its mask state in the
+    disk cache; a compiler made afterwards over that cache starts with those classifications.
+    A byte-level grammar and an unreadable file are clear errors."""
+    from codemask import Grammar, GrammarCompiler, Vocabulary
+    from codemask.assets import load_tokenizer
+    from codemask.engine import compiler as compiler_module
+    from codemask.engine.lexer_masks import LexerMaskComputer
+
+    monkeypatch.setattr(compiler_module, "default_cache_dir", lambda: tmp_path)
+    source = Path(textwrap.__file__)
+    assert main(["warm", "--grammar", "python", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert f"{source}: " in out and "saved" in out and "(the grammar refuses" not in out
+    later = GrammarCompiler(Vocabulary.from_tokenizer(load_tokenizer("smollm2")), cache_dir=tmp_path, progress=False)
+    masks = later.compile(Grammar.builtin("python")).masks
+    assert isinstance(masks, LexerMaskComputer) and len(masks.save_state().positions) > 50
+
+    assert main(["warm", "--grammar", "json", str(source)]) == 1
+    assert "not a lexer-mode grammar" in capsys.readouterr().err
+    assert main(["warm", "--grammar", "python", str(tmp_path / "missing.py")]) == 1
+    assert "cannot read it" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The ``codemask`` command: ``demo``, ``generate`` and ``check-grammar``."""
+"""The ``codemask`` command: ``demo``, ``generate``, ``check-grammar``, ``warm`` and ``calibrate-adadec``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from codemask.errors import CodemaskError
@@ -64,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("file")
     check.add_argument("--tokenizer", default="smollm2", help="packaged tokenizer name or a tokenizer folder")
     check.set_defaults(run=_run_check_grammar)
+
+    warm = commands.add_parser("warm", help="run sample files through a lexer-mode grammar and save what its masks "
+                               "learn, so that later processes start with it")
+    warm.add_argument("files", nargs="+", help="source files in the grammar's language")
+    warm.add_argument("--grammar", required=True, help="a builtin grammar name (python, go, ...) or a Lark file")
+    warm.add_argument("--tokenizer", default="smollm2", help="packaged tokenizer name or a tokenizer folder")
+    warm.set_defaults(run=_run_warm)
 
     from codemask.adadec import calibrate
 
@@ -125,6 +133,49 @@ def _run_check_grammar(args: argparse.Namespace) -> int:
     done = time.perf_counter()
     print(f"{args.file}: ok ({grammar.kind}); parsed in {(parsed - started) * 1000:.0f} ms, "
           f"compiled in {(done - parsed) * 1000:.0f} ms: {compiled!r}")
+    return 0
+
+
+def _run_warm(args: argparse.Namespace) -> int:
+    """Masks at every token of the files, then the grammar's mask state saved to the disk cache
+    (`GrammarCompiler.save_mask_state`), where compiles of the same grammar and vocabulary find it."""
+    import numpy as np
+
+    from codemask.compilers import compiler_for
+    from codemask.engine.lexer_masks import LexerMaskComputer
+    from codemask.engine.matcher import GrammarMatcher
+    from codemask.grammar.resolve import as_grammar
+
+    tokenizer = _load_tokenizer(args.tokenizer)
+    compiler = compiler_for(tokenizer)
+    if compiler.cache_dir is None:
+        raise CodemaskError("the disk cache is disabled: there is nowhere to save a mask state")
+    compiled = compiler.compile(as_grammar(args.grammar))
+    if not isinstance(compiled.masks, LexerMaskComputer):
+        raise CodemaskError(f"{args.grammar}: not a lexer-mode grammar; byte-level grammars classify at compile "
+                            "time instead (GrammarCompiler(precompute=True))")
+    row = np.zeros((1, (compiled.vocab_size + 31) // 32), dtype=np.int32)
+    started = time.perf_counter()
+    for name in args.files:
+        try:
+            text = Path(name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CodemaskError(f"{name}: cannot read it as UTF-8 text ({error})") from error
+        token_ids = tokenizer.encode(text, add_special_tokens=False)
+        matcher = GrammarMatcher(compiled)
+        taken = 0
+        for token in token_ids:
+            matcher.fill_next_token_bitmask(row)
+            if not matcher.accept_token(token):
+                break
+            taken += 1
+        note = "" if taken == len(token_ids) else " (the grammar refuses the next one: the rest is skipped)"
+        print(f"{name}: {taken}/{len(token_ids)} tokens{note}")
+    path = compiler.save_mask_state(compiled)
+    state = compiled.masks.save_state()
+    size = path.stat().st_size / 1e6 if path is not None and path.exists() else 0.0
+    print(f"saved {len(state.positions)} classified lexer states and {len(state.sets)} residual sets "
+          f"({size:.1f} MB) to {path} in {time.perf_counter() - started:.1f} s")
     return 0
 
 
