@@ -27,7 +27,11 @@ made, and the p99 the steps would have if classifications, splits and closures c
 bound on what precomputing them could buy); writes
 ``benchmarks/results/mask_profile_<language>.{json,md,png}``. ``--warm-files N`` first runs N
 other files of the language through the same compiled grammar, untimed, as a longer-running
-process would have (results ``mask_profile_<language>_warm<N>.*``).
+process would have (results ``mask_profile_<language>_warm<N>.*``). ``--saved-state N`` runs those N
+files instead through a grammar compiled over a temporary disk cache, saves its mask state there
+(`GrammarCompiler.save_mask_state`, what ``codemask warm`` does) and times the files in a new
+process whose compile finds that state: lexer-side work as after N files, parser-side work from
+cold (results ``mask_profile_<language>_state<N>.*``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ import gc
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -121,7 +127,11 @@ def instrumented(timers: Timers) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: int = 0) -> dict[str, Any]:
+def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: int = 0,
+            state_dir: Path | None = None) -> dict[str, Any]:
+    """Time every step of the benchmark's files, after ``warm_files`` others (untimed) went through
+    the same compiled grammar; with ``state_dir``, compile over that disk cache instead (a mask
+    state saved there by `save_state` comes with the grammar) and warm nothing."""
     import torch
 
     import codemask
@@ -133,16 +143,12 @@ def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: i
     vocab = codemask.Vocabulary.from_tokenizer(tokenizer, vocab_size=len(tokenizer),
                                                stop_token_ids=[tokenizer.eos_token_id])
     start = time.perf_counter()
-    compiled = codemask.GrammarCompiler(vocab, cache_dir=False, progress=False).compile(
+    compiled = codemask.GrammarCompiler(vocab, cache_dir=state_dir or False, progress=False).compile(
         codemask.Grammar.builtin(language))
     compile_s = time.perf_counter() - start
     bitmask = torch.full((1, (len(tokenizer) + 31) // 32), -1, dtype=torch.int32)
-    for doc in warm:  # untimed: the caches a longer-running process would have
-        matcher = codemask.GrammarMatcher(compiled)
-        for token in doc.tokens:
-            matcher.fill_next_token_bitmask(bitmask)
-            if not matcher.accept_token(token):
-                raise SystemExit(f"{doc.name}: token refused — not a valid file for the grammar")
+    if state_dir is None:
+        run_untimed(compiled, warm, bitmask)  # the caches a longer-running process would have
     timers = Timers()
     steps: list[dict[str, Any]] = []
     c_steps = getattr(compiled.core, "native_steps", None)  # parser steps the lexer layer makes in C
@@ -170,6 +176,37 @@ def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: i
             "calls": timers.calls, "scan_s": timers.scan_ns / 1e9,
             "made": {"lexer states": len(core.lexer.keys), "candidate sets": len(core._by_allowed),
                      "parser states": core.parser.num_states}}
+
+
+def run_untimed(compiled: Any, docs: list[Any], bitmask: Any) -> None:
+    import codemask
+
+    for doc in docs:
+        matcher = codemask.GrammarMatcher(compiled)
+        for token in doc.tokens:
+            matcher.fill_next_token_bitmask(bitmask)
+            if not matcher.accept_token(token):
+                raise SystemExit(f"{doc.name}: token refused — not a valid file for the grammar")
+
+
+def save_state(language: str, files: int, max_tokens: int, seed: int, warm_files: int, state_dir: Path) -> None:
+    """Run the ``warm_files`` files after the benchmark's through a grammar compiled over
+    ``state_dir`` and save its mask state there (as ``codemask warm`` does)."""
+    import torch
+
+    import codemask
+    from codemask.assets import load_tokenizer
+
+    tokenizer = load_tokenizer("llama3")
+    warm = load_docs(language, files + warm_files, max_tokens, tokenizer, seed)[files:]
+    vocab = codemask.Vocabulary.from_tokenizer(tokenizer, vocab_size=len(tokenizer),
+                                               stop_token_ids=[tokenizer.eos_token_id])
+    compiler = codemask.GrammarCompiler(vocab, cache_dir=state_dir, progress=False)
+    compiled = compiler.compile(codemask.Grammar.builtin(language))
+    run_untimed(compiled, warm, torch.full((1, (len(tokenizer) + 31) // 32), -1, dtype=torch.int32))
+    path = compiler.save_mask_state(compiled)
+    assert path is not None
+    print(f"mask state of {len(warm)} files: {path.stat().st_size / 1e6:.0f} MB", file=sys.stderr)
 
 
 def summarise(run: dict[str, Any], top: int) -> dict[str, Any]:
@@ -205,7 +242,9 @@ def markdown(run: dict[str, Any], summary: dict[str, Any], command: str) -> str:
              f"{platform.processor() or platform.machine()}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}; "
              f"files: {', '.join(run['files'])}; {summary['steps']} steps, compile {run['compile_s']:.2f} s"
              + (f"; timed after {len(run['warm_files'])} other files went through the same compiled grammar"
-                if run["warm_files"] else "") + ".", "",
+                if run["warm_files"] and not run["saved_state"] else "")
+             + (f"; timed in a new process whose compile loaded the mask state {len(run['warm_files'])} other files "
+                "had left (`GrammarCompiler.save_mask_state`)" if run["saved_state"] else "") + ".", "",
              f"mask time {summary['total_s']:.2f} s, median {summary['p50_us']:.1f} µs, "
              f"p99 {summary['p99_ms']:.1f} ms, max {summary['max_ms']:.0f} ms; "
              f"{summary['slow_steps']} steps over 1 ms, "
@@ -259,20 +298,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=12)
-    parser.add_argument("--warm-files", type=int, default=0,
-                        help="run this many other files of the language through the grammar first, untimed")
+    warming = parser.add_mutually_exclusive_group()
+    warming.add_argument("--warm-files", type=int, default=0,
+                         help="run this many other files of the language through the grammar first, untimed")
+    warming.add_argument("--saved-state", type=int, default=0, metavar="N",
+                         help="time in a new process that starts with the mask state N other files saved")
+    parser.add_argument("--state-dir", type=Path, help=argparse.SUPPRESS)  # the timing child's disk cache
     args = parser.parse_args(argv)
-    if args.warm_files < 0:
-        parser.error("--warm-files must be at least 0")
-    run = profile(args.language, args.files, args.max_tokens, args.seed, args.warm_files)
+    if args.warm_files < 0 or args.saved_state < 0:
+        parser.error("--warm-files and --saved-state must be at least 0")
+    if args.saved_state and args.state_dir is None:
+        with tempfile.TemporaryDirectory() as folder:
+            save_state(args.language, args.files, args.max_tokens, args.seed, args.saved_state, Path(folder))
+            child = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--state-dir", folder]
+            return subprocess.run(child, check=False).returncode
+    run = profile(args.language, args.files, args.max_tokens, args.seed, args.warm_files or args.saved_state,
+                  args.state_dir)
+    run["saved_state"] = args.state_dir is not None
     summary = summarise(run, args.top)
-    command = "benchmarks/.venv/bin/python benchmarks/mask_profile.py " + " ".join(argv or sys.argv[1:])
+    shown = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--state-dir" and a != str(args.state_dir)]
+    command = "benchmarks/.venv/bin/python benchmarks/mask_profile.py " + " ".join(shown)
     text = markdown(run, summary, command.strip())
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / (f"mask_profile_{args.language}" + (f"_warm{args.warm_files}" if args.warm_files else ""))
+    suffix = f"_state{args.saved_state}" if args.saved_state else f"_warm{args.warm_files}" if args.warm_files else ""
+    stem = RESULTS / f"mask_profile_{args.language}{suffix}"
     stem.with_suffix(".md").write_text(text, encoding="utf-8")
-    stem.with_suffix(".json").write_text(json.dumps({"args": vars(args), "summary": summary}, indent=1) + "\n",
+    shown_args = {name: value for name, value in vars(args).items() if name != "state_dir"}
+    stem.with_suffix(".json").write_text(json.dumps({"args": shown_args, "summary": summary}, indent=1) + "\n",
                                          encoding="utf-8")
     plot(summary, args.language, stem.with_suffix(".png"))
     return 0
