@@ -433,6 +433,42 @@ def test_c_residual_walk_follows_looping_lexemes_as_the_numpy_walk(language: str
     assert followed > 50  # tails that went on past a looping lexeme
 
 
+@pytest.mark.parametrize("order", ["trie rows", "shuffled"])
+def test_c_residual_walk_agrees_with_numpy_on_tails_of_mixed_offsets(order: str) -> None:
+    """The C walk resumes each tail where its common prefix with the previous one ends, and gives a
+    tail that shares the bytes up to the previous one's death the same death: tails that start 1 to
+    4 bytes into their tokens, in trie-row order (neighbours share prefixes, as in a real set) or
+    shuffled, with and without looping end classes, are walked as numpy walks them, one by one."""
+    core, starts = met_candidate_sets("python", 80)
+    trie = token_trie(vocabulary("smollm2"))
+    lexers = [LexerCore(core.lexer.automata) for _ in range(2)]
+    rng = np.random.default_rng(7)
+    rows = np.flatnonzero(trie.lengths > 1)
+    offsets = np.minimum(rng.integers(1, 5, len(rows)), trie.lengths[rows] - 1).astype(np.int64)
+    if order == "shuffled":
+        shuffled = rng.permutation(len(rows))
+        rows, offsets = rows[shuffled], offsets[shuffled]
+    lengths = trie.lengths[rows].astype(np.int64) - offsets
+    ignored = set(core.lexer.automata.ignore)
+    for candidates, blockers in starts[:4]:
+        lids = [lexer.start(candidates, blockers) for lexer in lexers]
+        for looping in (False, True):
+            while True:  # until neither walk meets an end class its lexer had not interned
+                interned = [len(lexer.end_classes) for lexer in lexers]
+                loops = [frozenset(c for c, end in enumerate(lexer.end_classes) if looping and end[0] in ignored)
+                         for lexer in lexers]
+                c_alive, c_end, c_class, c_ended = native.lexer_residuals(lexers[0], trie.matrix, rows, offsets,
+                                                                          lengths, lids[0], loops[0])
+                with native.using(False):
+                    n_alive, n_end, n_class, n_ended = _residuals_numpy(lexers[1], trie.matrix, rows, offsets,
+                                                                        lengths, lids[1], loops[1])
+                if [len(lexer.end_classes) for lexer in lexers] == interned:
+                    break
+            assert (c_alive == n_alive).all() and (c_end == n_end).all() and same_groups(lexers, c_ended, n_ended)
+            assert [lexers[0].end_classes[c] if c >= 0 else None for c in c_class.tolist()] == \
+                [lexers[1].end_classes[c] if c >= 0 else None for c in n_class.tolist()]
+
+
 def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     compiled = compiler("smollm2").compile(Grammar.builtin("sql"))
     lexer = LexerCore(compiled.core.lexer.automata)
