@@ -102,10 +102,12 @@ def test_an_unknown_precompute_policy_is_refused() -> None:
         GrammarCompiler(vocabulary("gpt2"), cache_dir=False, precompute="always")  # type: ignore[arg-type]
 
 
-def test_a_lexer_grammars_saved_mask_state_comes_back_with_a_later_compile(tmp_path: Path) -> None:
+def test_a_lexer_grammars_saved_mask_state_comes_back_with_a_later_compile(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """`save_mask_state` writes beside the compiled grammar; a later compiler of the same grammar
-    and vocabulary starts with it (the same masks, the lexer states already classified), and a
-    corrupt state file or a grammar of another kind leaves compiling as it was."""
+    and vocabulary starts with it (the same masks, the lexer states already classified), unless
+    the engine's code changed since; a corrupt state file or a grammar of another kind leaves
+    compiling as it was."""
     vocab, grammar = vocabulary("smollm2"), Grammar.builtin("sql")
     text = b"SELECT name, price FROM items WHERE price > 10 ORDER BY name;"
     first = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
@@ -117,6 +119,10 @@ def test_a_lexer_grammars_saved_mask_state_comes_back_with_a_later_compile(tmp_p
     again = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
     assert len(again.masks.save_state().positions) == classified > 5  # type: ignore[union-attr]
     assert (masks_along(again, text, "smollm2") == want).all()
+    with monkeypatch.context() as patched:
+        patched.setattr(compiler_module, "engine_fingerprint", lambda: "another-engine")
+        other_engine = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+        assert not other_engine.masks.save_state().positions  # type: ignore[union-attr]
 
     path.write_bytes(b"not a pickle")
     broken = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)

@@ -11,6 +11,7 @@ pickled to a cache folder, from which a later process loads it in milliseconds.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import pickle
@@ -41,8 +42,22 @@ AUTO_PRECOMPUTE_POSITIONS = 20000
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
 ENGINE_VERSION = "3"
 
-# A lexer-mode grammar's saved mask state lies beside its compiled form (`save_mask_state`).
+# A lexer-mode grammar's saved mask state lies beside its compiled form (`save_mask_state`), named
+# also by the engine's own source (`engine_fingerprint`).
 MASK_STATE_SUFFIX = ".masks"
+
+
+@functools.cache
+def engine_fingerprint() -> str:
+    """A digest of the engine's modules, Python and C. A saved mask state holds the results of
+    the lexer's algorithms (transitions, classifications, splits), not only of the grammar: a
+    state saved by another version of them must not be read, even where `ENGINE_VERSION` was not
+    bumped. (The C and numpy paths give the same results, so which one ran does not matter.)"""
+    digest = hashlib.sha256()
+    folder = Path(__file__).parent
+    for path in sorted([*folder.glob("*.py"), *folder.glob("_native*.so"), *folder.glob("_native*.pyd")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def default_cache_dir() -> Path:
@@ -196,7 +211,7 @@ class GrammarCompiler:
         completion server that restarts, or one warmed ahead on sample code (``codemask warm``).
         Call it while no mask of this grammar is being computed. Returns the file written (None
         without a disk cache or for byte-level grammars, whose masks are precomputed instead)."""
-        path = self._path(self._key(compiled.grammar), MASK_STATE_SUFFIX)
+        path = self._path(self._key(compiled.grammar), f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
         if path is None or not isinstance(compiled.masks, LexerMaskComputer):
             return None
         _write_pickle(path, compiled.masks.save_state())
@@ -204,7 +219,7 @@ class GrammarCompiler:
 
     def _load_mask_state(self, key: str, compiled: CompiledGrammar) -> None:
         """Start a lexer-mode grammar's masks from a saved state, if there is one that fits."""
-        path = self._path(key, MASK_STATE_SUFFIX)
+        path = self._path(key, f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
         if path is None or not isinstance(compiled.masks, LexerMaskComputer) or not path.exists():
             return
         state = _read_pickle(path)
