@@ -92,3 +92,8 @@ def test_warm_saves_a_mask_state_that_a_later_compile_starts_with(tmp_path: Path
     assert "not a lexer-mode grammar" in capsys.readouterr().err
     assert main(["warm", "--grammar", "python", str(tmp_path / "missing.py")]) == 1
     assert "cannot read it" in capsys.readouterr().err
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr(compiler_module, "default_cache_dir", lambda: blocker / "compiled")
+    assert main(["warm", "--grammar", "python", str(source)]) == 1
+    assert "could not write the mask state" in capsys.readouterr().err

@@ -70,7 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                                "learn, so that later processes start with it")
     warm.add_argument("files", nargs="+", help="source files in the grammar's language")
     warm.add_argument("--grammar", required=True, help="a builtin grammar name (python, go, ...) or a Lark file")
-    warm.add_argument("--tokenizer", default="smollm2", help="packaged tokenizer name or a tokenizer folder")
+    vocabulary = warm.add_mutually_exclusive_group()
+    vocabulary.add_argument("--tokenizer", default="smollm2", help="packaged tokenizer name or a tokenizer folder")
+    vocabulary.add_argument("--model", help="a packaged model or model folder: its vocabulary, as `generate` has it")
     warm.set_defaults(run=_run_warm)
 
     from codemask.adadec import calibrate
@@ -138,16 +140,28 @@ def _run_check_grammar(args: argparse.Namespace) -> int:
 
 def _run_warm(args: argparse.Namespace) -> int:
     """Masks at every token of the files, then the grammar's mask state saved to the disk cache
-    (`GrammarCompiler.save_mask_state`), where compiles of the same grammar and vocabulary find it."""
+    (`GrammarCompiler.save_mask_state`), where compiles of the same grammar and vocabulary find it:
+    with ``--model``, the vocabulary `generate` compiles for with that model (its logits' width and
+    stop tokens), else the tokenizer's own."""
     import numpy as np
 
-    from codemask.compilers import compiler_for
+    from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
     from codemask.engine.lexer_masks import LexerMaskComputer
     from codemask.engine.matcher import GrammarMatcher
     from codemask.grammar.resolve import as_grammar
 
-    tokenizer = _load_tokenizer(args.tokenizer)
-    compiler = compiler_for(tokenizer)
+    texts = []
+    for name in args.files:  # all of them first: a bad last file must not waste the work on the others
+        try:
+            texts.append((name, Path(name).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as error:
+            raise CodemaskError(f"{name}: cannot read it as UTF-8 text ({error})") from error
+    if args.model:
+        model, tokenizer = _load(args.model)
+        compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
+    else:
+        tokenizer = _load_tokenizer(args.tokenizer)
+        compiler = compiler_for(tokenizer)
     if compiler.cache_dir is None:
         raise CodemaskError("the disk cache is disabled: there is nowhere to save a mask state")
     compiled = compiler.compile(as_grammar(args.grammar))
@@ -156,11 +170,7 @@ def _run_warm(args: argparse.Namespace) -> int:
                             "time instead (GrammarCompiler(precompute=True))")
     row = np.zeros((1, (compiled.vocab_size + 31) // 32), dtype=np.int32)
     started = time.perf_counter()
-    for name in args.files:
-        try:
-            text = Path(name).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise CodemaskError(f"{name}: cannot read it as UTF-8 text ({error})") from error
+    for name, text in texts:
         token_ids = tokenizer.encode(text, add_special_tokens=False)
         matcher = GrammarMatcher(compiled)
         taken = 0
@@ -172,10 +182,11 @@ def _run_warm(args: argparse.Namespace) -> int:
         note = "" if taken == len(token_ids) else " (the grammar refuses the next one: the rest is skipped)"
         print(f"{name}: {taken}/{len(token_ids)} tokens{note}")
     path = compiler.save_mask_state(compiled)
+    if path is None:
+        raise CodemaskError(f"could not write the mask state in {compiler.cache_dir}")
     state = compiled.masks.save_state()
-    size = path.stat().st_size / 1e6 if path is not None and path.exists() else 0.0
     print(f"saved {len(state.positions)} classified lexer states and {len(state.sets)} residual sets "
-          f"({size:.1f} MB) to {path} in {time.perf_counter() - started:.1f} s")
+          f"({path.stat().st_size / 1e6:.1f} MB) to {path} in {time.perf_counter() - started:.1f} s")
     return 0
 
 

@@ -262,3 +262,48 @@ def test_a_mask_state_is_refused_where_it_cannot_fit() -> None:
     keys[1], keys[2] = keys[2], keys[1]
     with pytest.raises(ValueError, match="do not extend"):
         _fresh_python()[0].load_state(dataclasses.replace(state, lexer_keys=keys))
+
+
+def test_a_saved_state_is_left_as_it_was_by_later_masks() -> None:
+    """A server saves while it serves: the state taken before another file's masks pickles to the
+    same bytes after them (it holds copies of the sets, whose splits grow), and loaded, it gives a
+    new grammar the masks of a fresh one."""
+    trained, matcher = _fresh_python()
+    _masks_along(trained, matcher, SOURCES["python"])
+    state = trained.save_state()
+    before = pickle.dumps(state)
+    _masks_along(trained, GrammarMatcher(matcher.compiled), textwrap.dedent(inspect.getsource(textwrap.dedent)))
+    assert pickle.dumps(state) == before
+
+    loaded, loaded_matcher = _fresh_python()
+    loaded.load_state(pickle.loads(before))
+    fresh, fresh_matcher = _fresh_python()
+    other = textwrap.dedent(inspect.getsource(textwrap.TextWrapper._wrap_chunks))
+    for index, (mine, theirs) in enumerate(zip(_masks_along(loaded, loaded_matcher, other),
+                                              _masks_along(fresh, fresh_matcher, other), strict=True)):
+        assert np.array_equal(mine, theirs), index
+
+
+def test_a_state_whose_parts_do_not_fit_is_refused_before_anything_is_taken() -> None:
+    """A state of other terminal automata (the SQL grammar's), or one whose split names a residual
+    set it does not hold, raises and leaves the computer's lexer as it was."""
+    trained, matcher = _fresh_python()
+    _masks_along(trained, matcher, "def f(x):\n    return [x, x + 1]\n")
+    state = trained.save_state()
+    sql = GrammarCompiler(vocabulary("smollm2"), cache_dir=False, progress=False).compile(Grammar.builtin("sql"))
+    assert isinstance(sql.masks, LexerMaskComputer)
+    with pytest.raises(ValueError, match="other terminal automata"):
+        sql.masks.load_state(state)
+
+    with_children = next(found for found in state.sets.values()
+                         if any(split.children for split in found.splits.values()))
+    key, split = next((key, split) for key, split in with_children.splits.items() if split.children)
+    broken = dataclasses.replace(split, children=[])  # (init again: flags and pairs of no children)
+    broken.children = [(cls, members, dataclasses.replace(tails, splits={}), tail_of)
+                       for cls, members, tails, tail_of in split.children]
+    with_children.splits[key] = broken
+    target, _ = _fresh_python()
+    states_before = len(target.core.lexer.keys)
+    with pytest.raises(ValueError, match="not saved"):
+        target.load_state(state)
+    assert len(target.core.lexer.keys) == states_before and not target._positions

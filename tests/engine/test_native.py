@@ -435,10 +435,9 @@ def test_c_residual_walk_follows_looping_lexemes_as_the_numpy_walk(language: str
 
 @pytest.mark.parametrize("order", ["trie rows", "shuffled"])
 def test_c_residual_walk_agrees_with_numpy_on_tails_of_mixed_offsets(order: str) -> None:
-    """The C walk resumes each tail where its common prefix with the previous one ends, and gives a
-    tail that shares the bytes up to the previous one's death the same death: tails that start 1 to
-    4 bytes into their tokens, in trie-row order (neighbours share prefixes, as in a real set) or
-    shuffled, with and without looping end classes, are walked as numpy walks them, one by one."""
+    """Tails that start 1 to 4 bytes into their tokens, in trie-row order (neighbours share
+    prefixes, as in a real set) or shuffled, with and without looping end classes: the C walk
+    agrees with numpy's, which walks them one byte of each per round."""
     core, starts = met_candidate_sets("python", 80)
     trie = token_trie(vocabulary("smollm2"))
     lexers = [LexerCore(core.lexer.automata) for _ in range(2)]

@@ -209,22 +209,34 @@ class GrammarCompiler:
         states, their classifications, residual sets and splits) beside the compiled grammar, so
         that later compiles of the same grammar for the same vocabulary start with it — a
         completion server that restarts, or one warmed ahead on sample code (``codemask warm``).
-        Call it while no mask of this grammar is being computed. Returns the file written (None
-        without a disk cache or for byte-level grammars, whose masks are precomputed instead)."""
-        path = self._path(self._key(compiled.grammar), f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
+        Masks may be computed meanwhile (`LexerMaskComputer.save_state`). Returns the file written
+        (None without a disk cache, where it could not be written, or for byte-level grammars,
+        whose masks are precomputed at compile time instead); states saved by other builds of the
+        engine are removed."""
+        if compiled.vocab.fingerprint != self.vocab.fingerprint:
+            raise ValueError("this grammar was compiled for another vocabulary than this compiler's")
+        key = self._key(compiled.grammar)
+        path = self._path(key, f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
         if path is None or not isinstance(compiled.masks, LexerMaskComputer):
             return None
-        _write_pickle(path, compiled.masks.save_state())
+        if not _write_pickle(path, compiled.masks.save_state()):
+            return None
+        for stale in path.parent.glob(f"{key}{MASK_STATE_SUFFIX}-*.pkl"):
+            if stale != path:
+                with contextlib.suppress(OSError):
+                    stale.unlink()
         return path
 
     def _load_mask_state(self, key: str, compiled: CompiledGrammar) -> None:
-        """Start a lexer-mode grammar's masks from a saved state, if there is one that fits."""
+        """Start a lexer-mode grammar's masks from a saved state, if there is one that fits. The
+        file is a cache: one that cannot be read or does not fit (`load_state` checks it all
+        before taking anything) leaves the masks to start from scratch."""
         path = self._path(key, f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
         if path is None or not isinstance(compiled.masks, LexerMaskComputer) or not path.exists():
             return
         state = _read_pickle(path)
-        if isinstance(state, LexerMaskState) and state.format == STATE_FORMAT:
-            with contextlib.suppress(ValueError):  # another build's state: the masks start from scratch
+        if isinstance(state, LexerMaskState) and getattr(state, "format", None) == STATE_FORMAT:
+            with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError, KeyError):
                 compiled.masks.load_state(state)
 
     def _load(self, key: str) -> CompiledArtifacts | None:
@@ -247,16 +259,23 @@ def _read_pickle(path: Path) -> object:
         return None
 
 
-def _write_pickle(path: Path, value: object) -> None:
-    """Write a cache file atomically (a reader never sees half a file); a read-only home is
-    ignored: the disk cache is an optimisation and must not break compiling."""
+def _write_pickle(path: Path, value: object) -> bool:
+    """Write a cache file atomically (a reader never sees half a file) and say whether it was
+    written; a read-only home is no error: the disk cache is an optimisation and must not break
+    compiling. A half-written temporary file is removed."""
+    temporary: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+            temporary = f.name
             pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(f.name, path)
-    except OSError:
-        pass
+        os.replace(temporary, path)
+        return True
+    except (OSError, pickle.PicklingError):
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        return False
 
 
 def _build_lexer_mode(ir: GrammarIR) -> CompiledArtifacts:

@@ -26,6 +26,7 @@ them, so an identifier that spells a keyword is that keyword wherever it appears
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -68,6 +69,18 @@ class TerminalAutomata:
     def indentation(self) -> IndentSpec | None:
         """The indentation set-up, when the grammar declares Python-style indentation."""
         return indent_spec(self.names)
+
+
+def automata_digest(automata: TerminalAutomata) -> str:
+    """A digest of everything the lexer's states and transitions are computed from: a saved
+    `LexerMaskState` is only read by a lexer over the same automata (the lexer states it holds are
+    numbered over them)."""
+    digest = hashlib.sha256()
+    for array in (automata.trans, automata.accepting, automata.terminal_of, automata.start_of, automata.rank):
+        digest.update(np.ascontiguousarray(array).tobytes() + str(array.dtype).encode())
+    digest.update(repr((automata.unless, automata.names, sorted(automata.ignore),
+                        sorted(getattr(automata, "reserved", ())))).encode())
+    return digest.hexdigest()
 
 
 def build_terminal_automata(terminals: list[Terminal], ignore: set[str]) -> TerminalAutomata:
@@ -243,9 +256,14 @@ class LexerCore(_Interner[LexerKey]):
         return found
 
     def snapshot(self) -> tuple[list[LexerKey], np.ndarray, dict[tuple[frozenset[int], frozenset[int]], int]]:
-        """This lexer's states, transitions and fresh states so far (what `adopt` takes)."""
+        """This lexer's states, transitions and fresh states so far (what `adopt` takes); a
+        transition to a state interned after the keys were copied is left unknown."""
         with self.lock:
-            return list(self.keys), self.table[:len(self.keys)].copy(), dict(self._starts)
+            keys = list(self.keys)
+            table = self.table[:len(keys)].copy()
+            starts = {found: lid for found, lid in dict(self._starts).items() if lid < len(keys)}
+        table[table >= len(keys)] = UNKNOWN
+        return keys, table, starts
 
     def adopt(self, keys: list[LexerKey], table: np.ndarray,
               starts: dict[tuple[frozenset[int], frozenset[int]], int]) -> None:
@@ -258,6 +276,10 @@ class LexerCore(_Interner[LexerKey]):
                 raise ValueError("the saved lexer states do not extend this lexer's: it has states of its own")
             if table.shape != (len(keys), BYTE_ALPHABET):
                 raise ValueError(f"saved transitions have shape {table.shape}, expected ({len(keys)}, {BYTE_ALPHABET})")
+            if len(table) and (int(table.min()) < UNKNOWN or int(table.max()) >= len(keys)):
+                raise ValueError("saved transitions lead to states that were not saved")
+            if any(not 0 <= lid < len(keys) for lid in starts.values()):
+                raise ValueError("saved fresh states were not saved")
             for key in keys[len(self.keys):]:
                 self.intern(key)
             known = self.table[:len(keys)]

@@ -27,6 +27,7 @@ residual byte of every new parser context (about 2,300 per new mask).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codemask.engine import native
-from codemask.engine.lexer import LexerCore, LexerKey, LexParserCore
+from codemask.engine.lexer import LexerCore, LexerKey, LexParserCore, automata_digest
 from codemask.engine.mask_cache import num_words, pack_ids, set_bits
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
@@ -108,6 +109,7 @@ class LexerMaskState:
 
     format: int
     vocab_fingerprint: str
+    automata_digest: str  # `lexer.automata_digest` of the lexer that made it
     lexer_keys: list[LexerKey]
     lexer_table: np.ndarray  # int32 [states, 256]
     lexer_starts: dict[tuple[frozenset[int], frozenset[int]], int]
@@ -266,6 +268,63 @@ class ResidualSets:
             tails, tail_of = self.intern(rows[members], starts[members] + end_at[members])
             children.append((cls, members, tails, tail_of))
         return ResidualSplit(accepted=alive, children=children)
+
+
+def _split_lid(key: int | tuple[int, frozenset[int]]) -> int:
+    """The fresh lexer state of a split's key in `Residuals.splits` (with or without loops)."""
+    return key[0] if isinstance(key, tuple) else key
+
+
+def _detached(positions: dict[int, LexerPosition], sets: dict[bytes, Residuals],
+              uncertain: dict[bytes, UncertainTokens], num_states: int
+              ) -> tuple[dict[int, LexerPosition], dict[bytes, Residuals], dict[bytes, UncertainTokens]]:
+    """Copies of a computer's tables that later masks leave as they are (a live set's splits grow
+    while masks are computed): each set with the splits it had whose lexer states are among the
+    first ``num_states`` and whose tails are among ``sets``, and the positions and groups pointing
+    at those copies (arrays are shared: nothing changes them)."""
+    twins = {id(found): copy.copy(found) for found in sets.values()}
+    for found in sets.values():
+        kept = {}
+        for key, split in dict(found.splits).items():
+            if _split_lid(key) < num_states and all(id(child[2]) in twins for child in split.children):
+                moved = copy.copy(split)
+                moved.children = [(cls, members, twins[id(tails)], tail_of)
+                                  for cls, members, tails, tail_of in split.children]
+                kept[key] = moved
+        twins[id(found)].splits = kept
+    groups: dict[int, UncertainTokens] = {}
+
+    def group(tokens: UncertainTokens) -> UncertainTokens:
+        found = groups.get(id(tokens))
+        if found is None:
+            found = groups[id(tokens)] = copy.copy(tokens)
+            found.residuals = twins[id(tokens.residuals)]
+        return found
+
+    kept_positions = {lid: LexerPosition(found.accepted, found.fail,
+                                         {cls: group(tokens) for cls, tokens in found.uncertain.items()})
+                      for lid, found in positions.items()
+                      if lid < num_states and all(id(t.residuals) in twins for t in found.uncertain.values())}
+    kept_uncertain = {key: group(tokens) for key, tokens in uncertain.items() if id(tokens.residuals) in twins}
+    return kept_positions, {key: twins[id(found)] for key, found in sets.items()}, kept_uncertain
+
+
+def _check_references(state: LexerMaskState) -> None:
+    """Refuse a saved state whose parts do not fit together (a `ValueError` naming what): set
+    indexes 0..n-1, and every lexer state and residual set that positions and splits name saved."""
+    num_states = len(state.lexer_keys)
+    saved = {id(found) for found in state.sets.values()}
+    if sorted(found.index for found in state.sets.values()) != list(range(len(state.sets))):
+        raise ValueError("saved residual sets are not numbered 0..n-1")
+    for lid, position in state.positions.items():
+        if not 0 <= lid < num_states or any(id(t.residuals) not in saved for t in position.uncertain.values()):
+            raise ValueError(f"saved position {lid} names a lexer state or residual set that was not saved")
+    for found in state.sets.values():
+        for key, split in found.splits.items():
+            if not 0 <= _split_lid(key) < num_states or any(id(child[2]) not in saved for child in split.children):
+                raise ValueError(f"a split of saved set {found.index} names a lexer state or set that was not saved")
+    if any(id(tokens.residuals) not in saved for tokens in state.uncertain.values()):
+        raise ValueError("a saved uncertain group names a residual set that was not saved")
 
 
 def _grouped(items: np.ndarray, keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -453,24 +512,32 @@ class LexerMaskComputer:
         return self._residual_sets
 
     def save_state(self) -> LexerMaskState:
-        """What this computer has learnt that a new process can start from (`load_state`).
-        Call it while no mask is being computed: the parts must agree on the lexer's numbers."""
-        keys, table, starts = self.core.lexer.snapshot()
+        """What this computer has learnt that a new process can start from (`load_state`), also
+        while other threads compute masks: positions are taken first, then residual sets, then the
+        lexer's states (so every lexer state the others name is among them), and the state holds
+        copies of the sets whose splits no later mask changes (`_detached`)."""
+        positions = dict(self._positions)
         sets, uncertain = self._residual_sets.saved() if self._residual_sets is not None else \
             self._adopted if self._adopted is not None else ({}, {})
-        return LexerMaskState(STATE_FORMAT, self.vocab.fingerprint, keys, table, starts, dict(self._positions),
-                              sets, uncertain)
+        keys, table, starts = self.core.lexer.snapshot()
+        positions, sets, uncertain = _detached(positions, sets, uncertain, len(keys))
+        return LexerMaskState(STATE_FORMAT, self.vocab.fingerprint, automata_digest(self.core.lexer.automata), keys,
+                              table, starts, positions, sets, uncertain)
 
     def load_state(self, state: LexerMaskState) -> None:
         """Start from a saved state (same grammar and vocabulary), before this computer has
         classified anything: its lexer takes the saved states under their numbers, and the
-        classifications and residual sets come with them."""
+        classifications and residual sets come with them. Everything is checked before anything
+        is taken: a refused state (`ValueError`) leaves the computer as it was."""
         if state.format != STATE_FORMAT:
             raise ValueError(f"saved mask state has format {state.format}, this version reads {STATE_FORMAT}")
         if state.vocab_fingerprint != self.vocab.fingerprint:
             raise ValueError("saved mask state is for another vocabulary")
+        if state.automata_digest != automata_digest(self.core.lexer.automata):
+            raise ValueError("saved mask state is for other terminal automata")
         if self._positions or self._residual_sets is not None or self._adopted is not None:
             raise ValueError("a mask state can only be loaded before the first mask")
+        _check_references(state)
         self.core.lexer.adopt(state.lexer_keys, state.lexer_table, state.lexer_starts)
         self._positions.update(state.positions)
         self._adopted = (state.sets, state.uncertain)
