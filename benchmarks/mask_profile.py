@@ -128,10 +128,12 @@ def instrumented(timers: Timers) -> Iterator[None]:
 
 
 def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: int = 0,
-            state_dir: Path | None = None) -> dict[str, Any]:
+            state_dir: Path | None = None, precompute: bool = False) -> dict[str, Any]:
     """Time every step of the benchmark's files, after ``warm_files`` others (untimed) went through
     the same compiled grammar; with ``state_dir``, compile over that disk cache instead (a mask
-    state saved there by `save_state` comes with the grammar) and warm nothing."""
+    state saved there by `save_state` comes with the grammar) and warm nothing; with
+    ``precompute``, compile with ``precompute=True`` (the grammar's sample code run at compile
+    time, inside the compile time reported)."""
     import torch
 
     import codemask
@@ -143,7 +145,8 @@ def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: i
     vocab = codemask.Vocabulary.from_tokenizer(tokenizer, vocab_size=len(tokenizer),
                                                stop_token_ids=[tokenizer.eos_token_id])
     start = time.perf_counter()
-    compiled = codemask.GrammarCompiler(vocab, cache_dir=state_dir or False, progress=False).compile(
+    compiled = codemask.GrammarCompiler(vocab, cache_dir=state_dir or False, progress=False,
+                                        precompute=True if precompute else "auto").compile(
         codemask.Grammar.builtin(language))
     compile_s = time.perf_counter() - start
     bitmask = torch.full((1, (len(tokenizer) + 31) // 32), -1, dtype=torch.int32)
@@ -244,7 +247,9 @@ def markdown(run: dict[str, Any], summary: dict[str, Any], command: str) -> str:
              + (f"; timed after {len(run['warm_files'])} other files went through the same compiled grammar"
                 if run["warm_files"] and not run["saved_state"] else "")
              + (f"; timed in a new process whose compile loaded the mask state {len(run['warm_files'])} other files "
-                "had left (`GrammarCompiler.save_mask_state`)" if run["saved_state"] else "") + ".", "",
+                "had left (`GrammarCompiler.save_mask_state`)" if run["saved_state"] else "")
+             + ("; compiled with `precompute=True` (the grammar's sample code run at compile time, in the compile "
+                "time)" if run["precompute"] else "") + ".", "",
              f"mask time {summary['total_s']:.2f} s, median {summary['p50_us']:.1f} µs, "
              f"p99 {summary['p99_ms']:.1f} ms, max {summary['max_ms']:.0f} ms; "
              f"{summary['slow_steps']} steps over 1 ms, "
@@ -303,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="run this many other files of the language through the grammar first, untimed")
     warming.add_argument("--saved-state", type=int, default=0, metavar="N",
                          help="time in a new process that starts with the mask state N other files saved")
+    parser.add_argument("--precompute", action="store_true",
+                        help="compile with precompute=True: the grammar's sample code runs at compile time")
     parser.add_argument("--state-dir", type=Path, help=argparse.SUPPRESS)  # the timing child's disk cache
     args = parser.parse_args(argv)
     if args.warm_files < 0 or args.saved_state < 0:
@@ -313,8 +320,9 @@ def main(argv: list[str] | None = None) -> int:
             child = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--state-dir", folder]
             return subprocess.run(child, check=False).returncode
     run = profile(args.language, args.files, args.max_tokens, args.seed, args.warm_files or args.saved_state,
-                  args.state_dir)
+                  args.state_dir, args.precompute)
     run["saved_state"] = args.state_dir is not None
+    run["precompute"] = args.precompute
     summary = summarise(run, args.top)
     shown = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--state-dir" and a != str(args.state_dir)]
     command = "benchmarks/.venv/bin/python benchmarks/mask_profile.py " + " ".join(shown)
@@ -322,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     suffix = f"_state{args.saved_state}" if args.saved_state else f"_warm{args.warm_files}" if args.warm_files else ""
+    suffix += "_precompute" if args.precompute else ""
     stem = RESULTS / f"mask_profile_{args.language}{suffix}"
     stem.with_suffix(".md").write_text(text, encoding="utf-8")
     shown_args = {name: value for name, value in vars(args).items() if name != "state_dir"}

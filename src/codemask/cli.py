@@ -143,11 +143,8 @@ def _run_warm(args: argparse.Namespace) -> int:
     (`GrammarCompiler.save_mask_state`), where compiles of the same grammar and vocabulary find it:
     with ``--model``, the vocabulary `generate` compiles for with that model (its logits' width and
     stop tokens), else the tokenizer's own."""
-    import numpy as np
-
     from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
     from codemask.engine.lexer_masks import LexerMaskComputer
-    from codemask.engine.matcher import GrammarMatcher
     from codemask.grammar.resolve import as_grammar
 
     texts = []
@@ -168,17 +165,10 @@ def _run_warm(args: argparse.Namespace) -> int:
     if not isinstance(compiled.masks, LexerMaskComputer):
         raise CodemaskError(f"{args.grammar}: not a lexer-mode grammar; byte-level grammars classify at compile "
                             "time instead (GrammarCompiler(precompute=True))")
-    row = np.zeros((1, (compiled.vocab_size + 31) // 32), dtype=np.int32)
     started = time.perf_counter()
     for name, text in texts:
         token_ids = tokenizer.encode(text, add_special_tokens=False)
-        matcher = GrammarMatcher(compiled)
-        taken = 0
-        for token in token_ids:
-            matcher.fill_next_token_bitmask(row)
-            if not matcher.accept_token(token):
-                break
-            taken += 1
+        taken = compiler.warm(compiled, [token_ids])
         note = "" if taken == len(token_ids) else " (the grammar refuses the next one: the rest is skipped)"
         print(f"{name}: {taken}/{len(token_ids)} tokens{note}")
     path = compiler.save_mask_state(compiled)

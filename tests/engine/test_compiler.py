@@ -132,3 +132,30 @@ def test_a_lexer_grammars_saved_mask_state_comes_back_with_a_later_compile(tmp_p
     regex = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(Grammar.from_regex("[a-z]+"))
     assert GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).save_mask_state(regex) is None
     assert GrammarCompiler(vocab, cache_dir=False, progress=False).save_mask_state(first) is None
+
+
+def test_a_lexer_grammar_precomputed_on_its_samples_has_the_lazy_masks(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``precompute=True`` runs the Python grammar's sample code at compile time: the grammar comes
+    with lexer states classified, and its masks along a real file equal a lazy compile's. By
+    default a compiler with a disk cache precomputes once and keeps the mask state there: a later
+    compiler loads it instead of running the samples again."""
+    import textwrap as module
+
+    vocab, grammar = vocabulary("smollm2"), Grammar.builtin("python")
+    text = Path(module.__file__).read_text(encoding="utf-8")[:3000].encode()
+    precomputed = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=True).compile(grammar)
+    lazy = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=False).compile(grammar)
+    assert len(precomputed.masks.save_state().positions) > 100  # type: ignore[union-attr]
+    assert not lazy.masks.save_state().positions  # type: ignore[union-attr]
+    assert (masks_along(precomputed, text, "smollm2") == masks_along(lazy, text, "smollm2")).all()
+
+    GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    assert list(tmp_path.glob("*.masks-*.pkl"))
+
+    def refuse(*_args: object) -> None:
+        raise AssertionError("the samples ran again")
+
+    monkeypatch.setattr(compiler_module, "sample_tokens", refuse)
+    later = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    assert len(later.masks.save_state().positions) > 100  # type: ignore[union-attr]
