@@ -265,6 +265,11 @@ class LexerCore(_Interner[LexerKey]):
         table[table >= len(keys)] = UNKNOWN
         return keys, table, starts
 
+    def fresh_states(self) -> list[int]:
+        """The fresh lexer states made so far (`start`), one per (candidates, blockers)."""
+        with self.lock:
+            return sorted(set(self._starts.values()))
+
     def adopt(self, keys: list[LexerKey], table: np.ndarray,
               starts: dict[tuple[frozenset[int], frozenset[int]], int]) -> None:
         """Take the states, transitions and fresh states another lexer of the same automata made

@@ -542,6 +542,27 @@ class LexerMaskComputer:
         self._positions.update(state.positions)
         self._adopted = (state.sets, state.uncertain)
 
+    def classify_indentation(self, columns: int) -> int:
+        """Classify the lexer states of a newline followed by 0..``columns`` spaces, from every
+        fresh lexer state met so far that can start one (grammars with Python-style indentation;
+        returns how many states were new). Indentation columns are unbounded, so sample code
+        leaves some out (a continuation line at column 7), and each is a classification of its
+        own, as its end class carries the column."""
+        lexer = self.core.lexer
+        if lexer.newline < 0:
+            return 0
+        starts = {lexer.step(lid, 0x0A) for lid in lexer.fresh_states()}
+        made = 0
+        for state in sorted(lid for lid in starts if lid >= 0 and lexer.winner(lid) == lexer.newline):
+            for _column in range(columns + 1):
+                if state not in self._positions:
+                    self.position(state)
+                    made += 1
+                state = lexer.step(state, 0x20)
+                if state < 0:
+                    break
+        return made
+
     def position(self, lid: int) -> LexerPosition:
         found = self._positions.get(lid)
         if found is None:
