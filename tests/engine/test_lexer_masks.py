@@ -307,3 +307,22 @@ def test_a_state_whose_parts_do_not_fit_is_refused_before_anything_is_taken() ->
     with pytest.raises(ValueError, match="not saved"):
         target.load_state(state)
     assert len(target.core.lexer.keys) == states_before and not target._positions
+
+
+def test_indentation_columns_are_classified_ahead() -> None:
+    """`classify_indentation` classifies the lexer state of a newline and 0..n spaces from the fresh
+    states met so far: a second call finds nothing new, the states are those the lexer reaches on
+    those bytes, and a grammar without indentation has none."""
+    masks, matcher = _fresh_python()
+    _masks_along(masks, matcher, "def f(x):\n    return x\n")
+    made = masks.classify_indentation(12)
+    assert made >= 12 and masks.classify_indentation(12) == 0
+    lexer = masks.core.lexer
+    for lid in lexer.fresh_states():
+        state = lexer.step(lid, 0x0A)
+        if state >= 0 and lexer.winner(state) == lexer.newline:
+            for _ in range(13):
+                assert state in masks._positions
+                state = lexer.step(state, 0x20)
+    sql = GrammarCompiler(vocabulary("smollm2"), cache_dir=False, progress=False).compile(Grammar.builtin("sql"))
+    assert isinstance(sql.masks, LexerMaskComputer) and sql.masks.classify_indentation(12) == 0
