@@ -146,8 +146,7 @@ def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: i
                                                stop_token_ids=[tokenizer.eos_token_id])
     start = time.perf_counter()
     compiled = codemask.GrammarCompiler(vocab, cache_dir=state_dir or False, progress=False,
-                                        precompute=True if precompute else "auto").compile(
-        codemask.Grammar.builtin(language))
+                                        precompute=precompute).compile(codemask.Grammar.builtin(language))
     compile_s = time.perf_counter() - start
     bitmask = torch.full((1, (len(tokenizer) + 31) // 32), -1, dtype=torch.int32)
     if state_dir is None:
@@ -155,6 +154,7 @@ def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: i
     timers = Timers()
     steps: list[dict[str, Any]] = []
     c_steps = getattr(compiled.core, "native_steps", None)  # parser steps the lexer layer makes in C
+    made_before = made(compiled.core)  # (the warm files', the samples' or the saved state's)
     with instrumented(timers):
         for doc in docs:
             matcher = codemask.GrammarMatcher(compiled)
@@ -177,8 +177,13 @@ def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: i
     return {"language": language, "files": [d.name for d in docs], "warm_files": [d.name for d in warm],
             "compile_s": compile_s, "steps": steps,
             "calls": timers.calls, "scan_s": timers.scan_ns / 1e9,
-            "made": {"lexer states": len(core.lexer.keys), "candidate sets": len(core._by_allowed),
-                     "parser states": core.parser.num_states}}
+            "made": {what: n - made_before[what] for what, n in made(core).items()}}
+
+
+def made(core: Any) -> dict[str, int]:
+    """How many lexer states, candidate sets and parser states a lexer-mode core holds."""
+    return {"lexer states": len(core.lexer.keys), "candidate sets": len(core._by_allowed),
+            "parser states": core.parser.num_states}
 
 
 def run_untimed(compiled: Any, docs: list[Any], bitmask: Any) -> None:
@@ -204,8 +209,8 @@ def save_state(language: str, files: int, max_tokens: int, seed: int, warm_files
     warm = load_docs(language, files + warm_files, max_tokens, tokenizer, seed)[files:]
     vocab = codemask.Vocabulary.from_tokenizer(tokenizer, vocab_size=len(tokenizer),
                                                stop_token_ids=[tokenizer.eos_token_id])
-    compiler = codemask.GrammarCompiler(vocab, cache_dir=state_dir, progress=False)
-    compiled = compiler.compile(codemask.Grammar.builtin(language))
+    compiler = codemask.GrammarCompiler(vocab, cache_dir=state_dir, progress=False, precompute=False)
+    compiled = compiler.compile(codemask.Grammar.builtin(language))  # (the state of these files alone)
     run_untimed(compiled, warm, torch.full((1, (len(tokenizer) + 31) // 32), -1, dtype=torch.int32))
     path = compiler.save_mask_state(compiled)
     assert path is not None
@@ -254,7 +259,7 @@ def markdown(run: dict[str, Any], summary: dict[str, Any], command: str) -> str:
              f"p99 {summary['p99_ms']:.1f} ms, max {summary['max_ms']:.0f} ms; "
              f"{summary['slow_steps']} steps over 1 ms, "
              f"{summary['slow_steps_classifying']} of them classifying a new lexer state.", "",
-             "The files made " + ", ".join(f"{n} {what}" for what, n in summary["made"].items()) + ".", "",
+             "The timed files made " + ", ".join(f"{n} new {what}" for what, n in summary["made"].items()) + ".", "",
              "| part | calls | s, all steps | s, steps over 1 ms |", "|---|---:|---:|---:|"]
     for p in parts:
         calls = summary["calls"].get(p, "")
@@ -308,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="run this many other files of the language through the grammar first, untimed")
     warming.add_argument("--saved-state", type=int, default=0, metavar="N",
                          help="time in a new process that starts with the mask state N other files saved")
-    parser.add_argument("--precompute", action="store_true",
-                        help="compile with precompute=True: the grammar's sample code runs at compile time")
+    warming.add_argument("--precompute", action="store_true",
+                         help="compile with precompute=True: the grammar's sample code runs at compile time")
     parser.add_argument("--state-dir", type=Path, help=argparse.SUPPRESS)  # the timing child's disk cache
     args = parser.parse_args(argv)
     if args.warm_files < 0 or args.saved_state < 0:

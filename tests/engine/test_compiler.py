@@ -148,6 +148,11 @@ def test_a_lexer_grammar_precomputed_on_its_samples_has_the_lazy_masks(tmp_path:
     lazy = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=False).compile(grammar)
     assert len(precomputed.masks.save_state().positions) > 100  # type: ignore[union-attr]
     assert not lazy.masks.save_state().positions  # type: ignore[union-attr]
+    no_cache = GrammarCompiler(vocab, cache_dir=False, progress=False).compile(grammar)  # default: nowhere to keep it
+    assert not no_cache.masks.save_state().positions  # type: ignore[union-attr]
+    completion = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=True).compile(
+        Grammar.builtin("python", until="statement"))  # a completion twin has the same samples
+    assert len(completion.masks.save_state().positions) > 100  # type: ignore[union-attr]
     assert (masks_along(precomputed, text, "smollm2") == masks_along(lazy, text, "smollm2")).all()
 
     GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
@@ -159,3 +164,20 @@ def test_a_lexer_grammar_precomputed_on_its_samples_has_the_lazy_masks(tmp_path:
     monkeypatch.setattr(compiler_module, "sample_tokens", refuse)
     later = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
     assert len(later.masks.save_state().positions) > 100  # type: ignore[union-attr]
+
+
+def test_a_grammar_compiled_by_two_threads_at_once_is_compiled_once() -> None:
+    """The second caller waits for the first (compiling runs outside the compiler's lock) and gets
+    the same compiled grammar, while the main thread compiles another one."""
+    import threading
+
+    compiler = GrammarCompiler(vocabulary("smollm2"), cache_dir=False, progress=False, precompute=True)
+    found: list[CompiledGrammar] = []
+    threads = [threading.Thread(target=lambda: found.append(compiler.compile(Grammar.builtin("python"))))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    other = compiler.compile(Grammar.from_regex("[a-z]+"))
+    for thread in threads:
+        thread.join()
+    assert len(found) == 2 and found[0] is found[1] and other is not found[0]

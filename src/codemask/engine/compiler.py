@@ -18,6 +18,7 @@ import os
 import pickle
 import tempfile
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, bu
 from codemask.engine.lexer_masks import STATE_FORMAT, LexerMaskComputer, LexerMaskState
 from codemask.engine.mask_cache import LazyPositionMasks, MaskComputer, PositionMasks, build_position_masks, num_words
 from codemask.engine.parser import ParserCore
-from codemask.engine.samples import sample_tokens
+from codemask.engine.samples import has_samples, sample_tokens
 from codemask.engine.token_trie import ByteVocabulary, token_trie
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.ir import GrammarIR
@@ -167,29 +168,51 @@ class GrammarCompiler:
         self._memory: OrderedDict[str, CompiledGrammar] = OrderedDict()
         self._memory_size = memory_size
         self._lock = threading.Lock()
+        self._pending: dict[str, threading.Event] = {}  # grammars being compiled, by key
+        self._writable: bool | None = None  # whether the disk cache folder takes files (`_cache_writable`)
 
     def compile(self, grammar: Grammar) -> CompiledGrammar:
-        """The compiled form of ``grammar`` (from memory, disk, or freshly built)."""
+        """The compiled form of ``grammar`` (from memory, disk, or freshly built).
+
+        Compiling runs outside the compiler's lock (a lexer-mode precompute takes seconds, and a
+        server compiling other grammars on other threads must not wait for it); a second caller
+        for the same grammar waits for the first instead of compiling it again."""
         if not isinstance(grammar, Grammar):
             raise TypeError(f"compile() takes a Grammar, got {type(grammar).__name__}; "
                             "build one with Grammar.from_ebnf / from_lark / from_regex / builtin")
         key = self._key(grammar)
-        with self._lock:
-            found = self._memory.get(key)
-            if found is not None:
-                self._memory.move_to_end(key)
-                return found
-            artifacts = self._load(key)
-            if artifacts is None or self._lacks_masks(artifacts):
-                artifacts = self._build(grammar)
-                self._store(key, artifacts)
-            compiled = CompiledGrammar(grammar, self.vocab, artifacts)
-            if not self._load_mask_state(key, compiled) and self._precomputes_lexer(compiled):
-                self._precompute_lexer(compiled)
-            self._memory[key] = compiled
-            if len(self._memory) > self._memory_size:
-                self._memory.popitem(last=False)
+        while True:
+            with self._lock:
+                found = self._memory.get(key)
+                if found is not None:
+                    self._memory.move_to_end(key)
+                    return found
+                pending = self._pending.get(key)
+                if pending is None:
+                    pending = self._pending[key] = threading.Event()
+                    break
+            pending.wait()  # another thread is compiling it: then it is in memory (or failed: try again)
+        try:
+            compiled = self._compile(key, grammar)
+            with self._lock:
+                self._memory[key] = compiled
+                if len(self._memory) > self._memory_size:
+                    self._memory.popitem(last=False)
             return compiled
+        finally:
+            with self._lock:
+                del self._pending[key]
+            pending.set()
+
+    def _compile(self, key: str, grammar: Grammar) -> CompiledGrammar:
+        artifacts = self._load(key)
+        if artifacts is None or self._lacks_masks(artifacts):
+            artifacts = self._build(grammar)
+            self._store(key, artifacts)
+        compiled = CompiledGrammar(grammar, self.vocab, artifacts)
+        if not self._load_mask_state(key, compiled) and self._precomputes_lexer(compiled):
+            self._precompute_lexer(compiled)
+        return compiled
 
     def _lacks_masks(self, artifacts: CompiledArtifacts) -> bool:
         """A lazily compiled grammar from the disk cache that this compiler would precompute."""
@@ -205,20 +228,36 @@ class GrammarCompiler:
         """Whether this compiler runs a lexer-mode grammar's samples at compile time: with
         ``precompute=True``, and by default where the disk cache keeps the result (the cost is
         then paid once per grammar and vocabulary, not per process)."""
-        if not isinstance(compiled.masks, LexerMaskComputer):
+        if not isinstance(compiled.masks, LexerMaskComputer) or not has_samples(compiled.grammar):
             return False
-        return self.precompute is True or (self.precompute == "auto" and self.cache_dir is not None)
+        return self.precompute is True or (self.precompute == "auto" and self._cache_writable())
+
+    def _cache_writable(self) -> bool:
+        """Whether the disk cache folder takes files (checked once): by default a precompute is
+        only worth its seconds where its result is kept for later processes."""
+        if self._writable is None:
+            self._writable = False
+            if self.cache_dir is not None:
+                with contextlib.suppress(OSError):
+                    self.cache_dir.mkdir(parents=True, exist_ok=True)
+                    with tempfile.TemporaryFile(dir=self.cache_dir):
+                        self._writable = True
+        return self._writable
 
     def _precompute_lexer(self, compiled: CompiledGrammar) -> None:
-        """Masks at every token of the grammar's sample code (`samples`), then the mask state
-        saved to the disk cache (where there is one) for later processes."""
-        sequences = sample_tokens(compiled.grammar, self.vocab)
-        if not sequences:
-            return
+        """Masks at every token of the grammar's sample code (`samples`) and of the newline states
+        of the first indentation columns, then the mask state saved to the disk cache (where there
+        is one) for later processes. An optimisation: where it fails, the masks stay lazy."""
+        masks = compiled.masks
+        assert isinstance(masks, LexerMaskComputer)
         label = f"precomputing {compiled.grammar.kind} masks on sample code" if self.progress else None
-        self.warm(compiled, sequences, label)
-        assert isinstance(compiled.masks, LexerMaskComputer)
-        compiled.masks.classify_indentation(INDENT_COLUMNS)
+        try:
+            self.warm(compiled, sample_tokens(compiled.grammar, self.vocab), label)
+            masks.classify_indentation(INDENT_COLUMNS)
+        except Exception as error:  # (a sample the parser finds too ambiguous, an unreadable module...)
+            warnings.warn(f"precomputing masks on sample code failed ({error}); they are computed when needed",
+                          RuntimeWarning, stacklevel=3)
+        masks.forget_masks()  # the samples' own masks (60 MB of rows for Llama-3), rarely met again
         self.save_mask_state(compiled)
         # The samples leave tens of thousands of long-lived objects behind, which would trigger a
         # full collection of the whole process at some later mask (0.15 s in a process that has

@@ -542,6 +542,12 @@ class LexerMaskComputer:
         self._positions.update(state.positions)
         self._adopted = (state.sets, state.uncertain)
 
+    def forget_masks(self) -> None:
+        """Drop the whole-mask cache and the Python recursion's results (not what `save_state`
+        keeps): after sample code, its contexts' masks are memory that later files rarely reuse."""
+        self._cache.clear()
+        self._accepted.clear()
+
     def classify_indentation(self, columns: int) -> int:
         """Classify the lexer states of a newline followed by 0..``columns`` spaces, from every
         fresh lexer state met so far that can start one (grammars with Python-style indentation;

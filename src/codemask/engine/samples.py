@@ -39,12 +39,19 @@ PER_FILE = 600
 LONGEST_TOKEN = 16
 
 
-def sample_texts(grammar: Grammar) -> list[str]:
-    """The sample code for ``grammar``'s language (none for a grammar that is not a builtin one
-    with samples), in a fixed order."""
-    from codemask.grammar.builtin import load_builtin
+# Builtin grammars with sample code (`Grammar.builtin_name`).
+SAMPLED = frozenset({"python"})
 
-    if grammar.cache_key != load_builtin("python").cache_key:
+
+def has_samples(grammar: Grammar) -> bool:
+    """Whether ``grammar`` (a builtin one, or its completion twin) has sample code."""
+    return grammar.builtin_name in SAMPLED
+
+
+def sample_texts(grammar: Grammar) -> list[str]:
+    """The sample code for ``grammar``'s language, in a fixed order (none where `has_samples` is
+    false, or where the package's modules are not files, as in a zip)."""
+    if not has_samples(grammar):
         return []
     package = Path(__file__).resolve().parents[1]
     return [path.read_text(encoding="utf-8") for path in sorted(package.rglob("*.py"))]

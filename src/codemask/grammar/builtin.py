@@ -42,6 +42,8 @@ def load_builtin(name: str) -> Grammar:
             for suffix in SUFFIXES:
                 path = folder / f"{name}{suffix}"
                 if path.is_file():
-                    return Grammar.from_file(path)
+                    grammar = Grammar.from_file(path)
+                    grammar.builtin_name = name
+                    return grammar
     names = ", ".join(available()) or "none found"
     raise GrammarError(f"unknown builtin grammar {name!r} (available: {names})")

@@ -27,6 +27,7 @@ class Grammar:
         self.kind = kind
         self._key: str | None = None
         self.completion: dict[str, Any] = {}  # GrammarMatcher options: prefix, until, suffix
+        self.builtin_name: str | None = None  # the name it was loaded by (`builtin`), if any
 
     @property
     def cache_key(self) -> str:
