@@ -174,9 +174,8 @@ def _run_warm(args: argparse.Namespace) -> int:
     path = compiler.save_mask_state(compiled)
     if path is None:
         raise CodemaskError(f"could not write the mask state in {compiler.cache_dir}")
-    state = compiled.masks.save_state()
-    print(f"saved {len(state.positions)} classified lexer states and {len(state.sets)} residual sets "
-          f"({path.stat().st_size / 1e6:.1f} MB) to {path} in {time.perf_counter() - started:.1f} s")
+    print(f"saved {compiled.masks.num_classified} classified lexer states ({path.stat().st_size / 1e6:.1f} MB) "
+          f"to {path} in {time.perf_counter() - started:.1f} s")
     return 0
 
 

@@ -114,19 +114,19 @@ def test_a_lexer_grammars_saved_mask_state_comes_back_with_a_later_compile(tmp_p
     want = masks_along(first, text, "smollm2")
     path = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).save_mask_state(first)
     assert path is not None and path.exists() and path.parent == tmp_path
-    classified = len(first.masks.save_state().positions)  # type: ignore[union-attr]
+    classified = first.masks.num_classified  # type: ignore[union-attr]
 
     again = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
-    assert len(again.masks.save_state().positions) == classified > 5  # type: ignore[union-attr]
+    assert again.masks.num_classified == classified > 5  # type: ignore[union-attr]
     assert (masks_along(again, text, "smollm2") == want).all()
     with monkeypatch.context() as patched:
         patched.setattr(compiler_module, "engine_fingerprint", lambda: "another-engine")
         other_engine = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
-        assert not other_engine.masks.save_state().positions  # type: ignore[union-attr]
+        assert not other_engine.masks.num_classified  # type: ignore[union-attr]
 
     path.write_bytes(b"not a pickle")
     broken = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
-    assert not broken.masks.save_state().positions  # type: ignore[union-attr]
+    assert not broken.masks.num_classified  # type: ignore[union-attr]
     assert (masks_along(broken, text, "smollm2") == want).all()
 
     regex = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(Grammar.from_regex("[a-z]+"))
@@ -146,13 +146,13 @@ def test_a_lexer_grammar_precomputed_on_its_samples_has_the_lazy_masks(tmp_path:
     text = Path(module.__file__).read_text(encoding="utf-8")[:3000].encode()
     precomputed = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=True).compile(grammar)
     lazy = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=False).compile(grammar)
-    assert len(precomputed.masks.save_state().positions) > 100  # type: ignore[union-attr]
-    assert not lazy.masks.save_state().positions  # type: ignore[union-attr]
+    assert precomputed.masks.num_classified > 100  # type: ignore[union-attr]
+    assert not lazy.masks.num_classified  # type: ignore[union-attr]
     no_cache = GrammarCompiler(vocab, cache_dir=False, progress=False).compile(grammar)  # default: nowhere to keep it
-    assert not no_cache.masks.save_state().positions  # type: ignore[union-attr]
+    assert not no_cache.masks.num_classified  # type: ignore[union-attr]
     completion = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=True).compile(
         Grammar.builtin("python", until="statement"))  # a completion twin has the same samples
-    assert len(completion.masks.save_state().positions) > 100  # type: ignore[union-attr]
+    assert completion.masks.num_classified > 100  # type: ignore[union-attr]
     assert (masks_along(precomputed, text, "smollm2") == masks_along(lazy, text, "smollm2")).all()
 
     GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
@@ -163,7 +163,7 @@ def test_a_lexer_grammar_precomputed_on_its_samples_has_the_lazy_masks(tmp_path:
 
     monkeypatch.setattr(compiler_module, "sample_tokens", refuse)
     later = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
-    assert len(later.masks.save_state().positions) > 100  # type: ignore[union-attr]
+    assert later.masks.num_classified > 100  # type: ignore[union-attr]
 
 
 def test_a_grammar_compiled_by_two_threads_at_once_is_compiled_once() -> None:

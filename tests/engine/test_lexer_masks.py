@@ -312,7 +312,8 @@ def test_a_state_whose_parts_do_not_fit_is_refused_before_anything_is_taken() ->
 def test_indentation_columns_are_classified_ahead() -> None:
     """`classify_indentation` classifies the lexer state of a newline and 0..n spaces from the fresh
     states met so far: a second call finds nothing new, the states are those the lexer reaches on
-    those bytes, and a grammar without indentation has none."""
+    those bytes, a later file indented at other columns classifies no newline state of its own,
+    and a grammar without indentation has none."""
     masks, matcher = _fresh_python()
     _masks_along(masks, matcher, "def f(x):\n    return x\n")
     made = masks.classify_indentation(12)
@@ -324,5 +325,9 @@ def test_indentation_columns_are_classified_ahead() -> None:
             for _ in range(13):
                 assert state in masks._positions
                 state = lexer.step(state, 0x20)
+    before = set(masks._positions)
+    _masks_along(masks, GrammarMatcher(matcher.compiled), "def g(y):\n    z = (y,\n       y)\n    return z\n")
+    newlines = [lid for lid in set(masks._positions) - before if lexer.winner(lid) == lexer.newline]
+    assert not newlines  # the continuation line at column 7 met a newline state classified ahead
     sql = GrammarCompiler(vocabulary("smollm2"), cache_dir=False, progress=False).compile(Grammar.builtin("sql"))
     assert isinstance(sql.masks, LexerMaskComputer) and sql.masks.classify_indentation(12) == 0

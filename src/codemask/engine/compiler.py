@@ -5,7 +5,10 @@ at each automaton position (the adaptive mask cache) for every position at compi
 grammar is small (``precompute="auto"``, the default) or always (``precompute=True``), otherwise
 when a parser state first needs it. The result depends only on the grammar's
 canonical text and the vocabulary's fingerprint, so it is kept in memory for the process and
-pickled to a cache folder, from which a later process loads it in milliseconds.
+pickled to a cache folder, from which a later process loads it in milliseconds. Lexer-mode
+grammars have no finite list of positions: what their masks learn (`LexerMaskState`) is saved
+beside the compiled form instead, after sample code of the language where there is some
+(`samples`, the precompute) or whenever asked (`save_mask_state`, ``codemask warm``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tqdm import tqdm
 
 from codemask.engine.automaton import RTN, build_rtn
 from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, build_terminal_automata
-from codemask.engine.lexer_masks import STATE_FORMAT, LexerMaskComputer, LexerMaskState
+from codemask.engine.lexer_masks import LexerMaskComputer, LexerMaskState
 from codemask.engine.mask_cache import LazyPositionMasks, MaskComputer, PositionMasks, build_position_masks, num_words
 from codemask.engine.parser import ParserCore
 from codemask.engine.samples import has_samples, sample_tokens
@@ -142,7 +145,7 @@ class GrammarCompiler:
     for larger ones, whose compile time would grow with their size. Grammars in lexer mode
     (Lark with terminals) have no finite list of positions: their masks rest on the lexer states
     met at token boundaries, so precomputing runs sample code of the language through the grammar
-    (`samples`; the builtin Python grammar's: 40,000 tokens, ~3.5 s with a 128k vocabulary) and keeps
+    (`samples`; the builtin Python grammar's: 40,000 tokens, ~4 s with a 128k vocabulary) and keeps
     the mask state in the disk cache — with ``precompute=True``, and by default where there is a
     disk cache (once per grammar and vocabulary); other lexer states are classified when met.
     ``progress`` shows a progress bar when a precomputation takes more than a second. The
@@ -307,6 +310,10 @@ class GrammarCompiler:
     def _path(self, key: str, kind: str = "") -> Path | None:
         return None if self.cache_dir is None else self.cache_dir / f"{key}{kind}.pkl"
 
+    def _state_path(self, key: str) -> Path | None:
+        """Where a grammar's mask state lies: beside its compiled form, named by the engine's build."""
+        return self._path(key, f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
+
     def save_mask_state(self, compiled: CompiledGrammar) -> Path | None:
         """Save what a lexer-mode grammar's masks have learnt so far (`LexerMaskState`: lexer
         states, their classifications, residual sets and splits) beside the compiled grammar, so
@@ -319,7 +326,7 @@ class GrammarCompiler:
         if compiled.vocab.fingerprint != self.vocab.fingerprint:
             raise ValueError("this grammar was compiled for another vocabulary than this compiler's")
         key = self._key(compiled.grammar)
-        path = self._path(key, f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
+        path = self._state_path(key)
         if path is None or not isinstance(compiled.masks, LexerMaskComputer):
             return None
         if not _write_pickle(path, compiled.masks.save_state()):
@@ -334,13 +341,13 @@ class GrammarCompiler:
         """Start a lexer-mode grammar's masks from a saved state, if there is one that fits, and
         say whether it did. The file is a cache: one that cannot be read or does not fit
         (`load_state` checks it all before taking anything) leaves the masks to start from scratch."""
-        path = self._path(key, f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
+        path = self._state_path(key)
         if path is None or not isinstance(compiled.masks, LexerMaskComputer) or not path.exists():
             return False
         state = _read_pickle(path)
-        if isinstance(state, LexerMaskState) and getattr(state, "format", None) == STATE_FORMAT:
+        if isinstance(state, LexerMaskState):
             with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError, KeyError):
-                compiled.masks.load_state(state)
+                compiled.masks.load_state(state)  # (it checks the format, vocabulary, automata, references)
                 return True
         return False
 

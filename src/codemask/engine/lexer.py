@@ -277,7 +277,7 @@ class LexerCore(_Interner[LexerKey]):
         first of ``keys`` (as in any lexer right after its grammar compiled), since everything
         saved beside them is keyed by those numbers."""
         with self.lock:
-            if len(keys) < len(self.keys) or keys[:len(self.keys)] != self.keys:
+            if keys[:len(self.keys)] != self.keys:
                 raise ValueError("the saved lexer states do not extend this lexer's: it has states of its own")
             if table.shape != (len(keys), BYTE_ALPHABET):
                 raise ValueError(f"saved transitions have shape {table.shape}, expected ({len(keys)}, {BYTE_ALPHABET})")

@@ -210,12 +210,11 @@ class ResidualSets:
         return found
 
     def adopt(self, sets: dict[bytes, Residuals], uncertain: dict[bytes, UncertainTokens]) -> None:
-        """Start from saved sets (`LexerMaskState`), keeping their indexes (the C recursion's keys)."""
+        """Start from saved sets (`LexerMaskState`, checked by `load_state`), keeping their indexes
+        (the C recursion's keys)."""
         with self._lock:
             if self._sets:
                 raise ValueError("residual sets can only be adopted before any is interned")
-            if sorted(found.index for found in sets.values()) != list(range(len(sets))):
-                raise ValueError("saved residual sets are not numbered 0..n-1")
             self._sets.update(sets)
             self._uncertain.update(uncertain)
 
@@ -541,6 +540,11 @@ class LexerMaskComputer:
         self.core.lexer.adopt(state.lexer_keys, state.lexer_table, state.lexer_starts)
         self._positions.update(state.positions)
         self._adopted = (state.sets, state.uncertain)
+
+    @property
+    def num_classified(self) -> int:
+        """How many lexer states have their classification (met, precomputed or loaded)."""
+        return len(self._positions)
 
     def forget_masks(self) -> None:
         """Drop the whole-mask cache and the Python recursion's results (not what `save_state`

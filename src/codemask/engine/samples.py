@@ -28,9 +28,9 @@ from codemask.grammar.grammar import Grammar
 
 # Tokens of samples run at compile time, at most `PER_FILE` from each module: the starts of many
 # files meet more kinds of code than the whole of a few. On the benchmark's four stdlib files with
-# Llama-3 (`benchmarks/mask_profile.py --precompute`): mask p99 0.9-1.0 ms (20-22 of 2,400 steps
-# over 1 ms) for a compile of 3.3-3.5 s, against 4.7 ms without; whole modules up to the same
-# 40,000 tokens gave 0.9-1.1 ms for 6.3-6.6 s.
+# Llama-3 (`benchmarks/mask_profile.py --precompute`, runs over a session on a noisy host): mask
+# p99 0.9-1.2 ms (17-32 of 2,400 steps over 1 ms) for a compile of 3.3-4.2 s, against 4.1-4.8 ms
+# without; whole modules up to the same 40,000 tokens gave 0.9-1.1 ms for 6.3-6.6 s.
 SAMPLE_TOKENS = 40_000
 PER_FILE = 600
 
