@@ -348,6 +348,7 @@ class GrammarCompiler:
         if isinstance(state, LexerMaskState):
             with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError, KeyError):
                 compiled.masks.load_state(state)  # (it checks the format, vocabulary, automata, references)
+                compiled.masks.prepare()  # (else the first mask builds the trie)
                 return True
         return False
 
