@@ -1,5 +1,6 @@
-"""Build hooks: ship the top-level ``grammars/`` folder inside the wheel as ``codemask/grammars``, and
-build the mask cache's trie walk and the parser's closures in C (``codemask.engine._native``).
+"""Build hooks: ship the top-level ``grammars/`` folder (and its ``samples/``) inside the wheel as
+``codemask/grammars``, and build the mask cache's trie walk and the parser's closures in C
+(``codemask.engine._native``).
 
 Everything else about the build is in ``pyproject.toml``. Editable installs and source checkouts
 read ``grammars/`` where it is (see ``codemask.grammar.builtin``), so it exists once in the tree.
@@ -25,6 +26,10 @@ class BuildPyWithGrammars(build_py):
         for file in sorted(source.iterdir()):
             if file.suffix in GRAMMAR_SUFFIXES:
                 shutil.copyfile(file, target / file.name)
+        # sample code the masks are precomputed on (codemask.engine.samples)
+        (target / "samples").mkdir(exist_ok=True)
+        for file in sorted((source / "samples").iterdir()):
+            shutil.copyfile(file, target / "samples" / file.name)
 
 
 NATIVE = Extension("codemask.engine._native", ["src/codemask/engine/_native.c"], optional=True,

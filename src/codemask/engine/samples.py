@@ -13,9 +13,13 @@ The compiler holds a vocabulary, not a tokenizer, so the samples are tokenized b
 itself, longest match first. That is not the tokenizer's BPE, but its tokens are the vocabulary's
 and they end where code's tokens usually end, which is what decides the lexer states met.
 
-Samples: for the builtin Python grammar, codemask's own modules — real Python that every install
-has, and none of it the standard library that `benchmarks/` measure on. Other grammars have none
-yet (their masks stay lazy).
+Samples: for the builtin Python grammar, a tour of the language's syntax (``grammars/samples/
+python.txt``: every kind of string, number, parameter list, statement and pattern, written for
+this), whole, then the starts of codemask's own modules — real Python that every install has, and
+none of it the standard library that `benchmarks/` measure on. The modules are common code; the
+tour holds what they rarely use (raw strings with backslashes, positional-only parameters,
+``del``, ``match``, tabs), whose lexer states were otherwise first met by some user's mask. Other
+grammars have none yet (their masks stay lazy).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from codemask.engine.token_trie import ByteVocabulary
+from codemask.grammar.builtin import grammar_dirs
 from codemask.grammar.grammar import Grammar
 
 # Tokens of samples run at compile time, at most `PER_FILE` from each module: the starts of many
@@ -48,25 +53,41 @@ def has_samples(grammar: Grammar) -> bool:
     return grammar.builtin_name in SAMPLED
 
 
+def tour_text(grammar: Grammar) -> str | None:
+    """The tour of ``grammar``'s syntax (``grammars/samples/<name>.txt``), if it has one."""
+    if not has_samples(grammar):
+        return None
+    for folder in grammar_dirs():
+        path = folder / "samples" / f"{grammar.builtin_name}.txt"
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    return None
+
+
 def sample_texts(grammar: Grammar) -> list[str]:
-    """The sample code for ``grammar``'s language, in a fixed order (none where `has_samples` is
-    false, or where the package's modules are not files, as in a zip)."""
+    """The sample code for ``grammar``'s language, in a fixed order: its tour, then codemask's
+    modules (none where `has_samples` is false; no modules where they are not files, as in a zip)."""
     if not has_samples(grammar):
         return []
+    tour = tour_text(grammar)
     package = Path(__file__).resolve().parents[1]
-    return [path.read_text(encoding="utf-8") for path in sorted(package.rglob("*.py"))]
+    modules = [path.read_text(encoding="utf-8") for path in sorted(package.rglob("*.py"))]
+    return ([tour] if tour is not None else []) + modules
 
 
 def sample_tokens(grammar: Grammar, vocab: ByteVocabulary, budget: int = SAMPLE_TOKENS) -> list[list[int]]:
-    """The samples of ``grammar`` tokenized by ``vocab`` (longest match), ``budget`` tokens in all."""
+    """The samples of ``grammar`` tokenized by ``vocab`` (longest match), ``budget`` tokens in all:
+    the tour whole, the modules' first `PER_FILE` tokens each."""
     sequences: list[list[int]] = []
     texts = sample_texts(grammar)
     ids = _token_ids(vocab) if texts else {}
     left = budget
-    for text in texts:
+    has_tour = tour_text(grammar) is not None
+    for index, text in enumerate(texts):
         if left <= 0:
             break
-        tokens = list(_longest_match(ids, text.encode("utf-8"), min(left, PER_FILE)))
+        cap = left if index == 0 and has_tour else min(left, PER_FILE)
+        tokens = list(_longest_match(ids, text.encode("utf-8"), cap))
         if tokens:
             sequences.append(tokens)
             left -= len(tokens)
