@@ -73,20 +73,26 @@ def test_unknown_names_list_the_available_ones(name: str) -> None:
 
 
 def test_the_wheel_carries_the_grammars(tmp_path: Path) -> None:
-    """setup.py's build_py copies grammars/ into the built package, and codemask finds them
-    there when it is installed from that build (no checkout next to it)."""
+    """setup.py's build_py copies grammars/ (and the sample code in grammars/samples/) into the
+    built package, and codemask finds them there when it is installed from that build (no
+    checkout next to it)."""
     build = tmp_path / "lib"
     subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(build)], cwd=ROOT, check=True,
                    capture_output=True)
-    shipped = sorted(p.name for p in (build / "codemask" / "grammars").iterdir())
+    shipped = sorted(p.name for p in (build / "codemask" / "grammars").iterdir() if p.is_file())
     assert shipped == sorted(p.name for p in (ROOT / "grammars").iterdir() if p.suffix in {".ebnf", ".gbnf", ".lark"})
     assert (build / "codemask/grammars/json.ebnf").read_bytes() == (ROOT / "grammars/json.ebnf").read_bytes()
+    samples = sorted(p.name for p in (build / "codemask/grammars/samples").iterdir())
+    assert samples == sorted(p.name for p in (ROOT / "grammars/samples").iterdir()) and "python.txt" in samples
+    tour = ROOT / "grammars/samples/python.txt"
     probe = ("from codemask.grammar.builtin import grammar_dirs, load_builtin; "
-             "print(grammar_dirs()); print(load_builtin('json').ir.start)")
+             "from codemask.engine.samples import tour_text; "
+             "print(grammar_dirs()); print(load_builtin('json').ir.start); "
+             f"print(tour_text(load_builtin('python')) == open({str(tour)!r}).read())")
     env = {**os.environ, "PYTHONPATH": str(build), "OMP_WAIT_POLICY": "PASSIVE"}
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, check=True, capture_output=True,
                          text=True).stdout.splitlines()
-    assert out == [f"[PosixPath('{build / 'codemask' / 'grammars'}')]", "root"]
+    assert out == [f"[PosixPath('{build / 'codemask' / 'grammars'}')]", "root", "True"]
 
 
 # --------------------------------------------------------------------------------------------
