@@ -2389,35 +2389,76 @@ static PyTypeObject SymbolStepsType = {
  * each cost its frame, a few dict lookups, a list and numpy's fancy indexing.
  * ------------------------------------------------------------------------------------------- */
 
+/* What the recursion reads of a `ResidualSplit`, taken from its attributes once (they never change):
+ * per child its end class, its tails (a `Residuals`) and their index, and its (member, tail) pairs. */
+typedef struct SplitInfo SplitInfo;
+struct SplitInfo {
+    PyObject *split, *keep;      /* the split, and (children, flags, pairs), held */
+    PyObject *loops;             /* the end classes it followed in place (a frozenset; NULL: none) */
+    const char *flags;           /* `accepted` as 0/1 bytes */
+    Py_ssize_t members, count;   /* residuals in the set; children */
+    int32_t *end_class, *tail_index;
+    PyObject **tails;            /* borrowed from the children list */
+    const int64_t **pairs;
+    Py_ssize_t *npairs;
+    /* the splits with more loops it led to (`rw_split`): by the children that came back to the parser
+     * state (a bit per child, for splits of at most 64 children) */
+    uint64_t *next_mask;
+    SplitInfo **next;
+    Py_ssize_t nnext, next_cap;
+};
+
 typedef struct {
     PyObject_HEAD
     SymbolSteps *steps;              /* fresh(pid) -> lexer state; after(pid, end class) -> pid */
     PyObject *split;                 /* split(set, lid, loops) */
-    PyObject *young, *old;           /* dicts: pid << 32 | set index -> bytearray of accepted flags */
     PyObject *no_loops;              /* frozenset() */
     PyObject *s_index, *s_children, *s_flags, *s_pairs;
     Py_ssize_t limit;
+    /* results: (pid << 32 | set index) -> position in the list of accepted flags (bytearrays), in two
+     * generations (the young one handed over to the old when it holds `limit` entries) */
+    U64Map young, old;
+    PyObject *young_list, *old_list;
     U64Map afters, lids, splits; /* (pid, end class) -> pid; pid -> lid; (set, lid) -> position in `split_list` */
     PyObject *split_list;        /* the first splits met, kept alive */
+    U64Map info_of;              /* a split's address -> its SplitInfo in `infos` */
+    SplitInfo **infos;
+    Py_ssize_t ninfos, infos_cap;
 } ResidualWalker;
+
+static void info_free(SplitInfo *info) {
+    if (!info) return;
+    Py_XDECREF(info->split);
+    Py_XDECREF(info->keep);
+    Py_XDECREF(info->loops);
+    free(info->next_mask);
+    free(info->next);
+    free(info->end_class);
+    free(info->tail_index);
+    free(info->tails);
+    free(info->pairs);
+    free(info->npairs);
+    free(info);
+}
 
 static void rw_dealloc(ResidualWalker *w) {
     Py_XDECREF(w->steps);
     Py_XDECREF(w->split);
-    Py_XDECREF(w->young);
-    Py_XDECREF(w->old);
     Py_XDECREF(w->no_loops);
     Py_XDECREF(w->s_index);
     Py_XDECREF(w->s_children);
     Py_XDECREF(w->s_flags);
     Py_XDECREF(w->s_pairs);
+    Py_XDECREF(w->young_list);
+    Py_XDECREF(w->old_list);
     Py_XDECREF(w->split_list);
-    free(w->afters.keys);
-    free(w->afters.values);
-    free(w->lids.keys);
-    free(w->lids.values);
-    free(w->splits.keys);
-    free(w->splits.values);
+    U64Map *maps[] = {&w->young, &w->old, &w->afters, &w->lids, &w->splits, &w->info_of};
+    for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
+        free(maps[i]->keys);
+        free(maps[i]->values);
+    }
+    for (Py_ssize_t i = 0; i < w->ninfos; i++) info_free(w->infos[i]);
+    free(w->infos);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
@@ -2434,11 +2475,12 @@ static PyObject *rw_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     Py_INCREF(split);
     w->steps = (SymbolSteps *)steps;
     w->split = split;
-    if (!(w->young = PyDict_New()) || !(w->old = PyDict_New()) || !(w->no_loops = PyFrozenSet_New(NULL)) ||
-        !(w->s_index = PyUnicode_InternFromString("index")) ||
+    if (!(w->no_loops = PyFrozenSet_New(NULL)) || !(w->s_index = PyUnicode_InternFromString("index")) ||
         !(w->s_children = PyUnicode_InternFromString("children")) ||
-        !(w->s_flags = PyUnicode_InternFromString("flags")) || !(w->s_pairs = PyUnicode_InternFromString("pairs")) || !(w->split_list = PyList_New(0)) ||
-        u64_init(&w->afters, 12) || u64_init(&w->lids, 12) || u64_init(&w->splits, 12)) {
+        !(w->s_flags = PyUnicode_InternFromString("flags")) || !(w->s_pairs = PyUnicode_InternFromString("pairs")) ||
+        !(w->split_list = PyList_New(0)) || !(w->young_list = PyList_New(0)) || !(w->old_list = PyList_New(0)) ||
+        u64_init(&w->young, 12) || u64_init(&w->old, 4) || u64_init(&w->afters, 12) || u64_init(&w->lids, 12) ||
+        u64_init(&w->splits, 12) || u64_init(&w->info_of, 10)) {
         Py_DECREF(w);
         return NULL;
     }
@@ -2482,163 +2524,216 @@ static PyObject *rw_first_split(ResidualWalker *w, PyObject *set, int32_t index,
     return failed ? NULL : PyList_GET_ITEM(w->split_list, position);
 }
 
+/* Fill `info` from `split`'s children, flags and pairs (checked); -1 with an exception set. */
+static int info_fill(ResidualWalker *w, SplitInfo *info, PyObject *split) {
+    PyObject *children = PyObject_GetAttr(split, w->s_children);
+    PyObject *flags = children ? PyObject_GetAttr(split, w->s_flags) : NULL;
+    PyObject *pairs = flags ? PyObject_GetAttr(split, w->s_pairs) : NULL;
+    if (pairs) info->keep = PyTuple_Pack(3, children, flags, pairs);
+    Py_XDECREF(children);
+    Py_XDECREF(flags);
+    Py_XDECREF(pairs);
+    if (!info->keep) return -1;
+    if (!PyList_Check(children) || !PyBytes_Check(flags) || !PyList_Check(pairs) ||
+        PyList_GET_SIZE(children) != PyList_GET_SIZE(pairs))
+        return bad("a split's children, flags and pairs must be a list, bytes and a list of the same length");
+    info->flags = PyBytes_AS_STRING(flags);
+    info->members = PyBytes_GET_SIZE(flags);
+    Py_ssize_t n = info->count = PyList_GET_SIZE(children), size = n ? n : 1;
+    info->end_class = (int32_t *)malloc((size_t)size * sizeof(int32_t));
+    info->tail_index = (int32_t *)malloc((size_t)size * sizeof(int32_t));
+    info->tails = (PyObject **)malloc((size_t)size * sizeof(PyObject *));
+    info->pairs = (const int64_t **)malloc((size_t)size * sizeof(int64_t *));
+    info->npairs = (Py_ssize_t *)malloc((size_t)size * sizeof(Py_ssize_t));
+    if (!info->end_class || !info->tail_index || !info->tails || !info->pairs || !info->npairs)
+        return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *child = PyList_GET_ITEM(children, i), *bytes = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(child) || PyTuple_GET_SIZE(child) != 4) return bad("a child must be a 4-tuple");
+        if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) % (2 * (Py_ssize_t)sizeof(int64_t)))
+            return bad("a child's pairs must be bytes of int64 pairs");
+        Py_INCREF(PyTuple_GET_ITEM(child, 0));
+        info->end_class[i] = state_result(PyTuple_GET_ITEM(child, 0));
+        info->tails[i] = PyTuple_GET_ITEM(child, 2);
+        info->tail_index[i] = info->end_class[i] == FAILED ? FAILED : int_attr(info->tails[i], w->s_index);
+        if (info->tail_index[i] == FAILED) return -1;
+        if (info->end_class[i] < 0 || info->tail_index[i] < 0) return bad("negative end class or set index");
+        info->pairs[i] = (const int64_t *)PyBytes_AS_STRING(bytes);
+        info->npairs[i] = PyBytes_GET_SIZE(bytes) / (2 * (Py_ssize_t)sizeof(int64_t));
+    }
+    return 0;
+}
+
+/* The SplitInfo of `split`, made the first time (it holds the split, so its address stays its key). */
+static SplitInfo *split_info(ResidualWalker *w, PyObject *split) {
+    uint64_t key = (uint64_t)(uintptr_t)split;
+    int32_t at = u64_get(&w->info_of, key);
+    if (at != UNKNOWN) return w->infos[at];
+    if (w->ninfos >= INT32_MAX) return PyErr_SetString(PyExc_OverflowError, "too many splits"), NULL;
+    SplitInfo *info = (SplitInfo *)calloc(1, sizeof(SplitInfo));
+    if (!info) return PyErr_NoMemory(), NULL;
+    Py_INCREF(split);
+    info->split = split;
+    if (info_fill(w, info, split) ||
+        reserve((void **)&w->infos, &w->infos_cap, w->ninfos, sizeof(SplitInfo *), 64) ||
+        u64_put(&w->info_of, key, (int32_t)w->ninfos)) {
+        info_free(info);
+        return NULL;
+    }
+    w->infos[w->ninfos++] = info;
+    return info;
+}
+
+/* The split of `set` at lexer state `lid` with the end classes of `info` (the split it has now) that
+ * `mask` names followed in place as well (`LexerMaskComputer._split_in_place`): the split with those
+ * loops, from Python the first time (new reference), remembered by `info` where `mask` can name them. */
+static SplitInfo *rw_split_again(ResidualWalker *w, SplitInfo *info, PyObject *set, int32_t lid, uint64_t mask,
+                                 const int32_t *resumed, int32_t pid) {
+    int cached = info->count <= 64;
+    for (Py_ssize_t k = 0; cached && k < info->nnext; k++) {
+        if (info->next_mask[k] == mask) return info->next[k];
+    }
+    PyObject *all = info->loops ? PySet_New(info->loops) : PySet_New(NULL);
+    for (Py_ssize_t i = 0; all && i < info->count; i++) {
+        if (resumed[i] != pid) continue;
+        PyObject *cls = PyLong_FromLong(info->end_class[i]);
+        if (!cls || PySet_Add(all, cls)) Py_CLEAR(all);
+        Py_XDECREF(cls);
+    }
+    PyObject *loops = all ? PyFrozenSet_New(all) : NULL;
+    Py_XDECREF(all);
+    PyObject *lid_obj = loops ? PyLong_FromLong(lid) : NULL;
+    PyObject *again = lid_obj ? PyObject_CallFunctionObjArgs(w->split, set, lid_obj, loops, NULL) : NULL;
+    Py_XDECREF(lid_obj);
+    SplitInfo *next = again ? split_info(w, again) : NULL; /* (the info holds the split) */
+    Py_XDECREF(again);
+    if (next && !next->loops) {
+        Py_INCREF(loops);
+        next->loops = loops;
+    }
+    Py_XDECREF(loops);
+    if (next && cached) {
+        Py_ssize_t capacity = info->next_cap;
+        if (reserve((void **)&info->next_mask, &capacity, info->nnext, sizeof(uint64_t), 2) ||
+            reserve((void **)&info->next, &info->next_cap, info->nnext, sizeof(SplitInfo *), 2))
+            return NULL;
+        info->next_mask[info->nnext] = mask;
+        info->next[info->nnext++] = next;
+    }
+    return next;
+}
+
 /* The split of `set` at parser state `pid` with the lexemes that leave `pid` as it was followed in
- * place (`LexerMaskComputer._split_in_place`), as a new reference, and the parser state after each
- * child's lexeme in `resumed` (which it allocates; the caller frees it). */
-static PyObject *rw_split(ResidualWalker *w, int32_t pid, PyObject *set, int32_t index, int32_t **resumed,
-                          Py_ssize_t *count) {
+ * place (`LexerMaskComputer._split_in_place`), and the parser state after each child's lexeme in
+ * `resumed` (which it allocates; the caller frees it). */
+static SplitInfo *rw_split(ResidualWalker *w, int32_t pid, PyObject *set, int32_t index, int32_t **resumed) {
     int32_t lid = rw_fresh(w, pid);
     if (lid == FAILED) return NULL;
-    PyObject *split = rw_first_split(w, set, index, lid), *loops = NULL;
-    if (!split) return NULL;
-    Py_INCREF(split);
+    PyObject *first = rw_first_split(w, set, index, lid);
+    SplitInfo *info = first ? split_info(w, first) : NULL;
     *resumed = NULL;
-    for (;;) {
-        PyObject *children = PyObject_GetAttr(split, w->s_children);
-        if (!children) goto failed;
-        if (!PyList_Check(children)) {
-            Py_DECREF(children);
-            PyErr_SetString(PyExc_TypeError, "a split's children must be a list");
-            goto failed;
-        }
-        Py_ssize_t n = PyList_GET_SIZE(children);
+    while (info) {
+        Py_ssize_t n = info->count, i;
+        uint64_t mask = 0;
+        int loops = 0;
         free(*resumed);
         *resumed = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
-        PyObject *more = *resumed ? PyList_New(0) : PyErr_NoMemory();
-        for (Py_ssize_t i = 0; more && i < n; i++) {
-            PyObject *child = PyList_GET_ITEM(children, i);
-            int32_t end_class = PyTuple_Check(child) && PyTuple_GET_SIZE(child) == 4 ?
-                state_result((Py_INCREF(PyTuple_GET_ITEM(child, 0)), PyTuple_GET_ITEM(child, 0))) : FAILED;
-            if (end_class == FAILED && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a child must be a 4-tuple");
-            int32_t nxt = end_class == FAILED ? FAILED : rw_after(w, pid, end_class);
-            if (nxt == FAILED || (nxt == pid && PyList_Append(more, PyTuple_GET_ITEM(child, 0)))) {
-                Py_CLEAR(more);
-                break;
-            }
+        if (!*resumed) {
+            PyErr_NoMemory();
+            break;
+        }
+        for (i = 0; i < n; i++) {
+            int32_t nxt = rw_after(w, pid, info->end_class[i]);
+            if (nxt == FAILED) break;
             (*resumed)[i] = nxt;
+            if (nxt == pid) {
+                loops = 1;
+                if (i < 64) mask |= (uint64_t)1 << i;
+            }
         }
-        Py_DECREF(children);
-        if (!more) goto failed;
-        if (!PyList_GET_SIZE(more)) {
-            Py_DECREF(more);
-            Py_XDECREF(loops);
-            *count = n;
-            return split;
-        }
-        /* loops |= more, and the split again with them */
-        PyObject *all = PySet_New(more), *updated = NULL;
-        Py_DECREF(more);
-        if (all && loops) {
-            updated = PyObject_CallMethod(all, "update", "O", loops);
-            if (!updated) Py_CLEAR(all);
-            Py_XDECREF(updated);
-        }
-        PyObject *grown = all ? PyFrozenSet_New(all) : NULL;
-        Py_XDECREF(all);
-        if (!grown) goto failed;
-        Py_XDECREF(loops);
-        loops = grown;
-        PyObject *lid_obj = PyLong_FromLong(lid);
-        PyObject *again = lid_obj ? PyObject_CallFunctionObjArgs(w->split, set, lid_obj, loops, NULL) : NULL;
-        Py_XDECREF(lid_obj);
-        if (!again) goto failed;
-        Py_DECREF(split);
-        split = again;
+        if (i < n) break;
+        if (!loops) return info;
+        info = rw_split_again(w, info, set, lid, mask, *resumed, pid);
     }
-failed:
-    Py_DECREF(split);
-    Py_XDECREF(loops);
     free(*resumed);
     *resumed = NULL;
     return NULL;
 }
 
-/* A contiguous buffer of `obj` holding items of `itemsize` bytes. */
-static int items_of(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS)) return -1; /* itemsize is set even without a format */
-    if (view->itemsize != itemsize || view->len % itemsize) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: not an array of %zd-byte items", name, itemsize);
-        return -1;
+/* ok[member] |= accepted[tail] over one child's (member, tail) int64 pairs. */
+static int rw_merge(char *ok, Py_ssize_t count, const int64_t *p, Py_ssize_t n, PyObject *sub) {
+    if (!PyByteArray_Check(sub)) return bad("a residual set's flags must be a bytearray");
+    const char *a = PyByteArray_AS_STRING(sub);
+    Py_ssize_t len = PyByteArray_GET_SIZE(sub);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t member = p[2 * j], tail = p[2 * j + 1];
+        if (member < 0 || member >= count || tail < 0 || tail >= len) return index_error("residual member out of range");
+        if (a[tail]) ok[member] = 1;
     }
     return 0;
 }
 
-/* ok[member] |= sub[tail] over one child's (member, tail) int64 pairs (`ResidualSplit.pairs`). */
-static int rw_merge(char *ok, Py_ssize_t count, PyObject *pairs, PyObject *sub) {
-    if (!PyBytes_Check(pairs) || PyBytes_GET_SIZE(pairs) % (2 * (Py_ssize_t)sizeof(int64_t)))
-        return bad("a child's pairs must be bytes of int64 pairs");
-    Py_buffer accepted;
-    if (items_of(sub, &accepted, 1, "accepted")) return -1;
-    int status = 0;
-    Py_ssize_t n = PyBytes_GET_SIZE(pairs) / (2 * (Py_ssize_t)sizeof(int64_t));
-    const int64_t *p = (const int64_t *)PyBytes_AS_STRING(pairs);
-    const char *a = (const char *)accepted.buf;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t member = p[2 * j], tail = p[2 * j + 1];
-        if (member < 0 || member >= count || tail < 0 || tail >= accepted.len) {
-            status = index_error("residual member out of range");
-            break;
-        }
-        if (a[tail]) ok[member] = 1;
+/* The flags kept for `key` (borrowed; moved to the young generation if old), or NULL (an exception
+ * set, or `*missing`). */
+static PyObject *rw_kept(ResidualWalker *w, uint64_t key, int *missing) {
+    int32_t at = u64_get(&w->young, key);
+    *missing = 0;
+    if (at != UNKNOWN) return PyList_GET_ITEM(w->young_list, at);
+    at = u64_get(&w->old, key);
+    if (at == UNKNOWN) {
+        *missing = 1;
+        return NULL;
     }
-    PyBuffer_Release(&accepted);
-    return status;
+    PyObject *found = PyList_GET_ITEM(w->old_list, at);
+    Py_ssize_t position = PyList_GET_SIZE(w->young_list);
+    if (PyList_Append(w->young_list, found) || u64_put(&w->young, key, (int32_t)position)) return NULL;
+    return found;
 }
 
-/* Which residuals of `set` parser state `pid` accepts: a bytearray of 0/1 per member (new reference). */
-static PyObject *rw_accepted(ResidualWalker *w, int32_t pid, PyObject *set) {
-    int32_t index = int_attr(set, w->s_index);
-    if (index == FAILED) return NULL;
-    if (index < 0) return PyErr_Format(PyExc_ValueError, "residual set without an index"), NULL;
-    PyObject *key = PyLong_FromUnsignedLongLong((uint64_t)(uint32_t)pid << 32 | (uint32_t)index);
-    if (!key) return NULL;
-    PyObject *found = PyDict_GetItemWithError(w->young, key);
-    if (!found && !PyErr_Occurred() && (found = PyDict_GetItemWithError(w->old, key)) &&
-        PyDict_SetItem(w->young, key, found))
-        found = NULL;
-    if (found || PyErr_Occurred()) {
+/* Keep `flags` for `key`; when the young generation is full it becomes the old one. */
+static int rw_keep(ResidualWalker *w, uint64_t key, PyObject *flags) {
+    Py_ssize_t position = PyList_GET_SIZE(w->young_list);
+    if (position >= INT32_MAX) return PyErr_SetString(PyExc_OverflowError, "too many results"), -1;
+    if (PyList_Append(w->young_list, flags) || u64_put(&w->young, key, (int32_t)position)) return -1;
+    if (PyList_GET_SIZE(w->young_list) < w->limit) return 0;
+    PyObject *fresh = PyList_New(0);
+    U64Map empty;
+    if (!fresh || u64_init(&empty, 12)) {
+        Py_XDECREF(fresh);
+        return -1;
+    }
+    Py_SETREF(w->old_list, w->young_list);
+    w->young_list = fresh;
+    free(w->old.keys);
+    free(w->old.values);
+    w->old = w->young;
+    w->young = empty;
+    return 0;
+}
+
+/* Which residuals of `set` (index `index`) parser state `pid` accepts: a bytearray of 0/1 per member
+ * (new reference). */
+static PyObject *rw_accepted(ResidualWalker *w, int32_t pid, PyObject *set, int32_t index) {
+    uint64_t key = (uint64_t)(uint32_t)pid << 32 | (uint32_t)index;
+    int missing;
+    PyObject *found = rw_kept(w, key, &missing);
+    if (!missing) {
         Py_XINCREF(found);
-        Py_DECREF(key);
         return found;
     }
     int32_t *resumed = NULL;
-    Py_ssize_t count = 0;
-    PyObject *ok = NULL, *children = NULL, *flags = NULL, *pairs = NULL;
-    PyObject *split = rw_split(w, pid, set, index, &resumed, &count);
-    if (!split || !(children = PyObject_GetAttr(split, w->s_children)) ||
-        !(flags = PyObject_GetAttr(split, w->s_flags)) || !(pairs = PyObject_GetAttr(split, w->s_pairs)))
-        goto done;
-    if (!PyList_Check(children) || PyList_GET_SIZE(children) != count || !PyList_Check(pairs) ||
-        PyList_GET_SIZE(pairs) != count || !PyBytes_Check(flags)) {
-        PyErr_SetString(PyExc_ValueError, "a split's children, pairs or flags changed while it was walked");
-        goto done;
-    }
-    Py_ssize_t members = PyBytes_GET_SIZE(flags);
-    ok = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(flags), members);
-    for (Py_ssize_t i = 0; ok && i < count; i++) {
+    SplitInfo *info = rw_split(w, pid, set, index, &resumed);
+    if (!info) return NULL;
+    PyObject *ok = PyByteArray_FromStringAndSize(info->flags, info->members);
+    for (Py_ssize_t i = 0; ok && i < info->count; i++) {
         if (resumed[i] == DEAD) continue;
-        PyObject *sub = rw_accepted(w, resumed[i], PyTuple_GET_ITEM(PyList_GET_ITEM(children, i), 2));
-        if (!sub || rw_merge(PyByteArray_AS_STRING(ok), members, PyList_GET_ITEM(pairs, i), sub)) Py_CLEAR(ok);
+        PyObject *sub = rw_accepted(w, resumed[i], info->tails[i], info->tail_index[i]);
+        if (!sub || rw_merge(PyByteArray_AS_STRING(ok), info->members, info->pairs[i], info->npairs[i], sub))
+            Py_CLEAR(ok);
         Py_XDECREF(sub);
     }
-    if (ok && PyDict_SetItem(w->young, key, ok)) Py_CLEAR(ok);
-    if (ok && PyDict_GET_SIZE(w->young) >= w->limit) { /* the young generation grows old */
-        PyObject *fresh = PyDict_New();
-        if (!fresh) {
-            Py_CLEAR(ok);
-        } else {
-            Py_SETREF(w->old, w->young);
-            w->young = fresh;
-        }
-    }
-done:
     free(resumed);
-    Py_XDECREF(split);
-    Py_XDECREF(children);
-    Py_XDECREF(flags);
-    Py_XDECREF(pairs);
-    Py_DECREF(key);
+    if (ok && rw_keep(w, key, ok)) Py_CLEAR(ok);
     return ok;
 }
 
@@ -2647,7 +2742,10 @@ static PyObject *rw_call(ResidualWalker *w, PyObject *args) {
     PyObject *set;
     if (!PyArg_ParseTuple(args, "iO", &pid, &set)) return NULL;
     if (pid < 0) return index_error("parser state out of range"), NULL;
-    return rw_accepted(w, pid, set);
+    int32_t index = int_attr(set, w->s_index);
+    if (index == FAILED) return NULL;
+    if (index < 0) return PyErr_Format(PyExc_ValueError, "residual set without an index"), NULL;
+    return rw_accepted(w, pid, set, index);
 }
 
 static PyMethodDef rw_methods[] = {
