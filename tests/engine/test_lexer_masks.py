@@ -17,7 +17,7 @@ import pytest
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import native
 from codemask.engine.lexer import LexParserCore
-from codemask.engine.lexer_masks import LexerMaskComputer
+from codemask.engine.lexer_masks import LexerMaskComputer, Residuals, ResidualSplit
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from tests.engine.conftest import compiler, encode, vocabulary
 
@@ -139,6 +139,46 @@ def test_the_c_residual_recursion_gives_the_python_recursions_masks() -> None:
             small._cache.clear()
             assert (in_c == in_python).all()
             assert matcher.accept_token(token)
+
+
+@pytest.mark.skipif(not native.available(), reason="compares the C recursion with the Python one")
+def test_the_c_recursion_agrees_on_splits_of_more_than_64_children() -> None:
+    """The C walker remembers a split's split with loops by a 64-bit mask of the children that came
+    back, for splits of at most 64 children; real splits have a dozen. Every split here gets 64
+    copies of its first child in front (no members: they change no flag, but they come back where
+    it does), so the real children sit past the mask's bits and the walker takes its other path:
+    the masks stay the Python recursion's, along real Python and along unary runs (loops)."""
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    core = compiled.core
+    assert isinstance(core, LexParserCore)
+    computer = LexerMaskComputer(core, vocabulary("smollm2"))
+    sets = computer.residual_sets
+    plain_split = sets.split
+    padded: dict[tuple[int, int, frozenset[int]], ResidualSplit] = {}
+    none = np.zeros(0, dtype=np.int64)
+
+    def padded_split(residuals: Residuals, lid: int, loops: frozenset[int] = frozenset()) -> ResidualSplit:
+        key = (residuals.index, lid, loops)
+        if key not in padded:
+            split = plain_split(residuals, lid, loops)
+            first = split.children[:1]
+            copies = [(cls, none, tails, none) for cls, _members, tails, _tail_of in first] * 64
+            padded[key] = ResidualSplit(accepted=split.accepted, children=copies + split.children)
+        return padded[key]
+
+    sets.split = padded_split  # type: ignore[method-assign]
+    for source in (SOURCES["python"], UNARY_RUNS):
+        matcher = GrammarMatcher(compiled)
+        for token in encode("smollm2", source)[:120]:
+            state = matcher._history[-1]
+            in_c = computer._compute(state)
+            computer._cache.clear()
+            with native.using(False):
+                in_python = computer._compute(state)
+            computer._cache.clear()
+            assert (in_c == in_python).all()
+            assert matcher.accept_token(token)
+    assert any(key[2] for key in padded) and max(len(split.children) for split in padded.values()) > 64
 
 
 def test_suffix_ids_number_equal_bytes_equally() -> None:

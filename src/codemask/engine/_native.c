@@ -2383,22 +2383,25 @@ static PyTypeObject SymbolStepsType = {
  * set at a fresh lexer state (`ResidualSets.split`, a Python callable), the parser state after
  * each lexeme that ends in it (`LexParserCore.after`) and a state's fresh lexer state
  * (`LexParserCore.fresh`) from a `SymbolSteps`, each memoised here (after and fresh are functions
- * of their arguments for the life of the core; first splits per set and lexer state), and the results per (parser state,
- * set) are kept in two generations of dicts (the young one handed over to the old when it holds
- * `limit` entries). A new Python context makes about fifty such calls, nearly all new; in Python
- * each cost its frame, a few dict lookups, a list and numpy's fancy indexing.
+ * of their arguments for the life of the core; first splits per set and lexer state, splits with
+ * loops per the split they came from), and the results per (parser state, set) are kept in two
+ * generations of hash maps over lists of flags (the young one handed over to the old when it holds
+ * `limit` entries). `split` must return one object per (set, lexer state, loops), as
+ * `ResidualSets.split` memoises them: the walker keeps what it read of each split by its address.
+ * A new Python context makes about two hundred such calls, nearly all new; in Python each cost its
+ * frame, a few dict lookups, a list and numpy's fancy indexing.
  * ------------------------------------------------------------------------------------------- */
 
 /* What the recursion reads of a `ResidualSplit`, taken from its attributes once (they never change):
  * per child its end class, its tails (a `Residuals`) and their index, and its (member, tail) pairs. */
 typedef struct SplitInfo SplitInfo;
 struct SplitInfo {
-    PyObject *split, *keep;      /* the split, and (children, flags, pairs), held */
+    PyObject *split, *keep;      /* the split, and (children, flags, pairs) as tuples, held */
     PyObject *loops;             /* the end classes it followed in place (a frozenset; NULL: none) */
     const char *flags;           /* `accepted` as 0/1 bytes */
     Py_ssize_t members, count;   /* residuals in the set; children */
     int32_t *end_class, *tail_index;
-    PyObject **tails;            /* borrowed from the children list */
+    PyObject **tails;            /* borrowed from the children in `keep` */
     const int64_t **pairs;
     Py_ssize_t *npairs;
     /* the splits with more loops it led to (`rw_split`): by the children that came back to the parser
@@ -2526,20 +2529,27 @@ static PyObject *rw_first_split(ResidualWalker *w, PyObject *set, int32_t index,
 
 /* Fill `info` from `split`'s children, flags and pairs (checked); -1 with an exception set. */
 static int info_fill(ResidualWalker *w, SplitInfo *info, PyObject *split) {
-    PyObject *children = PyObject_GetAttr(split, w->s_children);
+    /* (children and pairs as tuples: the items the info points into are then its own) */
+    PyObject *listed = PyObject_GetAttr(split, w->s_children);
+    PyObject *children = listed && PyList_Check(listed) ? PySequence_Tuple(listed) : NULL;
+    Py_XDECREF(listed);
     PyObject *flags = children ? PyObject_GetAttr(split, w->s_flags) : NULL;
-    PyObject *pairs = flags ? PyObject_GetAttr(split, w->s_pairs) : NULL;
+    listed = flags ? PyObject_GetAttr(split, w->s_pairs) : NULL;
+    PyObject *pairs = listed && PyList_Check(listed) ? PySequence_Tuple(listed) : NULL;
+    Py_XDECREF(listed);
     if (pairs) info->keep = PyTuple_Pack(3, children, flags, pairs);
     Py_XDECREF(children);
     Py_XDECREF(flags);
     Py_XDECREF(pairs);
-    if (!info->keep) return -1;
-    if (!PyList_Check(children) || !PyBytes_Check(flags) || !PyList_Check(pairs) ||
-        PyList_GET_SIZE(children) != PyList_GET_SIZE(pairs))
-        return bad("a split's children, flags and pairs must be a list, bytes and a list of the same length");
+    if (!info->keep) {
+        if (!PyErr_Occurred()) bad("a split's children and pairs must be lists");
+        return -1;
+    }
+    if (!PyBytes_Check(flags) || PyTuple_GET_SIZE(children) != PyTuple_GET_SIZE(pairs))
+        return bad("a split's flags must be bytes, and its pairs one per child");
     info->flags = PyBytes_AS_STRING(flags);
     info->members = PyBytes_GET_SIZE(flags);
-    Py_ssize_t n = info->count = PyList_GET_SIZE(children), size = n ? n : 1;
+    Py_ssize_t n = info->count = PyTuple_GET_SIZE(children), size = n ? n : 1;
     info->end_class = (int32_t *)malloc((size_t)size * sizeof(int32_t));
     info->tail_index = (int32_t *)malloc((size_t)size * sizeof(int32_t));
     info->tails = (PyObject **)malloc((size_t)size * sizeof(PyObject *));
@@ -2548,7 +2558,7 @@ static int info_fill(ResidualWalker *w, SplitInfo *info, PyObject *split) {
     if (!info->end_class || !info->tail_index || !info->tails || !info->pairs || !info->npairs)
         return PyErr_NoMemory(), -1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *child = PyList_GET_ITEM(children, i), *bytes = PyList_GET_ITEM(pairs, i);
+        PyObject *child = PyTuple_GET_ITEM(children, i), *bytes = PyTuple_GET_ITEM(pairs, i);
         if (!PyTuple_Check(child) || PyTuple_GET_SIZE(child) != 4) return bad("a child must be a 4-tuple");
         if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) % (2 * (Py_ssize_t)sizeof(int64_t)))
             return bad("a child's pairs must be bytes of int64 pairs");
@@ -2607,6 +2617,11 @@ static SplitInfo *rw_split_again(ResidualWalker *w, SplitInfo *info, PyObject *s
     Py_XDECREF(lid_obj);
     SplitInfo *next = again ? split_info(w, again) : NULL; /* (the info holds the split) */
     Py_XDECREF(again);
+    if (next && (next == info || (info->loops && PySet_GET_SIZE(loops) <= PySet_GET_SIZE(info->loops)))) {
+        /* more loops each time, or the cached loop below would spin for ever */
+        PyErr_SetString(PyExc_RuntimeError, "split() followed no more loops than before");
+        next = NULL;
+    }
     if (next && !next->loops) {
         Py_INCREF(loops);
         next->loops = loops;
@@ -2686,6 +2701,7 @@ static PyObject *rw_kept(ResidualWalker *w, uint64_t key, int *missing) {
     }
     PyObject *found = PyList_GET_ITEM(w->old_list, at);
     Py_ssize_t position = PyList_GET_SIZE(w->young_list);
+    if (position >= INT32_MAX) return PyErr_SetString(PyExc_OverflowError, "too many results"), NULL;
     if (PyList_Append(w->young_list, found) || u64_put(&w->young, key, (int32_t)position)) return NULL;
     return found;
 }

@@ -305,8 +305,10 @@ def residual_walker(*, steps: SymbolSteps, split: Callable[[Any, int, frozenset[
                     limit: int) -> ResidualWalker | None:
     """The residual recursion in C over ``steps`` (`symbol_steps`: the parser state after a lexeme
     and a state's fresh lexer state, both memoised in C: they must be functions of their
-    arguments) and ``split(residuals, lid, loops) -> ResidualSplit``; results per (parser state,
-    set) in two generations of ``limit`` entries (None without the extension)."""
+    arguments) and ``split(residuals, lid, loops) -> ResidualSplit``, which must return one object
+    per (residuals, lid, loops) whose fields never change, as `ResidualSets.split` does (the walker
+    keeps what it read of each split, by its identity); results per (parser state, set) in two
+    generations of ``limit`` entries (None without the extension)."""
     if _MODULE is None:
         return None
     if limit < 1:
