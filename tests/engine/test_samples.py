@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
-from codemask.engine.samples import PER_FILE, sample_texts, sample_tokens, tour_text
+from codemask.engine.samples import PER_FILE, SAMPLED, sample_texts, sample_tokens, tour_text
 from tests.engine.conftest import vocabulary
+from tests.grammar.code_oracles import ORACLES
 
 
 def test_python_samples_are_the_tour_and_codemasks_modules_spelt_by_the_vocabulary() -> None:
@@ -31,25 +32,29 @@ def test_python_samples_are_the_tour_and_codemasks_modules_spelt_by_the_vocabula
     for tokens, text in zip(sequences, [text for text in texts if text], strict=False):
         spelt = b"".join(vocab.token_bytes[token] for token in tokens)
         assert text.startswith(spelt) and not special & set(tokens)
-    assert sample_tokens(Grammar.builtin("sql"), vocab) == [] and sample_texts(Grammar.builtin("json")) == []
+    assert sample_tokens(Grammar.builtin("json"), vocab) == [] and sample_texts(Grammar.builtin("json")) == []
+    assert len(sample_texts(Grammar.builtin("go"))) == 1  # (codemask's modules are Python's alone)
 
 
-def test_the_python_tour_is_a_program_the_grammar_takes_whole() -> None:
-    """The tour is Python 3.12 (not importable by an older interpreter, so read, never imported):
-    the grammar takes every token of it and may end after it, so that the precompute runs it to
-    the end; `ast` agrees that it parses where the interpreter is 3.12 or later."""
-    tour = tour_text(Grammar.builtin("python"))
+@pytest.mark.parametrize("language", sorted(SAMPLED))
+def test_each_tour_is_a_program_the_grammar_and_the_languages_parser_take_whole(language: str) -> None:
+    """A tour is read, never built or imported: the grammar takes every token of it and may end
+    after it, so that the precompute runs it to the end, and the language's own parser accepts it
+    (Python's tour is 3.12: `ast` of an older interpreter refuses it)."""
+    grammar = Grammar.builtin(language)
+    tour = tour_text(grammar)
     assert tour is not None
     vocab = vocabulary("smollm2")
-    compiled = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=False).compile(
-        Grammar.builtin("python"))
-    tokens = sample_tokens(Grammar.builtin("python"), vocab, budget=len(tour))[0]
+    compiled = GrammarCompiler(vocab, cache_dir=False, progress=False, precompute=False).compile(grammar)
+    tokens = sample_tokens(grammar, vocab, budget=len(tour))[0]
     assert b"".join(vocab.token_bytes[token] for token in tokens) == tour.encode()
     matcher = GrammarMatcher(compiled)
     for index, token in enumerate(tokens):
         assert matcher.accept_token(token), f"token {index} {vocab.token_bytes[token]!r} refused"
     assert matcher.accept_token(min(vocab.stop_token_ids))
-    if sys.version_info >= (3, 12):
+    if language != "python":
+        assert ORACLES[language](tour)
+    elif sys.version_info >= (3, 12):
         ast.parse(tour)
     else:
         with pytest.raises(SyntaxError):  # (it uses 3.12's type statement and generics)
