@@ -122,13 +122,13 @@ def test_a_lexer_grammars_saved_mask_state_comes_back_with_a_later_compile(tmp_p
     with monkeypatch.context() as patched:  # loading built the trie: no mask waits for it
         patched.setattr(lexer_masks, "token_trie", lambda _vocab: pytest.fail("a mask built the trie"))
         assert (masks_along(again, text, "smollm2") == want).all()
-    with monkeypatch.context() as patched:
+    with monkeypatch.context() as patched:  # (precompute=False: no samples, so nothing but a state classifies)
         patched.setattr(compiler_module, "engine_fingerprint", lambda: "another-engine")
-        other_engine = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+        other_engine = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=False).compile(grammar)
         assert not other_engine.masks.num_classified  # type: ignore[union-attr]
 
     path.write_bytes(b"not a pickle")
-    broken = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    broken = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=False).compile(grammar)
     assert not broken.masks.num_classified  # type: ignore[union-attr]
     assert (masks_along(broken, text, "smollm2") == want).all()
 
