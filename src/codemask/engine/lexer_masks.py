@@ -224,6 +224,11 @@ class ResidualSets:
             if self._slots is None:
                 self._slots = np.empty(int(self.trie.suffix_ids[1].max(initial=-1)) + 1, dtype=np.int32)
 
+    def empty(self) -> bool:
+        """Whether no set has been interned or adopted yet."""
+        with self._lock:
+            return not self._sets and not self._uncertain
+
     def saved(self) -> tuple[dict[bytes, Residuals], dict[bytes, UncertainTokens]]:
         """The sets and shared uncertain groups so far (copies of the tables, shared contents)."""
         with self._lock:
@@ -540,12 +545,16 @@ class LexerMaskComputer:
             raise ValueError("saved mask state is for another vocabulary")
         if state.automata_digest != automata_digest(self.core.lexer.automata):
             raise ValueError("saved mask state is for other terminal automata")
-        if self._positions or self._residual_sets is not None or self._adopted is not None:
+        sets = self._residual_sets
+        if self._positions or self._adopted is not None or (sets is not None and not sets.empty()):
             raise ValueError("a mask state can only be loaded before the first mask")
         _check_references(state)
         self.core.lexer.adopt(state.lexer_keys, state.lexer_table, state.lexer_starts)
         self._positions.update(state.positions)
-        self._adopted = (state.sets, state.uncertain)
+        if sets is not None:  # (made by `prepare`, with nothing in it yet)
+            sets.adopt(state.sets, state.uncertain)
+        else:
+            self._adopted = (state.sets, state.uncertain)
 
     def prepare(self) -> None:
         """Build now what a first visit of a lexer state or residual set would otherwise build
