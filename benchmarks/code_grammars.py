@@ -32,7 +32,7 @@ Engines are interleaved per file (order rotated) so machine noise hits them alik
 Engines, each with the grammar it can take:
 
 - ``codemask``: ``Grammar.builtin(language)`` (``grammars/<language>.lark``), compiled cold with an
-  empty disk cache (for Python that includes the precompute on sample code, `engine/samples.py`);
+  empty disk cache (which includes the precompute on the grammar's sample code, `engine/samples.py`);
   cached = the same compiler again / a new compiler on the disk cache.
 - ``llguidance``: the same ``grammars/<language>.lark`` text through ``llguidance.grammar_from("lark")``;
   where llguidance refuses a construct (its error names it) the language is n/a for it. No compiled
@@ -587,8 +587,8 @@ NOTES = [
     "files cut at --max-tokens are prefixes of valid programs, so every token must still be allowed.",
     "codemask's lexer-mode masks are computed when a lexer/parser state is first visited (classifying the "
     "vocabulary, ~1-3 ms), later visits are a cache lookup; p99/max are those first visits. Its compile, with "
-    "the default precompute and a disk cache, runs the grammar's sample code where it has some (Python: the "
-    "starts of codemask's own modules, engine/samples.py), so that Python's compile includes those masks.",
+    "the default precompute and a disk cache, runs the grammar's sample code (a tour of the language's syntax, "
+    "and for Python the starts of codemask's own modules, engine/samples.py), so its compile includes those masks.",
     "llguidance gets the same grammars/<language>.lark text; where its Lark front end refuses a construct "
     "(terminal priorities, Lark templates, %declare'd indentation terminals) the language is n/a for it.",
     "SynCode runs its own LALR grammar for the language (it cannot take codemask's Earley-style grammars), "

@@ -1,5 +1,5 @@
-"""Sample code for precomputing lexer-mode masks (`codemask.engine.samples`): the builtin Python
-grammar's samples are a tour of its syntax and codemask's own modules, tokenized by the vocabulary
+"""Sample code for precomputing lexer-mode masks (`codemask.engine.samples`): each builtin code
+grammar's tour of its syntax, and for Python codemask's own modules too, tokenized by the vocabulary
 alone."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
-from codemask.engine.samples import PER_FILE, SAMPLED, sample_texts, sample_tokens, tour_text
+from codemask.engine.samples import PER_FILE, has_samples, sample_texts, sample_tokens, tour_text, toured
 from tests.engine.conftest import vocabulary
 from tests.grammar.code_oracles import ORACLES
 
@@ -32,11 +32,13 @@ def test_python_samples_are_the_tour_and_codemasks_modules_spelt_by_the_vocabula
     for tokens, text in zip(sequences, [text for text in texts if text], strict=False):
         spelt = b"".join(vocab.token_bytes[token] for token in tokens)
         assert text.startswith(spelt) and not special & set(tokens)
-    assert sample_tokens(Grammar.builtin("json"), vocab) == [] and sample_texts(Grammar.builtin("json")) == []
+    assert sample_tokens(Grammar.builtin("json"), vocab) == [] and not has_samples(Grammar.builtin("json"))
     assert len(sample_texts(Grammar.builtin("go"))) == 1  # (codemask's modules are Python's alone)
+    assert not has_samples(Grammar.from_lark('start: "a"'))  # (a user's grammar: no builtin name)
+    assert toured() == ["c", "go", "java", "javascript", "python", "sql"]
 
 
-@pytest.mark.parametrize("language", sorted(SAMPLED))
+@pytest.mark.parametrize("language", toured())
 def test_each_tour_is_a_program_the_grammar_and_the_languages_parser_take_whole(language: str) -> None:
     """A tour is read, never built or imported: the grammar takes every token of it and may end
     after it, so that the precompute runs it to the end, and the language's own parser accepts it

@@ -145,9 +145,10 @@ class GrammarCompiler:
     for larger ones, whose compile time would grow with their size. Grammars in lexer mode
     (Lark with terminals) have no finite list of positions: their masks rest on the lexer states
     met at token boundaries, so precomputing runs sample code of the language through the grammar
-    (`samples`; the builtin Python grammar's: 40,000 tokens, ~4 s with a 128k vocabulary) and keeps
-    the mask state in the disk cache — with ``precompute=True``, and by default where there is a
-    disk cache (once per grammar and vocabulary); other lexer states are classified when met.
+    (`samples`: a tour of each builtin code grammar's syntax, and for Python 40,000 tokens of code
+    in all; 1-5 s with a 128k vocabulary) and keeps the mask state in the disk cache — with
+    ``precompute=True``, and by default where there is a disk cache (once per grammar and
+    vocabulary); other lexer states are classified when met.
     ``progress`` shows a progress bar when a precomputation takes more than a second. The
     ``memory_size`` most recently used grammars stay compiled in memory (a server compiling a
     schema per request must not grow without bound); older ones come back from disk.
@@ -256,7 +257,7 @@ class GrammarCompiler:
         is one) for later processes. An optimisation: where it fails, the masks stay lazy."""
         masks = compiled.masks
         assert isinstance(masks, LexerMaskComputer)
-        label = f"precomputing {compiled.grammar.kind} masks on sample code" if self.progress else None
+        label = f"precomputing {compiled.grammar.builtin_name} masks on sample code" if self.progress else None
         try:
             self.warm(compiled, sample_tokens(compiled.grammar, self.vocab), label)
             masks.classify_indentation(INDENT_COLUMNS)

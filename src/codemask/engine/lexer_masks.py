@@ -562,8 +562,8 @@ class LexerMaskComputer:
         residual sets (adopting a loaded state's). After `load_state` nothing else needs them
         until a mask meets something new, which made that mask take 0.6 s with Llama-3 (the trie)
         and a later one 0.1 s (the suffix numbers), ad hoc."""
-        trie = self.trie
-        _ = trie.preorder if native.enabled() else trie.levels
+        if native.enabled():
+            _ = self.trie.preorder  # (the C scan's layout; the numpy walk reads the levels the trie is built with)
         self.residual_sets.prepare()
 
     @property

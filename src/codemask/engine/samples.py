@@ -34,11 +34,12 @@ from codemask.engine.token_trie import ByteVocabulary
 from codemask.grammar.builtin import grammar_dirs
 from codemask.grammar.grammar import Grammar
 
-# Tokens of samples run at compile time, at most `PER_FILE` from each module: the starts of many
-# files meet more kinds of code than the whole of a few. On the benchmark's four stdlib files with
-# Llama-3 (`benchmarks/mask_profile.py --precompute`, runs over a session on a noisy host): mask
-# p99 0.9-1.2 ms (17-32 of 2,400 steps over 1 ms) for a compile of 3.3-4.2 s, against 4.1-4.8 ms
-# without; whole modules up to the same 40,000 tokens gave 0.9-1.1 ms for 6.3-6.6 s.
+# Tokens of samples run at compile time, at most `PER_FILE` from each of codemask's modules (the
+# tour runs whole): the starts of many files meet more kinds of code than the whole of a few. On the
+# benchmark's four stdlib files with Llama-3 (`benchmarks/mask_profile.py --precompute`): mask p99
+# 0.7 ms (8-11 of 2,400 steps over 1 ms) for a compile of 4.5-4.6 s, against 4.1-4.8 ms without;
+# before the tour, whole modules up to the same 40,000 tokens gave 0.9-1.1 ms for 6.3-6.6 s, and
+# 80,000 tokens (1,200 a module) no better than 40,000 for a 7 s compile.
 SAMPLE_TOKENS = 40_000
 PER_FILE = 600
 
@@ -46,55 +47,65 @@ PER_FILE = 600
 # character is covered by shorter tokens.
 LONGEST_TOKEN = 16
 
-
-# Builtin grammars with sample code (`Grammar.builtin_name`): each has a tour of its syntax in
-# ``grammars/samples/<name>.txt``; Python also has codemask's own modules.
-SAMPLED = frozenset({"python", "go", "sql", "c", "java", "javascript"})
-
-
-def has_samples(grammar: Grammar) -> bool:
-    """Whether ``grammar`` (a builtin one, or its completion twin) has sample code."""
-    return grammar.builtin_name in SAMPLED
+# Where the tours lie, in each grammar folder (`grammar_dirs`): ``<builtin name>.txt``.
+TOURS = "samples"
 
 
 def tour_text(grammar: Grammar) -> str | None:
-    """The tour of ``grammar``'s syntax (``grammars/samples/<name>.txt``), if it has one."""
-    if not has_samples(grammar):
+    """The tour of ``grammar``'s syntax (``grammars/samples/<name>.txt``) for a builtin grammar
+    (or its completion twin) that has one."""
+    if grammar.builtin_name is None:
         return None
     for folder in grammar_dirs():
-        path = folder / "samples" / f"{grammar.builtin_name}.txt"
+        path = folder / TOURS / f"{grammar.builtin_name}.txt"
         if path.is_file():
             return path.read_text(encoding="utf-8")
     return None
 
 
-def sample_texts(grammar: Grammar) -> list[str]:
-    """The sample code for ``grammar``'s language, in a fixed order: its tour, then for Python
-    codemask's modules (none where `has_samples` is false; no modules where they are not files, as
+def has_samples(grammar: Grammar) -> bool:
+    """Whether ``grammar`` has sample code: every builtin grammar with a tour."""
+    return tour_text(grammar) is not None
+
+
+def toured() -> list[str]:
+    """The builtin grammars that have a tour."""
+    return sorted({path.stem for folder in grammar_dirs() for path in (folder / TOURS).glob("*.txt")})
+
+
+def _modules(grammar: Grammar) -> list[str]:
+    """codemask's own modules, for the builtin Python grammar (none where they are not files, as
     in a zip)."""
-    if not has_samples(grammar):
+    if grammar.builtin_name != "python":
         return []
+    package = Path(__file__).resolve().parents[1]
+    return [path.read_text(encoding="utf-8") for path in sorted(package.rglob("*.py"))]
+
+
+def _texts(grammar: Grammar) -> list[tuple[str, int | None]]:
+    """The sample texts in their fixed order, each with the most tokens taken of it (None: all)."""
     tour = tour_text(grammar)
-    modules: list[str] = []
-    if grammar.builtin_name == "python":
-        package = Path(__file__).resolve().parents[1]
-        modules = [path.read_text(encoding="utf-8") for path in sorted(package.rglob("*.py"))]
-    return ([tour] if tour is not None else []) + modules
+    if tour is None:
+        return []
+    return [(tour, None)] + [(module, PER_FILE) for module in _modules(grammar)]
+
+
+def sample_texts(grammar: Grammar) -> list[str]:
+    """The sample code for ``grammar``'s language: its tour, then for Python codemask's modules."""
+    return [text for text, _cap in _texts(grammar)]
 
 
 def sample_tokens(grammar: Grammar, vocab: ByteVocabulary, budget: int = SAMPLE_TOKENS) -> list[list[int]]:
     """The samples of ``grammar`` tokenized by ``vocab`` (longest match), ``budget`` tokens in all:
     the tour whole, the modules' first `PER_FILE` tokens each."""
-    sequences: list[list[int]] = []
-    texts = sample_texts(grammar)
+    texts = _texts(grammar)
     ids = _token_ids(vocab) if texts else {}
+    sequences: list[list[int]] = []
     left = budget
-    has_tour = tour_text(grammar) is not None
-    for index, text in enumerate(texts):
+    for text, cap in texts:
         if left <= 0:
             break
-        cap = left if index == 0 and has_tour else min(left, PER_FILE)
-        tokens = list(_longest_match(ids, text.encode("utf-8"), cap))
+        tokens = list(_longest_match(ids, text.encode("utf-8"), left if cap is None else min(left, cap)))
         if tokens:
             sequences.append(tokens)
             left -= len(tokens)
