@@ -2400,14 +2400,14 @@ struct SplitInfo {
     PyObject *loops;             /* the end classes it followed in place (a frozenset; NULL: none) */
     const char *flags;           /* `accepted` as 0/1 bytes */
     Py_ssize_t members, count;   /* residuals in the set; children */
+    int32_t position;            /* in the walker's `infos` */
     int32_t *end_class, *tail_index;
     PyObject **tails;            /* borrowed from the children in `keep` */
     const int64_t **pairs;
     Py_ssize_t *npairs;
-    /* the splits with more loops it led to (`rw_split`): by the children that came back to the parser
-     * state (a bit per child, for splits of at most 64 children) */
-    uint64_t *next_mask;
-    SplitInfo **next;
+    /* the splits with more loops it led to (`rw_split_again`), by the children that came back to
+     * the parser state (a bit per child, for splits of at most 64 children) */
+    struct LoopStep { uint64_t mask; SplitInfo *next; } *next;
     Py_ssize_t nnext, next_cap;
 };
 
@@ -2422,9 +2422,8 @@ typedef struct {
      * generations (the young one handed over to the old when it holds `limit` entries) */
     U64Map young, old;
     PyObject *young_list, *old_list;
-    U64Map afters, lids, splits; /* (pid, end class) -> pid; pid -> lid; (set, lid) -> position in `split_list` */
-    PyObject *split_list;        /* the first splits met, kept alive */
-    U64Map info_of;              /* a split's address -> its SplitInfo in `infos` */
+    U64Map afters, lids, splits; /* (pid, end class) -> pid; pid -> lid; (set, lid) -> its first split in `infos` */
+    U64Map info_of;              /* a split's address -> its SplitInfo in `infos` (which holds the split) */
     SplitInfo **infos;
     Py_ssize_t ninfos, infos_cap;
 } ResidualWalker;
@@ -2434,7 +2433,6 @@ static void info_free(SplitInfo *info) {
     Py_XDECREF(info->split);
     Py_XDECREF(info->keep);
     Py_XDECREF(info->loops);
-    free(info->next_mask);
     free(info->next);
     free(info->end_class);
     free(info->tail_index);
@@ -2454,7 +2452,6 @@ static void rw_dealloc(ResidualWalker *w) {
     Py_XDECREF(w->s_pairs);
     Py_XDECREF(w->young_list);
     Py_XDECREF(w->old_list);
-    Py_XDECREF(w->split_list);
     U64Map *maps[] = {&w->young, &w->old, &w->afters, &w->lids, &w->splits, &w->info_of};
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         free(maps[i]->keys);
@@ -2481,7 +2478,7 @@ static PyObject *rw_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     if (!(w->no_loops = PyFrozenSet_New(NULL)) || !(w->s_index = PyUnicode_InternFromString("index")) ||
         !(w->s_children = PyUnicode_InternFromString("children")) ||
         !(w->s_flags = PyUnicode_InternFromString("flags")) || !(w->s_pairs = PyUnicode_InternFromString("pairs")) ||
-        !(w->split_list = PyList_New(0)) || !(w->young_list = PyList_New(0)) || !(w->old_list = PyList_New(0)) ||
+        !(w->young_list = PyList_New(0)) || !(w->old_list = PyList_New(0)) ||
         u64_init(&w->young, 12) || u64_init(&w->old, 4) || u64_init(&w->afters, 12) || u64_init(&w->lids, 12) ||
         u64_init(&w->splits, 12) || u64_init(&w->info_of, 10)) {
         Py_DECREF(w);
@@ -2510,21 +2507,6 @@ static int32_t rw_fresh(ResidualWalker *w, int32_t pid) {
 /* A Python int attribute of `obj` (a set's index, a child's end class) as int32, or FAILED. */
 static int32_t int_attr(PyObject *obj, PyObject *name) {
     return state_result(PyObject_GetAttr(obj, name));
-}
-
-/* The first split of `set` (index `index`) at lexer state `lid`, without loops (borrowed). */
-static PyObject *rw_first_split(ResidualWalker *w, PyObject *set, int32_t index, int32_t lid) {
-    uint64_t key = (uint64_t)(uint32_t)index << 32 | (uint32_t)lid;
-    int32_t at = u64_get(&w->splits, key);
-    if (at != UNKNOWN) return PyList_GET_ITEM(w->split_list, at);
-    PyObject *lid_obj = PyLong_FromLong(lid);
-    PyObject *split = lid_obj ? PyObject_CallFunctionObjArgs(w->split, set, lid_obj, w->no_loops, NULL) : NULL;
-    Py_XDECREF(lid_obj);
-    if (!split) return NULL;
-    Py_ssize_t position = PyList_GET_SIZE(w->split_list);
-    int failed = PyList_Append(w->split_list, split) || u64_put(&w->splits, key, (int32_t)position);
-    Py_DECREF(split);
-    return failed ? NULL : PyList_GET_ITEM(w->split_list, position);
 }
 
 /* Fill `info` from `split`'s children, flags and pairs (checked); -1 with an exception set. */
@@ -2590,7 +2572,22 @@ static SplitInfo *split_info(ResidualWalker *w, PyObject *split) {
         info_free(info);
         return NULL;
     }
+    info->position = (int32_t)w->ninfos;
     w->infos[w->ninfos++] = info;
+    return info;
+}
+
+/* The first split of `set` (index `index`) at lexer state `lid`, without loops. */
+static SplitInfo *rw_first_split(ResidualWalker *w, PyObject *set, int32_t index, int32_t lid) {
+    uint64_t key = (uint64_t)(uint32_t)index << 32 | (uint32_t)lid;
+    int32_t at = u64_get(&w->splits, key);
+    if (at != UNKNOWN) return w->infos[at];
+    PyObject *lid_obj = PyLong_FromLong(lid);
+    PyObject *split = lid_obj ? PyObject_CallFunctionObjArgs(w->split, set, lid_obj, w->no_loops, NULL) : NULL;
+    Py_XDECREF(lid_obj);
+    SplitInfo *info = split ? split_info(w, split) : NULL;
+    Py_XDECREF(split);
+    if (info && u64_put(&w->splits, key, info->position)) return NULL;
     return info;
 }
 
@@ -2601,7 +2598,7 @@ static SplitInfo *rw_split_again(ResidualWalker *w, SplitInfo *info, PyObject *s
                                  const int32_t *resumed, int32_t pid) {
     int cached = info->count <= 64;
     for (Py_ssize_t k = 0; cached && k < info->nnext; k++) {
-        if (info->next_mask[k] == mask) return info->next[k];
+        if (info->next[k].mask == mask) return info->next[k].next;
     }
     PyObject *all = info->loops ? PySet_New(info->loops) : PySet_New(NULL);
     for (Py_ssize_t i = 0; all && i < info->count; i++) {
@@ -2628,12 +2625,8 @@ static SplitInfo *rw_split_again(ResidualWalker *w, SplitInfo *info, PyObject *s
     }
     Py_XDECREF(loops);
     if (next && cached) {
-        Py_ssize_t capacity = info->next_cap;
-        if (reserve((void **)&info->next_mask, &capacity, info->nnext, sizeof(uint64_t), 2) ||
-            reserve((void **)&info->next, &info->next_cap, info->nnext, sizeof(SplitInfo *), 2))
-            return NULL;
-        info->next_mask[info->nnext] = mask;
-        info->next[info->nnext++] = next;
+        if (reserve((void **)&info->next, &info->next_cap, info->nnext, sizeof(*info->next), 2)) return NULL;
+        info->next[info->nnext++] = (struct LoopStep){mask, next};
     }
     return next;
 }
@@ -2644,8 +2637,7 @@ static SplitInfo *rw_split_again(ResidualWalker *w, SplitInfo *info, PyObject *s
 static SplitInfo *rw_split(ResidualWalker *w, int32_t pid, PyObject *set, int32_t index, int32_t **resumed) {
     int32_t lid = rw_fresh(w, pid);
     if (lid == FAILED) return NULL;
-    PyObject *first = rw_first_split(w, set, index, lid);
-    SplitInfo *info = first ? split_info(w, first) : NULL;
+    SplitInfo *info = rw_first_split(w, set, index, lid);
     *resumed = NULL;
     while (info) {
         Py_ssize_t n = info->count, i;
