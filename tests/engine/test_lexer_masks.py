@@ -18,6 +18,7 @@ from codemask import Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import native
 from codemask.engine.lexer import LexParserCore
 from codemask.engine.lexer_masks import LexerMaskComputer, Residuals, ResidualSplit
+from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from tests.engine.conftest import compiler, encode, vocabulary
 
@@ -120,25 +121,58 @@ def test_the_c_residual_recursion_gives_the_python_recursions_masks() -> None:
     """`native.ResidualWalker` against `LexerMaskComputer._residuals_accepted` at every step of
     real Python and of a file of unary runs (lexemes followed in place): the same masks, also
     with results kept for a few dozen (parser state, set) pairs, so that the two generations turn
-    over many times."""
+    over many times, and with the walker's distinct results forgotten whenever they pass 4 KB."""
     compiled = compiler("smollm2").compile(Grammar.builtin("python"))
     core = compiled.core
     assert isinstance(core, LexParserCore)
     vocab = vocabulary("smollm2")
     small = LexerMaskComputer(core, vocab, capacity=4)  # 32 results a generation
-    assert small._walk_residuals() != small._residuals_accepted
+    small.result_bytes_limit = 4096
+    walker = small._native_walker()
+    assert walker is not None
+    held, clears = 0, 0
     for source in (SOURCES["python"], UNARY_RUNS):
         matcher = GrammarMatcher(compiled)
         for token in encode("smollm2", source)[:150]:
             state = matcher._history[-1]
             in_c = small._compute(state)
+            clears += walker.result_bytes < held
+            held = walker.result_bytes
             small._cache.clear()  # the fallback masks too must come from the Python recursion
             with native.using(False):
-                assert small._walk_residuals() == small._residuals_accepted
+                assert small._native_walker() is None
                 in_python = small._compute(state)
             small._cache.clear()
             assert (in_c == in_python).all()
             assert matcher.accept_token(token)
+    assert clears >= 2
+
+
+@pytest.mark.skipif(not native.available(), reason="reads the C recursion's results")
+def test_the_c_recursions_results_are_numbered_by_content() -> None:
+    """Equal flags have one number and different flags different ones, over the results of every
+    uncertain group along real Python: `_walked` keys masks by these numbers, so two numbers for
+    one content would only cost a mask, but one number for two contents would be a wrong mask."""
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    core = compiled.core
+    assert isinstance(core, LexParserCore)
+    computer = LexerMaskComputer(core, vocabulary("smollm2"))
+    walker = computer._native_walker()
+    assert walker is not None
+    numbers: dict[bytes, int] = {}
+    asked = 0
+    matcher = GrammarMatcher(compiled)
+    for token in encode("smollm2", SOURCES["python"]):
+        pid, lid = core.configs(matcher._history[-1])[0]
+        for end_class, unc in computer.position(lid).uncertain.items():
+            resumed = core.after(pid, end_class)
+            if resumed != DEAD:
+                number = walker.result(resumed, unc.residuals)
+                assert numbers.setdefault(walker.flags(number), number) == number
+                asked += 1
+        assert matcher.accept_token(token)
+    assert len(set(numbers.values())) == len(numbers) and asked > 4 * len(numbers)
+    assert walker.result_bytes >= sum(map(len, numbers))  # (and the inner results' flags)
 
 
 @pytest.mark.skipif(not native.available(), reason="compares the C recursion with the Python one")

@@ -296,9 +296,18 @@ SYMBOL_KINDS = {"ignored": 1, "newline": 2, "opening": 4, "closing": 8, "def": 1
 
 
 class ResidualWalker(Protocol):
-    """`_native.ResidualWalker`: `LexerMaskComputer._residuals_accepted` in C."""
+    """`_native.ResidualWalker`: `LexerMaskComputer._residuals_accepted` in C, whose results are
+    numbered by content (equal flags, one number), so that a caller can key what it derives from
+    them by their numbers."""
 
-    def accepted(self, pid: int, residuals: Any) -> bytearray: ...
+    @property
+    def result_bytes(self) -> int: ...
+
+    def result(self, pid: int, residuals: Any) -> int: ...
+
+    def flags(self, result: int) -> bytes: ...
+
+    def clear(self) -> None: ...
 
 
 def residual_walker(*, steps: SymbolSteps, split: Callable[[Any, int, frozenset[int]], Any],
@@ -308,7 +317,12 @@ def residual_walker(*, steps: SymbolSteps, split: Callable[[Any, int, frozenset[
     arguments) and ``split(residuals, lid, loops) -> ResidualSplit``, which must return one object
     per (residuals, lid, loops) whose fields never change, as `ResidualSets.split` does (the walker
     keeps what it read of each split, by its identity); results per (parser state, set) in two
-    generations of ``limit`` entries (None without the extension)."""
+    generations of ``limit`` entries, as numbers of distinct results (``result``; their flags by
+    ``flags``, a byte of 0/1 per member of the set), hash-consed: a result merged from a split and
+    its children's results is remembered by them, so that another parser context whose lexemes
+    lead to the same results copies and merges nothing. Results are kept until ``clear`` (their
+    size: ``result_bytes``), which must not run while a caller holds numbers it will still use.
+    None without the extension."""
     if _MODULE is None:
         return None
     if limit < 1:
