@@ -579,7 +579,9 @@ class LexerMaskComputer:
 
     def forget_masks(self) -> None:
         """Drop the whole-mask cache and the Python recursion's results (not what `save_state`
-        keeps): after sample code, its contexts' masks are memory that later files rarely reuse."""
+        keeps): after sample code, its contexts' masks are memory that later files rarely reuse.
+        The C recursion's results and the words kept by them (`_walked`) stay: later files'
+        contexts mostly lead to them (24 MB and 1,290 words after Python's samples, ad hoc)."""
         self._cache.clear()
         self._accepted.clear()
 
