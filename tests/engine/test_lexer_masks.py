@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import pickle
+import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +175,74 @@ def test_the_c_recursions_results_are_numbered_by_content() -> None:
         assert matcher.accept_token(token)
     assert len(set(numbers.values())) == len(numbers) and asked > 4 * len(numbers)
     assert walker.result_bytes >= sum(map(len, numbers))  # (and the inner results' flags)
+
+
+class CountedClears:
+    """A `native.ResidualWalker` that counts its clears (the C object's methods are read-only)."""
+
+    def __init__(self, walker: native.ResidualWalker) -> None:
+        self.walker = walker
+        self.clears = 0
+
+    @property
+    def result_bytes(self) -> int:
+        return self.walker.result_bytes
+
+    def result(self, pid: int, residuals: Residuals) -> int:
+        return self.walker.result(pid, residuals)
+
+    def flags(self, result: int) -> bytes:
+        return self.walker.flags(result)
+
+    def clear(self) -> None:
+        self.clears += 1
+        self.walker.clear()
+
+
+def test_masks_computed_by_four_threads_at_once_are_one_threads_masks() -> None:
+    """One computer shared by four threads that compute masks along real Python in different
+    orders, with the walker's results cleared whenever they pass 2 KB and the interpreter switching
+    threads every microsecond: every mask equals a computer's alone. (A result number held across
+    another thread's clear would name other flags.)"""
+    compiled = compiler("smollm2").compile(Grammar.builtin("python"))
+    core = compiled.core
+    assert isinstance(core, LexParserCore)
+    vocab = vocabulary("smollm2")
+    matcher = GrammarMatcher(compiled)
+    states = []
+    for token in encode("smollm2", SOURCES["python"]):
+        states.append(matcher._history[-1])
+        assert matcher.accept_token(token)
+    states = list(dict.fromkeys(states))
+    alone = LexerMaskComputer(core, vocab)
+    want = {state: alone.mask(state).copy() for state in states}
+    shared = LexerMaskComputer(core, vocab, capacity=8)
+    shared.result_bytes_limit = 2048
+    walker = shared._native_walker()
+    counted = CountedClears(walker) if walker is not None else None
+    if counted is not None:
+        shared._native_walker = lambda: counted  # type: ignore[method-assign,assignment,return-value]
+    orders = [states, states[::-1], states[1::2] + states[::2], states[::3] + states[1::3] + states[2::3]]
+    wrong: list[int | BaseException] = []
+
+    def run(order: list[int]) -> None:
+        try:
+            wrong.extend(state for state in order if not (shared.mask(state) == want[state]).all())
+        except BaseException as error:  # (a thread's exception would otherwise only be printed)
+            wrong.append(error)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=run, args=(order,)) for order in orders]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert not wrong, wrong[:3]
+    assert len(states) > 30 and (counted is None or counted.clears > 2)
 
 
 @pytest.mark.skipif(not native.available(), reason="compares the C recursion with the Python one")

@@ -24,7 +24,14 @@ from codemask.engine import native, parser
 from codemask.engine.automaton import RTN
 from codemask.engine.indentation import IndentingParser, SymbolParser
 from codemask.engine.lexer import LexerCore, LexParserCore
-from codemask.engine.lexer_masks import Residuals, UncertainTokens, _residuals_numpy, _walk_native, _walk_numpy
+from codemask.engine.lexer_masks import (
+    LexerMaskComputer,
+    Residuals,
+    UncertainTokens,
+    _residuals_numpy,
+    _walk_native,
+    _walk_numpy,
+)
 from codemask.engine.mask_cache import PositionClassifier, Uncertain, num_words, pack_ids, set_bits
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
@@ -654,7 +661,8 @@ def test_pack_rows_in_c_sets_the_bits_of_the_rows_tokens() -> None:
 
 def test_native_entry_points_refuse_what_they_cannot_use() -> None:
     """A lazy core where byte-level position masks need an expanded one, a walker that could keep
-    no result, a bitmask row of the wrong type: each a clear error."""
+    no result, a walker cleared in the middle of a walk (by the split it called, as another thread
+    could while the split runs), a bitmask row of the wrong type: each a clear error."""
     compiled = compiler("smollm2").compile(Grammar.builtin("python"))
     core = compiled.core
     assert isinstance(core, LexParserCore) and core.native_steps is not None
@@ -662,5 +670,22 @@ def test_native_entry_points_refuse_what_they_cannot_use() -> None:
         PositionClassifier(core.parser, token_trie(compiled.vocab), compiled.vocab_size)
     with pytest.raises(ValueError, match="limit must be at least 1"):
         native.residual_walker(steps=core.native_steps, split=lambda *args: None, limit=0)
+    computer = LexerMaskComputer(core, vocabulary("smollm2"))
+    matcher = GrammarMatcher(compiled)
+    assert matcher.accept_bytes(b"import os\nx = os")
+    pid, lid = core.configs(matcher._history[-1])[0]
+    groups = computer.position(lid).uncertain.items()
+    resumed, group = next((core.after(pid, cls), group) for cls, group in groups if core.after(pid, cls) >= 0)
+    walkers: list[native.ResidualWalker] = []
+
+    def clearing(residuals: Residuals, lid: int, loops: frozenset[int]) -> object:
+        walkers[0].clear()
+        return computer.residual_sets.split(residuals, lid, loops)
+
+    walker = native.residual_walker(steps=core.native_steps, split=clearing, limit=8)
+    assert walker is not None
+    walkers.append(walker)
+    with pytest.raises(RuntimeError, match="while a walk is in progress"):
+        walker.result(resumed, group.residuals)
     with pytest.raises(TypeError, match="uint32"):
         native.pack_rows(np.zeros(8, dtype=np.int64), np.zeros(4, dtype=np.int32), np.zeros(1), np.ones(1))

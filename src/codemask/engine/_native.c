@@ -2434,6 +2434,7 @@ typedef struct {
     U64Map combos;
     int32_t *combo_keys;
     Py_ssize_t combo_size, combo_cap;
+    int walking; /* calls of `result` in progress (a split may run other threads' Python code) */
     U64Map afters, lids, splits; /* (pid, end class) -> pid; pid -> lid; (set, lid) -> its first split in `infos` */
     U64Map info_of;              /* a split's address -> its SplitInfo in `infos` (which holds the split) */
     SplitInfo **infos;
@@ -2802,7 +2803,9 @@ static PyObject *rw_call(ResidualWalker *w, PyObject *args) {
     int32_t index = int_attr(set, w->s_index);
     if (index == FAILED) return NULL;
     if (index < 0) return PyErr_Format(PyExc_ValueError, "residual set without an index"), NULL;
+    w->walking++;
     int32_t result = rw_result(w, pid, set, index);
+    w->walking--;
     return result == FAILED ? NULL : PyLong_FromLong(result);
 }
 
@@ -2816,6 +2819,8 @@ static PyObject *rw_flags(ResidualWalker *w, PyObject *arg) {
 }
 
 static PyObject *rw_clear(ResidualWalker *w, PyObject *Py_UNUSED(ignored)) {
+    /* (from another thread while a walk waits in `split`: the walk's numbers would name other flags) */
+    if (w->walking) return PyErr_Format(PyExc_RuntimeError, "clear() while a walk is in progress"), NULL;
     PyObject *empty = PyList_New(0);
     if (!empty) return NULL;
     Py_SETREF(w->results, empty);

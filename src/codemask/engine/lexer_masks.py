@@ -27,6 +27,7 @@ residual byte of every new parser context (about 2,300 per new mask).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 from collections import OrderedDict
@@ -617,7 +618,8 @@ class LexerMaskComputer:
         """The uint32 bitmask row of a combined state (shared: do not modify it)."""
         words = self._cache.get(state)
         if words is not None:
-            self._cache.move_to_end(state)
+            with contextlib.suppress(KeyError):  # (another thread's mask may have dropped it since)
+                self._cache.move_to_end(state)
             return words
         words = self._compute(state)
         self._cache[state] = words
