@@ -2715,6 +2715,10 @@ static int rw_keep(ResidualWalker *w, uint64_t key, int32_t result) {
     return 0;
 }
 
+/* What a distinct result costs besides its flags, for `result_bytes`: the bytes object's header, its
+ * list slot, its dict entry and number (CPython 3.11 on 64 bits, roughly). */
+#define RESULT_OVERHEAD 112
+
 /* The number of the result whose flags are `flags` (a new bytes object, which it steals), or FAILED. */
 static int32_t rw_intern(ResidualWalker *w, PyObject *flags) {
     PyObject *found = PyDict_GetItemWithError(w->contents, flags); /* (borrowed: numbers we made) */
@@ -2728,7 +2732,7 @@ static int32_t rw_intern(ResidualWalker *w, PyObject *flags) {
     if (!key && !PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "too many results");
     if (key && !PyList_Append(w->results, flags) && !PyDict_SetItem(w->contents, flags, key)) {
         result = (int32_t)number;
-        w->result_bytes += PyBytes_GET_SIZE(flags);
+        w->result_bytes += PyBytes_GET_SIZE(flags) + RESULT_OVERHEAD;
     }
     Py_XDECREF(key);
     Py_DECREF(flags);
@@ -2770,6 +2774,7 @@ static int32_t rw_combined(ResidualWalker *w, SplitInfo *info, const int32_t *ch
     if (n) memcpy(key + 2, children, (size_t)n * sizeof(int32_t));
     if (u64_put(&w->combos, h, (int32_t)w->combo_size)) return FAILED;
     w->combo_size += n + 2;
+    w->result_bytes += (n + 2) * (Py_ssize_t)sizeof(int32_t) + (Py_ssize_t)sizeof(uint64_t) * 4; /* (and its map slots) */
     return result;
 }
 
@@ -2847,7 +2852,8 @@ static PyMethodDef rw_methods[] = {
 };
 
 static PyGetSetDef rw_getset[] = {
-    {"result_bytes", (getter)rw_get_result_bytes, NULL, "the size of the distinct results' flags, in bytes", NULL},
+    {"result_bytes", (getter)rw_get_result_bytes, NULL,
+     "what the distinct results and the remembered combinations take, in bytes (roughly)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

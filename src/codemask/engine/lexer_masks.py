@@ -510,6 +510,7 @@ class LexerMaskComputer:
         self._accepted: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._walker: native.ResidualWalker | None = None
         self._walk_lock = threading.Lock()
+        self._setup_lock = threading.Lock()
         # `_walked`'s words by lexer state and the numbers of its groups' results
         self._walked_words: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
         # residual sets from `load_state`, adopted when the sets are made (they need the trie)
@@ -524,12 +525,16 @@ class LexerMaskComputer:
 
     @property
     def residual_sets(self) -> ResidualSets:
+        """The residual sets, made once (under a lock: two threads' first masks would otherwise
+        make two, whose set indexes — the C recursion's keys — clash)."""
         if self._residual_sets is None:
-            sets = ResidualSets(self.core.lexer, self.trie)
-            if self._adopted is not None:
-                sets.adopt(*self._adopted)
-                self._adopted = None
-            self._residual_sets = sets
+            with self._setup_lock:
+                if self._residual_sets is None:
+                    sets = ResidualSets(self.core.lexer, self.trie)
+                    if self._adopted is not None:
+                        sets.adopt(*self._adopted)
+                        self._adopted = None
+                    self._residual_sets = sets
         return self._residual_sets
 
     def save_state(self) -> LexerMaskState:
@@ -626,9 +631,11 @@ class LexerMaskComputer:
                 self._cache.move_to_end(state)
             return words
         words = self._compute(state)
+        words.flags.writeable = False  # (shared by every matcher at this state)
         self._cache[state] = words
         if len(self._cache) > self._capacity:
-            self._cache.popitem(last=False)
+            with contextlib.suppress(KeyError):  # (emptied meanwhile by `forget_masks`)
+                self._cache.popitem(last=False)
         return words
 
     def _compute(self, state: int) -> np.ndarray:
@@ -657,8 +664,8 @@ class LexerMaskComputer:
         58,000 tokens that start with a space (cache misses across a 232 KB token list)."""
         with self._walk_lock:  # (numbers are valid until the walker is cleared, here only)
             if walker.result_bytes > self.result_bytes_limit:
+                self._walked_words.clear()  # (first: words kept by numbers the clear frees)
                 walker.clear()
-                self._walked_words.clear()
             after = self.core.after
             results = [lid]
             for end_class, unc in pos.uncertain.items():
@@ -674,6 +681,7 @@ class LexerMaskComputer:
                 if result != DEAD:
                     native.set_bits_where(words, unc.by_residual, unc.offsets, walker.flags(result),
                                           unc.group_bits(self.vocab_size))
+            words.flags.writeable = False  # (shared by every state whose groups come to these results)
             self._walked_words[key] = words
             if len(self._walked_words) > self._capacity:
                 self._walked_words.popitem(last=False)
@@ -696,9 +704,11 @@ class LexerMaskComputer:
         if not native.enabled() or steps is None:
             return None
         if self._walker is None:
-            self._walker = native.residual_walker(steps=steps, split=self.residual_sets.split,
-                                                  limit=8 * self._capacity)
-            assert self._walker is not None
+            split = self.residual_sets.split
+            with self._setup_lock:  # (one walker: `_walked_words` is keyed by its numbers)
+                if self._walker is None:
+                    self._walker = native.residual_walker(steps=steps, split=split, limit=8 * self._capacity)
+        assert self._walker is not None
         return self._walker
 
     def _split_in_place(self, pid: int, residuals: Residuals) -> tuple[ResidualSplit, list[int]]:
