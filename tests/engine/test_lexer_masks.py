@@ -6,11 +6,13 @@ against the bytes themselves."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import pickle
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +182,37 @@ def test_the_c_recursions_results_are_numbered_by_content() -> None:
     assert walker.result_bytes >= sum(map(len, numbers))  # (and the inner results' flags)
 
 
+def run_together(jobs: list[Callable[[], None]]) -> list[BaseException]:
+    """Run each job in a thread of its own, all released at once, with the interpreter switching
+    threads every microsecond (so that races show); the exceptions they raised (a thread's would
+    otherwise only be printed)."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(jobs))
+
+    def run(job: Callable[[], None]) -> None:
+        try:
+            start.wait()
+            job()
+        except BaseException as error:
+            errors.append(error)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    return errors
+
+
+def first_use(computer: LexerMaskComputer, made: list[tuple[object, object]]) -> None:
+    made.append((computer._native_walker(), computer.residual_sets))
+
+
 def test_threads_making_their_first_masks_together_share_one_walker_and_one_set_of_residuals() -> None:
     """The walker numbers its results, and `_walked` keys words by those numbers: two walkers
     made by two threads' first masks would each number from 0, and one's words would be found
@@ -190,24 +223,8 @@ def test_threads_making_their_first_masks_together_share_one_walker_and_one_set_
     vocab = vocabulary("smollm2")
     for _round in range(5):
         computer = LexerMaskComputer(core, vocab)
-        start = threading.Barrier(8)
         made: list[tuple[object, object]] = []
-
-        def first_use(computer: LexerMaskComputer = computer, start: threading.Barrier = start,
-                      made: list[tuple[object, object]] = made) -> None:
-            start.wait()
-            made.append((computer._native_walker(), computer.residual_sets))
-
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(1e-6)
-        try:
-            threads = [threading.Thread(target=first_use) for _ in range(8)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        finally:
-            sys.setswitchinterval(switch)
+        assert run_together([functools.partial(first_use, computer, made)] * 8) == []
         assert len(made) == 8 and len({id(walker) for walker, _sets in made}) == 1
         assert len({id(sets) for _walker, sets in made}) == 1
 
@@ -258,25 +275,13 @@ def test_masks_computed_by_four_threads_at_once_are_one_threads_masks() -> None:
     if counted is not None:
         shared._native_walker = lambda: counted  # type: ignore[method-assign,assignment,return-value]
     orders = [states, states[::-1], states[1::2] + states[::2], states[::3] + states[1::3] + states[2::3]]
-    wrong: list[int | BaseException] = []
+    wrong: list[int] = []
 
-    def run(order: list[int]) -> None:
-        try:
-            wrong.extend(state for state in order if not (shared.mask(state) == want[state]).all())
-        except BaseException as error:  # (a thread's exception would otherwise only be printed)
-            wrong.append(error)
+    def check(order: list[int]) -> None:
+        wrong.extend(state for state in order if not (shared.mask(state) == want[state]).all())
 
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=run, args=(order,)) for order in orders]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(switch)
-    assert not wrong, wrong[:3]
+    errors = run_together([functools.partial(check, order) for order in orders])
+    assert not errors and not wrong, (errors[:3], wrong[:3])
     assert len(states) > 30 and (counted is None or counted.clears > 2)
 
 
