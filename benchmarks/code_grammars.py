@@ -225,12 +225,13 @@ SOURCES = {"python": python_sources, "go": go_sources, "sql": sql_sources, "c": 
 
 
 def load_docs(language: str, n: int, max_tokens: int, tokenizer: Any, seed: int) -> list[Doc]:
-    files = SOURCES[language](n, random.Random(seed))
-    docs = []
-    for name, text in files:
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        docs.append(Doc(name, ids[:max_tokens], len(ids) > max_tokens))
-    return docs
+    return [cut_doc(name, text, tokenizer, max_tokens) for name, text in SOURCES[language](n, random.Random(seed))]
+
+
+def cut_doc(name: str, text: str, tokenizer: Any, max_tokens: int) -> Doc:
+    """A file tokenized and cut to ``max_tokens``."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return Doc(name, ids[:max_tokens], len(ids) > max_tokens)
 
 
 # -- engines ---------------------------------------------------------------------------------------

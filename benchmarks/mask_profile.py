@@ -57,7 +57,7 @@ for _name, _value in {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "RAY
 
 import numpy as np  # noqa: E402
 
-from code_grammars import load_docs  # noqa: E402
+from code_grammars import cut_doc, load_docs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -128,12 +128,13 @@ def instrumented(timers: Timers) -> Iterator[None]:
 
 
 def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: int = 0,
-            state_dir: Path | None = None, precompute: bool = False) -> dict[str, Any]:
-    """Time every step of the benchmark's files, after ``warm_files`` others (untimed) went through
-    the same compiled grammar; with ``state_dir``, compile over that disk cache instead (a mask
-    state saved there by `save_state` comes with the grammar) and warm nothing; with
-    ``precompute``, compile with ``precompute=True`` (the grammar's sample code run at compile
-    time, inside the compile time reported)."""
+            state_dir: Path | None = None, precompute: bool = False, paths: list[Path] | None = None) -> dict[str, Any]:
+    """Time every step of the benchmark's files (or of ``paths``, other real files of the language,
+    each cut to ``max_tokens``), after ``warm_files`` others (untimed) went through the same
+    compiled grammar; with ``state_dir``, compile over that disk cache instead (a mask state saved
+    there by `save_state` comes with the grammar) and warm nothing; with ``precompute``, compile
+    with ``precompute=True`` (the grammar's sample code run at compile time, inside the compile
+    time reported)."""
     import torch
 
     import codemask
@@ -142,6 +143,8 @@ def profile(language: str, files: int, max_tokens: int, seed: int, warm_files: i
     tokenizer = load_tokenizer("llama3")
     docs = load_docs(language, files + warm_files, max_tokens, tokenizer, seed)
     docs, warm = docs[:files], docs[files:]  # the first ``files`` are the benchmark's whatever ``warm_files``
+    if paths:
+        docs = [cut_doc(str(path), path.read_text(encoding="utf-8"), tokenizer, max_tokens) for path in paths]
     vocab = codemask.Vocabulary.from_tokenizer(tokenizer, vocab_size=len(tokenizer),
                                                stop_token_ids=[tokenizer.eos_token_id])
     start = time.perf_counter()
@@ -308,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--paths", type=Path, nargs="+",
+                        help="time these files of the language instead of the benchmark's (held-out real files)")
     warming = parser.add_mutually_exclusive_group()
     warming.add_argument("--warm-files", type=int, default=0,
                          help="run this many other files of the language through the grammar first, untimed")
@@ -324,8 +329,11 @@ def main(argv: list[str] | None = None) -> int:
             save_state(args.language, args.files, args.max_tokens, args.seed, args.saved_state, Path(folder))
             child = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--state-dir", folder]
             return subprocess.run(child, check=False).returncode
+    missing = [str(path) for path in args.paths or [] if not path.is_file()]
+    if missing:
+        parser.error(f"--paths: no such file: {', '.join(missing)}")
     run = profile(args.language, args.files, args.max_tokens, args.seed, args.warm_files or args.saved_state,
-                  args.state_dir, args.precompute)
+                  args.state_dir, args.precompute, args.paths)
     run["saved_state"] = args.state_dir is not None
     run["precompute"] = args.precompute
     summary = summarise(run, args.top)
@@ -336,9 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     suffix = f"_state{args.saved_state}" if args.saved_state else f"_warm{args.warm_files}" if args.warm_files else ""
     suffix += "_precompute" if args.precompute else ""
+    suffix += "_paths" if args.paths else ""
     stem = RESULTS / f"mask_profile_{args.language}{suffix}"
     stem.with_suffix(".md").write_text(text, encoding="utf-8")
     shown_args = {name: value for name, value in vars(args).items() if name != "state_dir"}
+    shown_args["paths"] = [str(path) for path in args.paths or []]
     stem.with_suffix(".json").write_text(json.dumps({"args": shown_args, "summary": summary}, indent=1) + "\n",
                                          encoding="utf-8")
     plot(summary, args.language, stem.with_suffix(".png"))

@@ -23,7 +23,8 @@ other builtin code grammars (Go, SQL, C, Java, JavaScript) have a tour alone: on
 files (``benchmarks/code_grammars.py --languages L --engines codemask``) their p99 went from
 6.3-8.2 ms to 1.0-1.9 ms, for compiles of 1.4-5.2 s instead of 0.1-1.6 s (the SQL, C, Java and
 JavaScript tours' later parts were written after seeing which contexts those files missed; on four
-held-out JavaScript files p99 went 0.95-1.06 -> 0.76-0.78 ms with them, docs/code-grammars.md).
+held-out JavaScript files p99 went 0.95-1.06 -> 0.76-0.78 ms with them, docs/code-grammars.md;
+``benchmarks/mask_profile.py --paths`` times such files).
 """
 
 from __future__ import annotations
