@@ -111,7 +111,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=600)
     args = parser.parse_args()
-    results = run(args.languages.split(","), args.seeds, args.files, args.max_tokens)
+    languages = args.languages.split(",")
+    unknown = sorted(set(languages) - set(LANGUAGES))
+    if unknown:
+        parser.error(f"--languages: SynCode 0.4.16 ships no grammar for {', '.join(unknown)} "
+                     f"(it has {', '.join(LANGUAGES)})")
+    results = run(languages, args.seeds, args.files, args.max_tokens)
     command = "benchmarks/.venv/bin/python benchmarks/syncode_parser.py " + " ".join(sys.argv[1:])
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "syncode_parser.json").write_text(json.dumps({"command": command, "results": results}, indent=1))
