@@ -157,14 +157,16 @@ def constrained_generate(
     picks a stop token (``finish_reason`` ``"grammar_end"`` under a grammar, which allows it only
     where the grammar may end; ``"stop"`` without one), when a ``stop`` string appears (``"stop"``,
     the text cut before it) or after ``max_new_tokens`` (``"length"``). ``temperature=0`` is greedy;
-    ``seed`` makes sampling reproducible. ``jump_forward`` appends text the grammar forces without a
-    forward pass per token. ``repetition=RPG()`` decays the tokens that would start another copy of
-    a repeated span of statements or tokens (applied after the grammar mask, on probabilities).
+    ``seed`` makes sampling reproducible (each position's draw is made from the seed, the row and the
+    position, so speculative verification writes the same tokens). ``jump_forward`` appends text
+    the grammar forces without a forward pass per token. ``repetition=RPG()`` decays the tokens that
+    would start another copy of a repeated span of statements or tokens (applied after the grammar
+    mask, on probabilities).
     ``uncertainty=AdaDec()`` pauses where the next-token entropy reaches the model's threshold and
     reranks the top candidates by a short lookahead that the grammar and RPG constrain too.
     ``speculative="auto"`` (or a :class:`~codemask.speculative.Drafter`) drafts tokens from the grammar
-    and the context and verifies them in one forward pass: greedy output is token for token the
-    same, sampling draws from the same distribution, with fewer forward passes (with ``uncertainty=``
+    and the context and verifies them in one forward pass: the output is token for token the same,
+    greedy or sampled with the same seed, with fewer forward passes (with ``uncertainty=``
     too: AdaDec pauses at the first verified position whose entropy reaches τ).
     ``monitors=codemask.monitors.for_workspace(workspace, file)`` masks names a language server says
     do not exist (members, keyword arguments, imports), ANDed with the grammar; the prompt is taken
@@ -189,7 +191,6 @@ def constrained_generate(
     encoded = _encode_prompts(tokenizer, prompts)
     rows = [_Row(ids, m, GenerationStats(prompt_tokens=len(ids))) for ids, m in zip(encoded, matchers, strict=True)]
     device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     stage = GrammarStage(matchers, vocab.vocab_size)
     stages: list[Stage] = [stage]
     drafter = resolve_drafter(speculative)
@@ -203,7 +204,8 @@ def constrained_generate(
     if repetition is not None:  # after the grammar mask: the decay acts on the allowed tokens' probabilities
         end_ids = ordered_stop_token_ids(vocab.stop_token_ids, model, getattr(tokenizer, "eos_token_id", None))
         stages.append(RepetitionStage(repetition, vocab.token_bytes, end_ids, encoded))
-    selector: Selector = SamplingSelector(SamplingParams(temperature, top_k, top_p), generator)
+    sampler = SamplingSelector(SamplingParams(temperature, top_k, top_p), seed, lambda s: len(rows[s].token_ids))
+    selector: Selector = sampler
     adadec = None if uncertainty is None else AdaDecSelector.for_generation(uncertainty, model, selector, stages,
                                                                             vocab, len(rows))
     pipeline = Pipeline(stages, adadec or selector)
@@ -214,7 +216,7 @@ def constrained_generate(
         if drafter is None:
             loop.run(max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
         else:
-            SpeculativeRunner(loop, drafter, SamplingParams(temperature, top_k, top_p), generator, adadec).run(
+            SpeculativeRunner(loop, drafter, sampler, adadec).run(
                 max_new_tokens, [s.encode("utf-8") for s in stops], jump_forward, on_token)
     finally:
         pipeline.close()

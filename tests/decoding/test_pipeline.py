@@ -57,13 +57,39 @@ def test_no_check_when_the_choice_is_out_of_scope() -> None:
     assert stage.asked == 0
 
 
+class Written:
+    """``positions`` for a sampling selector: every sequence has written ``count`` tokens."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, sequence: int) -> int:
+        return self.count
+
+
+def _sampled(stages: list[Stage], rows: int, steps: int) -> list[int]:
+    written = Written()
+    pipeline = Pipeline(stages, SamplingSelector(SamplingParams(temperature=1.0), seed=11, positions=written))
+    draws = []
+    for step in range(steps):
+        written.count = step
+        draws += _process(pipeline, rows)
+    return draws
+
+
+class FullMask(Stage):
+    """``DeferredForbid``'s mask applied up front."""
+
+    def apply(self, logits: torch.Tensor, layout: StepLayout) -> None:
+        logits[:, sorted(FORBIDDEN)] = float("-inf")
+
+
 def test_sampling_keeps_the_masked_distribution() -> None:
-    """Accept a draw the full mask allows, else draw again under it: the frequencies are the softmax
-    over the allowed tokens (4 standard errors), and tokens outside the scope are never asked about."""
+    """Accept a draw the full mask allows, else race the same noise again under it: the frequencies
+    are the softmax over the allowed tokens (4 standard errors), and tokens outside the scope are
+    never asked about."""
     stage = DeferredForbid()
-    generator = torch.Generator().manual_seed(11)
-    pipeline = Pipeline([stage], SamplingSelector(SamplingParams(temperature=1.0), generator))
-    draws = [t for _ in range(10) for t in _process(pipeline, 4000)]
+    draws = _sampled([stage], 4000, 10)
     allowed = [i for i in range(len(LOGITS)) if i not in FORBIDDEN]
     total = sum(math.exp(LOGITS[i]) for i in allowed)
     n = len(draws)
@@ -73,6 +99,14 @@ def test_sampling_keeps_the_masked_distribution() -> None:
         assert abs(seen - expected) <= 4 * math.sqrt(max(expected * (1 - expected), 1e-12) / n), (token, seen, expected)
     in_scope = sum(math.exp(LOGITS[i]) for i in SCOPE) / sum(math.exp(x) for x in LOGITS)
     assert abs(stage.asked / n - in_scope) < 0.02  # asked only where the first draw fell in scope
+
+
+def test_a_deferred_mask_samples_the_tokens_the_full_mask_would() -> None:
+    """Token for token, not only in distribution: the same seed and positions with the mask applied
+    up front choose what the deferred check and the choice made again choose."""
+    deferred = DeferredForbid()
+    assert _sampled([deferred], 500, 4) == _sampled([FullMask()], 500, 4)
+    assert deferred.asked > 0
 
 
 def test_subset_layout_keeps_sequences_offsets_and_drafts() -> None:

@@ -1,7 +1,7 @@
 """Speculative verification with the packaged SmolLM2: token-for-token the output of plain decoding.
 
-Greedy outputs are compared with the same call without ``speculative=`` across grammars (none,
-JSON, a JSON Schema, a Python function), prompts (code edits that copy their context, free
+Greedy and seeded sampled outputs are compared with the same call without ``speculative=`` across
+grammars (none, JSON, a JSON Schema, a Python function), prompts (code edits that copy their context, free
 requests) and batch sizes 1 and 3; copying prompts must take strictly fewer forward passes.
 """
 
@@ -123,15 +123,42 @@ def test_drafters_one_by_one_and_a_draft_model(smollm2: tuple[Any, Any]) -> None
     assert fast.stats.accepted_tokens > 0  # the target model drafting for itself is always right
 
 
-def test_sampling_stays_valid_and_reproducible(smollm2: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize(("request_text", "grammar"), [(PERSON, SCHEMA), (COPY, "python_function")])
+def test_seeded_sampling_is_token_for_token_plain_sampling(smollm2: tuple[Any, Any], request_text: str,
+                                                          grammar: Any) -> None:
+    """Each position races its own keyed noise, so a seed gives the plain run's tokens whatever the
+    drafts: "auto" (whose lengths follow measured pass times, so differ from run to run), run twice,
+    and drafters of other lengths, the target model drafting its own greedy path among them."""
     model, tokenizer = smollm2
-    prompt = chat(tokenizer, PERSON)
-    results = [constrained_generate(model, tokenizer, prompt, grammar=SCHEMA, max_new_tokens=40, temperature=0.8,
-                                    seed=1, speculative="auto") for _ in range(2)]
-    for r in results:
-        if r.finish_reason == "grammar_end":
-            assert set(json.loads(r.text)) == {"name", "age", "languages"}
-    assert results[0].token_ids == results[1].token_ids
+    prompt = chat(tokenizer, request_text)
+    sampled = {"grammar": grammar, "max_new_tokens": 40, "temperature": 0.8, "seed": 1}
+    plain = constrained_generate(model, tokenizer, prompt, **sampled)
+    drafters: list[Any] = ["auto", "auto", PromptLookupDrafter(), ModelDrafter(model, max_tokens=3)]
+    runs = [constrained_generate(model, tokenizer, prompt, speculative=d, **sampled) for d in drafters]
+    for drafter, fast in zip(drafters, runs, strict=True):
+        assert fast.token_ids == plain.token_ids, drafter
+        assert fast.finish_reason == plain.finish_reason
+    assert sum(r.stats.accepted_tokens for r in runs) > 0
+    assert any(r.stats.accepted_tokens < r.stats.drafted_tokens for r in runs)  # drafts lost races too
+    if grammar == SCHEMA:  # a free answer (a copy is near certain): the seed decides the draws
+        if plain.finish_reason == "grammar_end":
+            assert set(json.loads(plain.text)) == {"name", "age", "languages"}
+        other = constrained_generate(model, tokenizer, prompt, **{**sampled, "seed": 2})
+        assert other.token_ids != plain.token_ids
+
+
+def test_seeded_sampling_in_a_batch_with_adadec(smollm2: tuple[Any, Any]) -> None:
+    """A batch of three rows, each its own grammar, and AdaDec pausing a single sequence: sampled
+    with a seed, speculation writes what plain decoding writes."""
+    model, tokenizer = smollm2
+    prompts = [chat(tokenizer, COPY), chat(tokenizer, "Give me a JSON list of three fruits."), chat(tokenizer, EDIT)]
+    plain, fast = both(model, tokenizer, prompts, ["python_function", "json", None], 32, temperature=0.7, seed=5)
+    for p, f in zip(plain, fast, strict=True):
+        assert f.token_ids == p.token_ids
+    plain, fast = both(model, tokenizer, chat(tokenizer, EDIT), None, 32, temperature=0.7, seed=5,
+                       uncertainty=AdaDec(threshold=0.6, lookahead=2))
+    assert plain.stats.pauses > 0
+    assert fast.token_ids == plain.token_ids and fast.stats.pauses == plain.stats.pauses
 
 
 @pytest.mark.parametrize(("request_text", "grammar"), [(COPY, None), (EDIT, "python_function"), (PERSON, SCHEMA)])

@@ -156,8 +156,9 @@ class Pipeline:
 
         Rows a stage's deferred check forbids (:meth:`Stage.recheck`) are selected again from their
         now masked logits. Accepting a choice the full mask allows and otherwise choosing again under
-        it is exact: greedy gets the masked argmax, and sampling draws ``y`` with probability
-        ``p(y) + p(forbidden) * p(y) / p(allowed) = p(y) / p(allowed)``.
+        it gives the token the full mask up front would have given: greedy gets the masked argmax,
+        and sampling races the same position's noise again (:mod:`codemask.decoding.sampling`), whose
+        winner among the allowed tokens is the whole race's winner whenever that one is allowed.
         """
         if logits.shape[0] != layout.num_rows:
             raise ValueError(f"logits have {logits.shape[0]} rows, the layout {layout.num_rows}")

@@ -3,15 +3,35 @@
 All of it runs on the logits' device over whole rows at once. Tokens a grammar forbids hold
 ``-inf`` and so get probability zero under every setting here; top-k and top-p are applied after
 masking, so they choose among allowed tokens only (the order XGrammar and vLLM use).
+
+Sampling is an exponential race with noise keyed by position: the token a sequence samples at its
+``t``-th output position is ``argmax_i p_i / E_i``, where ``E`` is a vector of Exp(1) draws made
+from the seed, the sequence's index and ``t`` alone (:class:`PositionNoise`). The race picks ``i``
+with probability ``p_i`` (the minimum of independent exponentials with rates ``p_i`` is the
+``i``-th with probability ``p_i``). Why keyed rather than drawn in turn from one generator:
+
+- **Speculative sampling is plain sampling, token for token.** A verification pass scores a
+  draft of adaptive length (chosen from measured pass times, so it varies from run to run); draws
+  taken in turn would be consumed differently on every run, and a seed reproduced nothing. With
+  keyed noise, a drafted token is confirmed exactly when it wins its position's race — with
+  probability ``p(x)``, as in speculative sampling against a one-hot draft — and every token
+  written is the one plain sampling writes with the same seed.
+- **A mask completed late changes nothing.** The race restricted to the allowed tokens is won by
+  the winner of the whole race whenever that one is allowed, so a stage that defers part of its
+  mask (:meth:`~codemask.decoding.pipeline.Stage.recheck`) and has the pipeline choose again
+  with the same noise picks the token the full mask up front would have given.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from codemask.decoding.pipeline import Selector, StepLayout
+
+_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -35,18 +55,8 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-def select_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
-    """One token id per row of ``[rows, vocab]`` logits (a long tensor on the logits' device)."""
-    if params.greedy:
-        return logits.argmax(dim=-1)
-    return torch.multinomial(sampling_probabilities(logits, params), 1, generator=generator).squeeze(-1)
-
-
 def sampling_probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The distribution ``select_tokens`` samples from (temperature, then top-k, then top-p), per row.
-
-    Public because speculative sampling needs the probabilities themselves, not one draw.
-    """
+    """The distribution sampling draws from (temperature, then top-k, then top-p), per row."""
     if params.greedy:
         raise ValueError("greedy decoding has no sampling distribution (temperature is 0)")
     scaled = logits.float() / params.temperature
@@ -72,12 +82,72 @@ def _keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, ordered)
 
 
-class SamplingSelector(Selector):
-    """The plain :class:`~codemask.decoding.pipeline.Selector`: greedy or sampled, per ``SamplingParams``."""
+def exponential_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Per row, the token ``argmax_i probs_i / noise_i``: a draw from ``probs`` when ``noise`` is Exp(1).
 
-    def __init__(self, params: SamplingParams, generator: torch.Generator | None = None) -> None:
+    Tokens of probability zero never win (their ratio is 0, a token with any probability has a
+    positive one), and ``noise`` is positive, so no ratio is NaN.
+    """
+    return (probs / noise).argmax(dim=-1)
+
+
+class PositionNoise:
+    """Exp(1) noise over the vocabulary for each (sequence, output position), made from a seed.
+
+    Each row's noise comes from a generator on the logits' device seeded with a hash of
+    ``(seed, sequence, position)``, so asking again for a position gives the same noise, whatever
+    was asked in between. Without a seed, one is drawn from torch's global generator (so
+    ``torch.manual_seed`` still makes a run reproducible).
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = int(torch.randint(0, 1 << 62, ())) if seed is None else int(seed)
+        self._generators: dict[torch.device, torch.Generator] = {}
+        self._tiny = torch.finfo(torch.float32).tiny
+
+    def draw(self, keys: Sequence[tuple[int, int]], vocab_size: int, device: torch.device) -> torch.Tensor:
+        """``[len(keys), vocab_size]`` float32 Exp(1) draws, row ``r`` for ``keys[r] = (sequence, position)``."""
+        generator = self._generators.get(device)
+        if generator is None:
+            generator = self._generators[device] = torch.Generator(device=device)
+        uniform = torch.empty((len(keys), vocab_size), dtype=torch.float32, device=device)
+        for row, (sequence, position) in enumerate(keys):
+            generator.manual_seed(_mix(self.seed, sequence, position))
+            uniform[row].uniform_(generator=generator)
+        # -log(1 - U) for U in [0, 1) is Exp(1); the clamp keeps the one value 0 (U == 0) positive
+        return torch.log1p(uniform.neg_()).neg_().clamp_(min=self._tiny)
+
+
+def _mix(*parts: int) -> int:
+    """A 64-bit hash of ``parts`` (splitmix64's finaliser, chained): nearby keys, unrelated seeds."""
+    state = 0x9E3779B97F4A7C15
+    for part in parts:
+        state = (state ^ (part & _MASK64)) + 0x9E3779B97F4A7C15 & _MASK64
+        state = (state ^ (state >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+        state = (state ^ (state >> 27)) * 0x94D049BB133111EB & _MASK64
+        state ^= state >> 31
+    return state
+
+
+class SamplingSelector(Selector):
+    """The plain :class:`~codemask.decoding.pipeline.Selector`: greedy, or sampled per ``SamplingParams``.
+
+    Sampling needs ``positions(sequence)``: how many tokens the sequence has written, so that a
+    logits row (at its layout offset past that) is raced with its own position's noise.
+    """
+
+    def __init__(self, params: SamplingParams, seed: int | None = None,
+                 positions: Callable[[int], int] | None = None) -> None:
+        if not params.greedy and positions is None:
+            raise ValueError("sampling needs positions(sequence): the number of tokens each sequence has written")
         self.params = params
-        self.generator = generator
+        self.noise = None if params.greedy else PositionNoise(seed)
+        self.positions = positions
 
     def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
-        return select_tokens(logits, self.params, self.generator)
+        if self.noise is None:
+            return logits.argmax(dim=-1)
+        assert self.positions is not None
+        probs = sampling_probabilities(logits, self.params)
+        keys = [(s, self.positions(s) + o) for s, o in zip(layout.sequences, layout.offsets, strict=True)]
+        return exponential_race(probs, self.noise.draw(keys, probs.shape[-1], probs.device))

@@ -18,7 +18,7 @@ from codemask.speculative.drafters import (
     auto_drafter,
 )
 from codemask.speculative.loop import SpeculativeRunner, resolve_drafter
-from codemask.speculative.verify import DraftLength, accept_or_resample
+from codemask.speculative.verify import DraftLength
 
 __all__ = [
     "ChainDrafter",
@@ -32,7 +32,6 @@ __all__ = [
     "SpeculativeRunner",
     "SuffixAutomaton",
     "SuffixDrafter",
-    "accept_or_resample",
     "auto_drafter",
     "resolve_drafter",
 ]

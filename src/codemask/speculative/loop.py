@@ -14,11 +14,11 @@ logic) with a different step:
    its state after ``j`` drafts — so the grammar stage fills K+1 masks by walking a fork of the
    matcher along the draft, and RPG analyses a fork that took the drafts.
 3. **Confirm.** Walking the positions in order, the token plain decoding would pick at each one
-   (greedy: the argmax; sampling: speculative sampling against the drafted token, see
-   :mod:`codemask.speculative.verify`) is committed through the loop's own ``_advance`` (forced
-   continuation, stop strings, length, callbacks); the walk continues while what was committed is
-   what the draft holds. Greedy output is therefore token for token the output of plain decoding,
-   and sampled output has the same distribution.
+   (the loop's own selector over the verification layout: greedy takes the argmax, sampling races
+   each position's own noise, see :mod:`codemask.speculative.verify`) is committed through the
+   loop's own ``advance`` (forced continuation, stop strings, length, callbacks); the walk
+   continues while what was committed is what the draft holds. Output, greedy or sampled with a
+   seed, is therefore token for token the output of plain decoding.
 4. **Roll back.** The matcher and stages only ever saw committed tokens (the masks came from
    forks). In the KV cache, a row's rejected draft positions become holes hidden by the attention
    mask — the loop already tolerates masked holes and takes position ids from the mask — so rows of
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from codemask.decoding.pipeline import StepLayout
-from codemask.decoding.sampling import SamplingParams, sampling_probabilities
+from codemask.decoding.sampling import SamplingSelector
 from codemask.engine.matcher import GrammarMatcher
 from codemask.speculative.drafters import DraftEnv, Drafter, DraftState, auto_drafter
-from codemask.speculative.verify import DraftLength, PassCost, accept_or_resample
+from codemask.speculative.verify import DraftLength, PassCost
 
 if TYPE_CHECKING:
     from codemask.adadec import AdaDecSelector
@@ -69,11 +69,10 @@ class SpeculativeRunner:
     (its rollouts fork that cache) — AdaDec's output, with the forward passes of speculation.
     """
 
-    def __init__(self, loop: Any, drafter: Drafter, params: SamplingParams,
-                 generator: torch.Generator | None, uncertainty: AdaDecSelector | None = None) -> None:
+    def __init__(self, loop: Any, drafter: Drafter, selector: SamplingSelector,
+                 uncertainty: AdaDecSelector | None = None) -> None:
         self.loop = loop
-        self.params = params
-        self.generator = generator
+        self.selector = selector
         self.uncertainty = uncertainty
         vocab = loop.vocab
         self.stop_ids = frozenset(int(t) for t in vocab.stop_token_ids)
@@ -101,12 +100,12 @@ class SpeculativeRunner:
             rows, passes = self._verify(feeds, drafts, active)
             for stage in loop.pipeline.stages:
                 stage.apply(rows, layout)
-            decide = self._decider(rows)
+            chosen = self.selector.select(rows, layout).tolist()  # the one host sync of a step
             paused = set() if self.uncertainty is None else set(self.uncertainty.paused_rows(rows).tolist())
             first = 0
             for i in active:
                 loop.rows[i].stats.forward_passes += passes
-                feeds[i] = self._confirm(i, drafts[i], first, decide, _Pauses(rows, paused),
+                feeds[i] = self._confirm(i, drafts[i], first, chosen, _Pauses(rows, paused),
                                          (max_new_tokens, stops, jump_forward, on_token))
                 first += len(drafts[i]) + 1
                 if loop.rows[i].finish_reason is not None:
@@ -186,20 +185,13 @@ class SpeculativeRunner:
             self.cost.record(max(len(c) for c in chunk), time.perf_counter() - timed)
         return torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active]), 1
 
-    def _decider(self, rows: torch.Tensor) -> Any:
-        """``decide(row, drafted_token_or_None) -> token``: the token plain decoding picks at a row."""
-        if self.params.greedy:
-            chosen = rows.argmax(dim=-1).tolist()  # the one host sync of a greedy step
-            return lambda r, _drafted: int(chosen[r])
-        probs = sampling_probabilities(rows, self.params)
-        return lambda r, drafted: accept_or_resample(probs[r], drafted, self.generator)[0]
-
-    def _confirm(self, index: int, draft: list[int], first: int, decide: Any, pauses: _Pauses,
+    def _confirm(self, index: int, draft: list[int], first: int, chosen: list[int], pauses: _Pauses,
                  advance_args: tuple[Any, ...]) -> list[int]:
         """Commit what the verification pass confirms for row ``index``; returns its next feed.
 
-        ``first`` is the row's first logits row (its state before the draft). At each position the
-        picked token goes through the loop's ``advance`` (which may append a forced continuation);
+        ``first`` is the row's first logits row (its state before the draft); ``chosen`` the token
+        plain decoding picks at each logits row. At each position the picked token goes through
+        the loop's ``advance`` (which may append a forced continuation);
         the walk continues while the committed tokens are the draft's next tokens, and ends after
         an AdaDec pause (`_pause`).
         """
@@ -214,8 +206,7 @@ class SpeculativeRunner:
                                       *advance_args)
                 handed = loop.take_over(index, tokens)
                 break
-            token = decide(first + j, draft[j] if j < len(draft) else None)
-            tokens = loop.advance(index, token, *advance_args)
+            tokens = loop.advance(index, int(chosen[first + j]), *advance_args)
             if row.finish_reason is not None or draft[j: j + len(tokens)] != tokens:
                 break
             j += len(tokens)

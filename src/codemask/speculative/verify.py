@@ -4,11 +4,13 @@ Greedy: a drafted token is confirmed when it is the argmax of the processed (mas
 logits at its position — the token plain greedy decoding would have picked there.
 
 Sampling: the drafters here are deterministic, so the draft distribution q is one-hot on the
-drafted token x. Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) then accepts x with
-probability min(1, p(x)/q(x)) = p(x), and on rejection samples from the residual max(p - q, 0),
-which is p with x removed, renormalised. Every emitted token is distributed exactly as p — the
-processed target distribution (grammar mask, RPG, temperature, top-k, top-p) — because
-P(y) = p(x)·[y = x] + (1 - p(x)) · p(y)/(1 - p(x)) · [y ≠ x] = p(y).
+drafted token x. Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) accepts x with
+probability min(1, p(x)/q(x)) = p(x) and otherwise samples from p with x removed. Coupling does
+the same with the target's own draw: at each position the token is the winner of an exponential
+race over p with that position's keyed noise (:mod:`codemask.decoding.sampling`), and x is
+confirmed when it wins — with probability p(x), the same acceptance rate — while every emitted
+token is the one plain sampling emits with the same seed, so its distribution is p (the processed
+target: grammar mask, RPG, temperature, top-k, top-p) without a residual to draw from.
 """
 
 from __future__ import annotations
@@ -17,30 +19,6 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
-
-
-def accept_or_resample(probs: torch.Tensor, draft: int | None, generator: torch.Generator | None,
-                       uniform: float | None = None) -> tuple[int, bool]:
-    """One position of speculative sampling: ``(token, whether the drafted token was kept)``.
-
-    ``probs`` is the target's distribution at this position (1-D, sums to 1); ``draft`` the token a
-    deterministic drafter proposed (None: nothing drafted, sample from ``probs``). ``uniform`` is the
-    acceptance draw if the caller drew it already (one host sync for a whole draft).
-    """
-    if draft is None:
-        return int(torch.multinomial(probs, 1, generator=generator)), False
-    p = float(probs[draft])
-    if uniform is None:
-        uniform = float(torch.rand((), generator=generator, device=probs.device))
-    if uniform < p:
-        return draft, True
-    residual = probs.clone()
-    residual[draft] = 0.0
-    if float(residual.sum()) <= 0.0:  # p(x) == 1 up to rounding: nothing else can be drawn
-        return draft, True
-    return int(torch.multinomial(residual, 1, generator=generator)), False
 
 
 class PassCost:
