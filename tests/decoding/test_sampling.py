@@ -124,6 +124,17 @@ def test_a_token_is_a_function_of_seed_sequence_and_position() -> None:
     assert len({tuple(row) for row in forward}) > 1  # each position its own draws
 
 
+def test_a_large_vocabulary_does_not_leak_draws_to_negligible_tokens() -> None:
+    """One logit 30 above 50,000 others: they hold 5e-9 of the mass, so over 3,000 positions none of
+    them should win. (A noise value of 0, one float32 uniform in 2**24, had made its token win
+    regardless: about nine of these positions.)"""
+    logits = torch.zeros(1, 50_000)
+    logits[0, 123] = 30.0
+    selector, steps = _sampler(SamplingParams(temperature=1.0), seed=4)
+    picks = _picks(selector, steps, logits, 3000)
+    assert {p[0] for p in picks} == {123}
+
+
 def test_noise_is_exponential_and_positive() -> None:
     noise = PositionNoise(5).draw([(0, i) for i in range(200)], 500, torch.device("cpu"))
     assert bool((noise > 0).all())
@@ -140,7 +151,7 @@ def test_unseeded_noise_follows_torchs_global_seed() -> None:
 
 def test_a_zero_probability_token_never_wins_even_against_zero_noise() -> None:
     probs = torch.tensor([[0.0, 0.25, 0.75]])
-    noise = torch.tensor([[torch.finfo(torch.float32).tiny, 2.0, 30.0]])
+    noise = torch.tensor([[2.0**-25, 2.0, 16.7]])
     assert exponential_race(probs, noise).tolist() == [1]
 
 

@@ -19,7 +19,9 @@ with probability ``p_i`` (the minimum of independent exponentials with rates ``p
 - **A mask completed late changes nothing.** The race restricted to the allowed tokens is won by
   the winner of the whole race whenever that one is allowed, so a stage that defers part of its
   mask (:meth:`~codemask.decoding.pipeline.Stage.recheck`) and has the pipeline choose again
-  with the same noise picks the token the full mask up front would have given.
+  with the same noise picks the token the full mask up front would have given (for the same
+  logits: a later stage that reads the mask, as RPG's transfer to the stop token does, sees the
+  deferred part only after the choice, greedy or sampled alike).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from codemask.decoding.pipeline import Selector, StepLayout
 
 _MASK64 = (1 << 64) - 1
+_FIRST_BIN = 2.0**-25  # inside the first bin of -log(1 - U), [0, 2**-24), for U == 0
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ def exponential_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """Per row, the token ``argmax_i probs_i / noise_i``: a draw from ``probs`` when ``noise`` is Exp(1).
 
     Tokens of probability zero never win (their ratio is 0, a token with any probability has a
-    positive one), and ``noise`` is positive, so no ratio is NaN.
+    positive one while ``noise`` is positive and finite), and no ratio is NaN.
     """
     return (probs / noise).argmax(dim=-1)
 
@@ -103,7 +106,6 @@ class PositionNoise:
     def __init__(self, seed: int | None = None) -> None:
         self.seed = int(torch.randint(0, 1 << 62, ())) if seed is None else int(seed)
         self._generators: dict[torch.device, torch.Generator] = {}
-        self._tiny = torch.finfo(torch.float32).tiny
 
     def draw(self, keys: Sequence[tuple[int, int]], vocab_size: int, device: torch.device) -> torch.Tensor:
         """``[len(keys), vocab_size]`` float32 Exp(1) draws, row ``r`` for ``keys[r] = (sequence, position)``."""
@@ -114,19 +116,23 @@ class PositionNoise:
         for row, (sequence, position) in enumerate(keys):
             generator.manual_seed(_mix(self.seed, sequence, position))
             uniform[row].uniform_(generator=generator)
-        # -log(1 - U) for U in [0, 1) is Exp(1); the clamp keeps the one value 0 (U == 0) positive
-        return torch.log1p(uniform.neg_()).neg_().clamp_(min=self._tiny)
+        # -log(1 - U) is Exp(1). U is a float32 on the grid k * 2**-24, so each value stands for a bin
+        # of E; the first bin's lower end is 0, which would make its token (one in 2**24 a draw) win
+        # whatever its probability, so it is represented by a point inside the bin instead. What is
+        # left is the grid's resolution: tokens below about 2**-25 of the winner's weight lose.
+        return torch.log1p(uniform.neg_()).neg_().clamp_(min=_FIRST_BIN)
 
 
 def _mix(*parts: int) -> int:
-    """A 64-bit hash of ``parts`` (splitmix64's finaliser, chained): nearby keys, unrelated seeds."""
+    """A hash of ``parts`` (splitmix64's finaliser, chained): nearby keys, unrelated seeds. Folded to
+    32 bits, as a CPU generator keeps only the low 32 bits of its seed."""
     state = 0x9E3779B97F4A7C15
     for part in parts:
         state = (state ^ (part & _MASK64)) + 0x9E3779B97F4A7C15 & _MASK64
         state = (state ^ (state >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
         state = (state ^ (state >> 27)) * 0x94D049BB133111EB & _MASK64
         state ^= state >> 31
-    return state
+    return (state ^ state >> 32) & 0xFFFFFFFF
 
 
 class SamplingSelector(Selector):
