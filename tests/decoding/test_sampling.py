@@ -3,11 +3,18 @@ that makes a sampled token a function of its seed, sequence and position."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from codemask.decoding.pipeline import StepLayout
-from codemask.decoding.sampling import PositionNoise, SamplingParams, SamplingSelector, exponential_race
+from codemask.decoding.sampling import (
+    PositionNoise,
+    SamplingParams,
+    SamplingSelector,
+    exponential_race,
+    sampling_probabilities,
+)
 
 # chi-square 0.999 quantiles by degrees of freedom: a deterministic seed, so no flakiness either way
 CHI2_999 = {3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32}
@@ -83,6 +90,29 @@ def test_top_p_keeps_the_smallest_nucleus() -> None:
     assert {p[0] for p in _picks(selector, steps, logits, 300)} == {0, 1}  # 0.5 < 0.7 <= 0.5 + 0.3
     selector, steps = _sampler(SamplingParams(temperature=1.0, top_p=0.4), seed=3)
     assert {p[0] for p in _picks(selector, steps, logits, 50)} == {0}
+
+
+@pytest.mark.parametrize("spread", [1.0, 4.0])
+def test_top_p_matches_a_float64_sort(spread: float) -> None:
+    """The nucleus against numpy's: sort each row in float64, keep the tokens with less than p ahead.
+    A spread of 1 puts most rows' nucleus beyond the thousand candidates (the whole-row sort), 4
+    within them; some rows are masked to a few hundred tokens, as a grammar does."""
+    generator = torch.Generator().manual_seed(int(spread))
+    logits = torch.randn(24, 30_000, generator=generator) * spread
+    logits[::3, 300:] = float("-inf")
+    for p in (0.5, 0.9, 0.97):
+        kept = torch.isfinite(sampling_probabilities(logits, SamplingParams(temperature=1.0, top_p=p))
+                              .log()).numpy()
+        rows = logits.double().numpy()
+        probs = np.exp(rows - rows.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        order = np.argsort(-rows, axis=-1, kind="stable")
+        cumulative = np.cumsum(np.take_along_axis(probs, order, -1), -1)
+        ahead = np.take_along_axis(cumulative, np.argsort(order, -1), -1) - probs
+        expected = ahead < p
+        borderline = np.abs(ahead - p) < 1e-5
+        assert np.array_equal(kept | borderline, expected | borderline)
+        assert kept.sum() > 24
 
 
 @pytest.mark.parametrize("seed", [0, 1])
