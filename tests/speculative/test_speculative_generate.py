@@ -139,8 +139,8 @@ def test_seeded_sampling_is_token_for_token_plain_sampling(smollm2: tuple[Any, A
         assert fast.token_ids == plain.token_ids, drafter
         assert fast.finish_reason == plain.finish_reason
     assert sum(r.stats.accepted_tokens for r in runs) > 0
-    assert any(r.stats.accepted_tokens < r.stats.drafted_tokens for r in runs)  # drafts lost races too
-    if grammar == SCHEMA:  # a free answer (a copy is near certain): the seed decides the draws
+    if grammar == SCHEMA:  # a free answer (a copy is near certain): drafts lose races, the seed decides
+        assert any(r.stats.accepted_tokens < r.stats.drafted_tokens for r in runs)
         if plain.finish_reason == "grammar_end":
             assert set(json.loads(plain.text)) == {"name", "age", "languages"}
         other = constrained_generate(model, tokenizer, prompt, **{**sampled, "seed": 2})
