@@ -1,7 +1,7 @@
 """Speculative verification: forward passes per token and wall tokens/s, plain vs speculative decoding.
 
-Same model, same prompts, greedy, one process; per task all modes run back to back (so that load
-from other processes hits them alike). Modes:
+Same model, same prompts, greedy (or sampled with ``--temperature`` and a seed), one process; per
+task all modes run back to back (so that load from other processes hits them alike). Modes:
 
 - ``unconstrained``: ``constrained_generate(grammar=None)``;
 - ``unconstrained+spec``: the same with ``speculative="auto"`` (drafts from the context only);
@@ -18,12 +18,15 @@ Task kinds:
 
 Reported per kind and mode: tokens/s (generated tokens over wall time, summed over tasks), forward
 passes per generated token, drafted and accepted tokens, and whether the speculative outputs are
-token for token those of the plain mode. Targets (issue 9): identical greedy output; code-edit
+token for token those of the plain mode (sampled too: each position's draw is keyed by the seed,
+the row and the position). Targets (issue 9): identical greedy output; code-edit
 >= 2x fewer forward passes and >= 1.5x tokens/s than ``constrained``; json-schema
 ``constrained+spec`` >= 1.3x the tokens/s of ``unconstrained``.
 
 Usage: benchmarks/.venv/bin/python benchmarks/speculative.py [--models smollm2 qwen-coder] [--merge] [--update-readme]
-(``--merge`` keeps the other models' results of the last run: one model per process.)
+       [--temperature 0.7 --seed 0]
+(``--merge`` keeps the other models' results of the last run: one model per process. Sampled runs
+are written as ``speculative_sampled``, beside the greedy ``speculative``.)
 Time it on an otherwise idle machine (DESIGN §6); forward passes per token do not depend on load.
 """
 
@@ -102,13 +105,13 @@ def code_edit_tasks(count: int) -> list[Task]:
     return tasks
 
 
-def run_task(model: Any, tokenizer: Any, task: Task) -> dict[str, GenerationResult]:
+def run_task(model: Any, tokenizer: Any, task: Task, sampling: dict[str, Any]) -> dict[str, GenerationResult]:
     prompt = chat_prompt(tokenizer, task.request)
     out: dict[str, GenerationResult] = {}
     for mode in MODES:
         grammar = task.grammar if mode.startswith("constrained") else None
         result = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=task.max_new_tokens,
-                                      speculative="auto" if mode.endswith("+spec") else None)
+                                      speculative="auto" if mode.endswith("+spec") else None, **sampling)
         assert isinstance(result, GenerationResult)
         out[mode] = result
     return out
@@ -145,7 +148,7 @@ def summarise(kind: str, runs: list[dict[str, GenerationResult]]) -> list[dict[s
     return rows
 
 
-def bench_model(name: str, json_count: int, code_count: int) -> dict[str, Any]:
+def bench_model(name: str, json_count: int, code_count: int, sampling: dict[str, Any]) -> dict[str, Any]:
     model, tokenizer = load_model(name), load_tokenizer(name)
     compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
     tasks = json_schema_tasks(json_count, compiler) + code_edit_tasks(code_count)
@@ -155,7 +158,7 @@ def bench_model(name: str, json_count: int, code_count: int) -> dict[str, Any]:
     skipped: list[dict[str, str]] = []
     for task in tasks:
         try:
-            runs[task.kind].append(run_task(model, tokenizer, task))
+            runs[task.kind].append(run_task(model, tokenizer, task, sampling))
         except CodemaskError as exc:  # an engine error in any mode drops the task from every mode
             skipped.append({"kind": task.kind, "name": task.name, "error": str(exc)})
             print(f"{name} {task.kind} {task.name}: skipped ({exc})", flush=True)
@@ -186,7 +189,8 @@ def ratio(rows: list[dict[str, Any]], kind: str, mode: str, base: str, key: str,
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        f"Speculative verification on {report['machine']} ({report['threads']} threads), greedy, "
+        f"Speculative verification on {report['machine']} ({report['threads']} threads), "
+        f"{report.get('decoding', 'greedy')}, "
         f"`{report['command']}` (wall times move with the load on the machine and with its CPU: "
         "forward passes are the robust figure):",
         "",
@@ -245,28 +249,34 @@ def main() -> None:
     parser.add_argument("--code-tasks", type=int, default=3)
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
     parser.add_argument("--update-readme", action="store_true")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--seed", type=int, default=0, help="the sampling seed (with --temperature)")
     args = parser.parse_args()
+    sampled = args.temperature > 0
+    sampling = {"temperature": args.temperature, "seed": args.seed} if sampled else {}
+    name = "speculative_sampled" if sampled else "speculative"
 
     report = {
+        "decoding": f"sampled at temperature {args.temperature} (seed {args.seed})" if sampled else "greedy",
         "machine": f"{platform.machine()} CPU" if not torch.cuda.is_available() else torch.cuda.get_device_name(),
         "threads": torch.get_num_threads(),
         "command": " ".join(["benchmarks/.venv/bin/python benchmarks/speculative.py", *sys.argv[1:]]),
-        "models": [bench_model(name, args.json_tasks, args.code_tasks) for name in args.models],
+        "models": [bench_model(model, args.json_tasks, args.code_tasks, sampling) for model in args.models],
     }
     RESULTS.mkdir(exist_ok=True)
-    if args.merge and (RESULTS / "speculative.json").exists():
-        earlier = json.loads((RESULTS / "speculative.json").read_text())
+    if args.merge and (RESULTS / f"{name}.json").exists():
+        earlier = json.loads((RESULTS / f"{name}.json").read_text())
         report["command"] = "; ".join([*earlier["command"].split("; "), str(report["command"])])
         report["models"] = [m for m in earlier["models"] if m["model"] not in args.models] + report["models"]
-    (RESULTS / "speculative.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)
-    (RESULTS / "speculative.md").write_text(table + "\n")
-    plot(report, RESULTS / "speculative.png")
+    (RESULTS / f"{name}.md").write_text(table + "\n")
+    plot(report, RESULTS / f"{name}.png")
     print(table)
     if args.update_readme:
         from update_readme import README, update_section
 
-        update_section(README, "speculative", table + "\n\n![speculative](benchmarks/results/speculative.png)")
+        update_section(README, name, table + f"\n\n![{name}](benchmarks/results/{name}.png)")
 
 
 if __name__ == "__main__":
