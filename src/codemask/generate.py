@@ -25,7 +25,7 @@ import torch
 from codemask.adadec import AdaDec, AdaDecSelector
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size, ordered_stop_token_ids
 from codemask.decoding.grammar import GrammarStage
-from codemask.decoding.pipeline import Pipeline, Selector, Stage, StepLayout
+from codemask.decoding.pipeline import Pipeline, Stage, StepLayout
 from codemask.decoding.sampling import SamplingParams, SamplingSelector
 from codemask.engine.compiler import GrammarCompiler
 from codemask.engine.matcher import GrammarMatcher
@@ -205,10 +205,9 @@ def constrained_generate(
         end_ids = ordered_stop_token_ids(vocab.stop_token_ids, model, getattr(tokenizer, "eos_token_id", None))
         stages.append(RepetitionStage(repetition, vocab.token_bytes, end_ids, encoded))
     sampler = SamplingSelector(SamplingParams(temperature, top_k, top_p), seed, lambda s: len(rows[s].token_ids))
-    selector: Selector = sampler
-    adadec = None if uncertainty is None else AdaDecSelector.for_generation(uncertainty, model, selector, stages,
+    adadec = None if uncertainty is None else AdaDecSelector.for_generation(uncertainty, model, sampler, stages,
                                                                             vocab, len(rows))
-    pipeline = Pipeline(stages, adadec or selector)
+    pipeline = Pipeline(stages, adadec or sampler)
     loop = _DecodingLoop(model, tokenizer, vocab, rows, pipeline, stage, device)
     if adadec is not None:
         adadec.attach(loop)  # the rollouts fork the loop's KV cache

@@ -8,6 +8,7 @@ import torch
 
 from codemask.decoding.pipeline import Pipeline, Stage, StepLayout
 from codemask.decoding.sampling import SamplingParams, SamplingSelector
+from tests.decoding.test_sampling import Steps
 
 LOGITS = [2.0, 1.5, 1.0, 0.5, 0.0, -0.5]
 SCOPE = {0, 1, 2}  # the tokens the deferred mask may forbid
@@ -57,22 +58,12 @@ def test_no_check_when_the_choice_is_out_of_scope() -> None:
     assert stage.asked == 0
 
 
-class Written:
-    """``positions`` for a sampling selector: every sequence has written ``count`` tokens."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, sequence: int) -> int:
-        return self.count
-
-
 def _sampled(stages: list[Stage], rows: int, steps: int) -> list[int]:
-    written = Written()
+    written = Steps()
     pipeline = Pipeline(stages, SamplingSelector(SamplingParams(temperature=1.0), seed=11, positions=written))
     draws = []
     for step in range(steps):
-        written.count = step
+        written.written = step
         draws += _process(pipeline, rows)
     return draws
 

@@ -26,7 +26,7 @@ def _logits() -> torch.Tensor:
 
 
 class Steps:
-    """``positions`` for a selector: every sequence has written ``written`` tokens."""
+    """``positions`` for a sampling selector: every sequence has written ``written`` tokens."""
 
     def __init__(self) -> None:
         self.written = 0
@@ -172,6 +172,12 @@ def test_noise_is_exponential_and_positive() -> None:
     assert torch.equal(noise[3], PositionNoise(5).draw([(0, 3)], 500, torch.device("cpu"))[0])
 
 
+def test_a_seed_that_is_not_an_integer_is_refused() -> None:
+    with pytest.raises(TypeError, match="seed must be an int, got '7'"):
+        SamplingSelector(SamplingParams(temperature=1.0), seed="7", positions=Steps())  # type: ignore[arg-type]
+    assert PositionNoise(np.int64(7)).seed == PositionNoise(7).seed  # integer types are ints
+
+
 def test_unseeded_noise_follows_torchs_global_seed() -> None:
     torch.manual_seed(123)
     first = PositionNoise().seed
@@ -179,7 +185,7 @@ def test_unseeded_noise_follows_torchs_global_seed() -> None:
     assert PositionNoise().seed == first
 
 
-def test_a_zero_probability_token_never_wins_even_against_zero_noise() -> None:
+def test_a_zero_probability_token_never_wins_even_against_the_smallest_noise() -> None:
     probs = torch.tensor([[0.0, 0.25, 0.75]])
     noise = torch.tensor([[2.0**-25, 2.0, 16.7]])
     assert exponential_race(probs, noise).tolist() == [1]

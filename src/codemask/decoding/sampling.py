@@ -26,6 +26,7 @@ with probability ``p_i`` (the minimum of independent exponentials with rates ``p
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -117,7 +118,12 @@ class PositionNoise:
     """
 
     def __init__(self, seed: int | None = None) -> None:
-        self.seed = int(torch.randint(0, 1 << 62, ())) if seed is None else int(seed)
+        if seed is None:
+            seed = int(torch.randint(0, 1 << 62, ()))
+        try:
+            self.seed = operator.index(seed)  # an int, or an integer type such as numpy's
+        except TypeError:
+            raise TypeError(f"seed must be an int, got {seed!r}") from None
         self._generators: dict[torch.device, torch.Generator] = {}
 
     def draw(self, keys: Sequence[tuple[int, int]], vocab_size: int, device: torch.device) -> torch.Tensor:

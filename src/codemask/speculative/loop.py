@@ -100,7 +100,7 @@ class SpeculativeRunner:
             rows, passes = self._verify(feeds, drafts, active)
             for stage in loop.pipeline.stages:
                 stage.apply(rows, layout)
-            chosen = self.selector.select(rows, layout).tolist()  # the one host sync of a step
+            chosen = self.selector.select(rows, layout).tolist()  # every row's pick in one host sync
             paused = set() if self.uncertainty is None else set(self.uncertainty.paused_rows(rows).tolist())
             first = 0
             for i in active:
@@ -206,7 +206,7 @@ class SpeculativeRunner:
                                       *advance_args)
                 handed = loop.take_over(index, tokens)
                 break
-            tokens = loop.advance(index, int(chosen[first + j]), *advance_args)
+            tokens = loop.advance(index, chosen[first + j], *advance_args)
             if row.finish_reason is not None or draft[j: j + len(tokens)] != tokens:
                 break
             j += len(tokens)
