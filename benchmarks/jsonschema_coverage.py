@@ -187,7 +187,7 @@ class CodemaskSchema(SchemaEngine, CodemaskAdapter):
     precompute: bool | str = "auto"
 
     def _compile_schema(self, schema: Any) -> Any:
-        grammar = self._api.Grammar.from_json_schema(schema)
+        grammar = self._api.Grammar.from_json_schema(schema, mode="validate")
         compiler = self._api.GrammarCompiler(self.vocab, cache_dir=False, progress=False, precompute=self.precompute)
         return compiler.compile(grammar)
 

@@ -37,6 +37,7 @@ class UnsupportedSchemaError(GrammarError):
     def __init__(self, keyword: str, pointer: str, detail: str = "") -> None:
         self.keyword = keyword
         self.pointer = pointer or "/"
+        self.detail = detail
         extra = f": {detail}" if detail else ""
         super().__init__(f"unsupported JSON Schema keyword {keyword!r} at {self.pointer}{extra}")
 

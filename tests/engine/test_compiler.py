@@ -50,7 +50,7 @@ def masks_along(compiled: CompiledGrammar, data: bytes, tokenizer_name: str = "g
                                          "Kubernetes---kb_986_Normalized.json"])
 def test_lazy_masks_equal_the_precomputed_ones_along_real_instances(schema_file: str) -> None:
     doc = json.loads((BENCH / schema_file).read_text())
-    grammar = Grammar.from_json_schema(doc["schema"])
+    grammar = Grammar.from_json_schema(doc["schema"], mode="validate")
     vocab = vocabulary("llama3")
     shared = SharedPositions.of(token_trie(vocab))
     shared.clear()  # each side walks its own positions: neither may copy the other's from the cache
@@ -84,7 +84,7 @@ def test_the_default_precomputes_small_grammars_and_is_lazy_for_large_ones(tmp_p
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compiler_module, "AUTO_PRECOMPUTE_POSITIONS", 300)  # between the two schemas' sizes
     vocab = vocabulary("llama3")
-    small, large = (Grammar.from_json_schema(json.loads((BENCH / name).read_text())["schema"])
+    small, large = (Grammar.from_json_schema(json.loads((BENCH / name).read_text())["schema"], mode="validate")
                     for name in ("Kubernetes---kb_986_Normalized.json", "JME_9.json"))
     default = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False)
     compiled_small, compiled_large = default.compile(small), default.compile(large)

@@ -101,7 +101,7 @@ def test_builtin_json_positions_match_the_token_oracle(tokenizer: str, precomput
 @pytest.mark.parametrize("precompute", [True, False])
 def test_json_schema_positions_match_the_token_oracle(precompute: bool) -> None:
     schema = json.loads(SCHEMA_FILE.read_text())["schema"]
-    check_positions(compiler("qwen3", precompute).compile(Grammar.from_json_schema(schema)), seed=2)
+    check_positions(compiler("qwen3", precompute).compile(Grammar.from_json_schema(schema, mode="validate")), seed=2)
 
 
 def test_subtree_sharing_keeps_every_uncertain_token_that_can_follow() -> None:
@@ -123,7 +123,7 @@ def test_positions_shared_between_grammars_equal_a_fresh_walk() -> None:
     second = {"type": "array", "items": {"type": "object", "properties": {
         "title": {"type": "string", "maxLength": 80}, "score": {"type": "number"}}}, "maxItems": 40}
     for schema in (first, second):
-        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema))
+        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema, mode="validate"))
         positions = np.flatnonzero(compiled.artifacts.rtn.scanning)
         shared = SharedPositions.of(trie)
         hits_before = shared.hits
@@ -148,7 +148,7 @@ def test_free_string_positions_are_shared_whatever_follows_the_string() -> None:
                {"type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]}]
     string_rule_hits = 0
     for schema in schemas:
-        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema))
+        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema, mode="validate"))
         rtn = compiled.artifacts.rtn
         assert rtn.shared is not None and rtn.shared.sum() == 1  # the free string, never inlined
         in_string = np.flatnonzero(rtn.scanning & rtn.shared[rtn.state_rule])

@@ -53,7 +53,7 @@ def grammar_of(source: str) -> Grammar:
     if source == "python_function":
         return Grammar.from_ebnf(PYTHON_FUNCTION.read_text())
     if source.endswith(".json"):
-        return Grammar.from_json_schema(json.loads((BENCH / source).read_text())["schema"])
+        return Grammar.from_json_schema(json.loads((BENCH / source).read_text())["schema"], mode="validate")
     return Grammar.builtin(source)
 
 

@@ -44,6 +44,7 @@ def load_builtin(name: str) -> Grammar:
                 if path.is_file():
                     grammar = Grammar.from_file(path)
                     grammar.builtin_name = name
+                    grammar.output = "json" if name == "json" else None
                     return grammar
     names = ", ".join(available()) or "none found"
     raise GrammarError(f"unknown builtin grammar {name!r} (available: {names})")

@@ -28,6 +28,8 @@ class Grammar:
         self._key: str | None = None
         self.completion: dict[str, Any] = {}  # GrammarMatcher options: prefix, until, suffix
         self.builtin_name: str | None = None  # the name it was loaded by (`builtin`), if any
+        self.output: str | None = None  # "json" when every text it accepts is one JSON document
+        self.output_model: Any = None  # the pydantic class a JSON output is parsed into, if any
 
     @property
     def cache_key(self) -> str:
@@ -61,13 +63,19 @@ class Grammar:
         return cls(regex_grammar(pattern), "regex")
 
     @classmethod
-    def from_json_schema(cls, schema: Any, *, strict: bool = True, whitespace: str | int = "flexible") -> Grammar:
-        """The JSON documents valid against a JSON Schema (a dict, a bool, or JSON text).
+    def from_json_schema(cls, schema: Any, *, mode: str = "generate", strict: bool = True,
+                         whitespace: str | int = "flexible") -> Grammar:
+        """JSON documents valid against a JSON Schema (a dict, a bool, or JSON text).
 
-        ``whitespace``: ``"flexible"`` (any JSON whitespace), ``"compact"`` (none) or an indent
-        width (exactly ``json.dumps(value, indent=n)``'s layout). ``strict=True`` raises
+        ``mode="generate"`` (the default) is what a model should write: each named key at most
+        once, in the schema's order, every ``required`` key, no key the schema does not declare
+        (``additionalProperties``/``patternProperties``/``unevaluatedProperties``), whitespace
+        bounded. ``mode="validate"`` accepts exactly the documents the schema accepts, in any key
+        order, for checking documents. ``whitespace``: ``"flexible"``, ``"compact"`` (none) or an
+        indent width (exactly ``json.dumps(value, indent=n)``'s layout). ``strict=True`` raises
         :class:`~codemask.errors.UnsupportedSchemaError` (naming the keyword and its JSON pointer)
-        for what cannot be compiled exactly; ``strict=False`` warns and accepts a superset.
+        for what cannot be compiled exactly; ``strict=False`` warns once per keyword and accepts a
+        superset. See docs/json-schema.md for what is exact in each mode.
         """
         from codemask.grammar.json_schema import json_schema_ir
 
@@ -76,15 +84,21 @@ class Grammar:
                 schema = json.loads(schema)
             except json.JSONDecodeError as exc:
                 raise InvalidSchemaError(f"the schema is not valid JSON: {exc}") from None
-        return cls(json_schema_ir(schema, strict=strict, whitespace=whitespace), "json_schema")
+        grammar = cls(json_schema_ir(schema, mode=mode, strict=strict, whitespace=whitespace), "json_schema")
+        grammar.output = "json"
+        return grammar
 
     @classmethod
-    def from_pydantic(cls, model: Any, *, strict: bool = True, whitespace: str | int = "flexible") -> Grammar:
-        """The JSON a pydantic model validates, from its ``model_json_schema()``."""
+    def from_pydantic(cls, model: Any, *, mode: str = "generate", strict: bool = True,
+                      whitespace: str | int = "flexible") -> Grammar:
+        """The JSON a pydantic model validates, from its ``model_json_schema()``; a generation's
+        ``result.parsed`` is then an instance of ``model``."""
         schema_of = getattr(model, "model_json_schema", None)
-        if schema_of is None:
+        if schema_of is None or not isinstance(model, type):
             raise TypeError(f"from_pydantic takes a pydantic BaseModel class, not {model!r}")
-        return cls.from_json_schema(schema_of(), strict=strict, whitespace=whitespace)
+        grammar = cls.from_json_schema(schema_of(), mode=mode, strict=strict, whitespace=whitespace)
+        grammar.output_model = model
+        return grammar
 
     @classmethod
     def builtin(cls, name: str, *, until: str | None = None, prefix: str | bytes = b"",

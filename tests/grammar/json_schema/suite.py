@@ -66,7 +66,7 @@ def run_group(group: Group) -> Outcome:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            recognizer = Recognizer(Grammar.from_json_schema(group.schema))
+            recognizer = Recognizer(Grammar.from_json_schema(group.schema, mode="validate"))
     except UnsupportedSchemaError as exc:
         return Outcome(group, "refused", str(exc))
     except CodemaskError as exc:

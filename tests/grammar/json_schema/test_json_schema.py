@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-import warnings
 from typing import Any
 
 import jsonschema
@@ -71,7 +71,7 @@ def spellings(value: Any) -> list[str]:
 
 @pytest.mark.parametrize(("schema", "instances"), CASES, ids=range(len(CASES)))
 def test_accepts_exactly_what_jsonschema_validates(schema: dict[str, Any], instances: list[Any]) -> None:
-    recognizer = Recognizer(Grammar.from_json_schema(schema))
+    recognizer = Recognizer(Grammar.from_json_schema(schema, mode="validate"))
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
     for instance in instances:
         expected = validator.is_valid(instance)
@@ -81,7 +81,7 @@ def test_accepts_exactly_what_jsonschema_validates(schema: dict[str, Any], insta
 
 def test_object_members_may_come_in_any_order_but_required_ones_must_come() -> None:
     schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abcd"}, "required": ["a", "c"]}
-    recognizer = Recognizer(Grammar.from_json_schema(schema))
+    recognizer = Recognizer(Grammar.from_json_schema(schema, mode="validate"))
     assert recognizer.accepts('{"d": 1, "c": 2, "b": 3, "a": 4}')
     assert recognizer.accepts('{"c": 2, "a": 4}')
     assert not recognizer.accepts('{"d": 1, "b": 3, "a": 4}')
@@ -92,7 +92,7 @@ def test_escaped_spellings_of_keys_and_values_are_the_same_string() -> None:
     """Non-ASCII and control characters in any spelling; printable ASCII raw (docs/json-schema.md)."""
     schema = {"type": "object", "properties": {"é": {"const": "tab\there"}}, "required": ["é"],
               "additionalProperties": False}
-    recognizer = Recognizer(Grammar.from_json_schema(schema))
+    recognizer = Recognizer(Grammar.from_json_schema(schema, mode="validate"))
     assert recognizer.accepts('{"é": "tab\\there"}')
     assert recognizer.accepts('{"\\u00e9": "tab\\u0009here"}')
     assert recognizer.accepts('{"\\u00E9": "tab\\u0009here"}')
@@ -102,7 +102,7 @@ def test_escaped_spellings_of_keys_and_values_are_the_same_string() -> None:
 
 @pytest.mark.parametrize("whitespace", ["compact", 2, 4])
 def test_whitespace_modes_fix_the_layout(whitespace: str | int) -> None:
-    recognizer = Recognizer(Grammar.from_json_schema(PERSON, whitespace=whitespace))
+    recognizer = Recognizer(Grammar.from_json_schema(PERSON, whitespace=whitespace, mode="validate"))
     value = {"name": "Ann", "age": 3, "tags": ["a", "b"]}
     if whitespace == "compact":
         exact = json.dumps(value, separators=(",", ":"))
@@ -114,7 +114,7 @@ def test_whitespace_modes_fix_the_layout(whitespace: str | int) -> None:
 
 
 def test_flexible_whitespace_accepts_any_json_layout() -> None:
-    recognizer = Recognizer(Grammar.from_json_schema(PERSON))
+    recognizer = Recognizer(Grammar.from_json_schema(PERSON, mode="validate"))
     assert recognizer.accepts(' {\n\t"age" :3 ,"name":\r\n"Ann"}\n')
 
 
@@ -149,11 +149,33 @@ def test_invalid_schemas_and_bad_arguments_get_clear_errors() -> None:
         Grammar.from_json_schema({}, whitespace="pretty")
 
 
-def test_uniqueitems_is_documented_as_a_superset() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no warning: the superset is the documented reading
-        recognizer = Recognizer(Grammar.from_json_schema({"type": "array", "uniqueItems": True}))
-    assert recognizer.accepts("[1, 1]")
+@pytest.mark.parametrize("mode", ["generate", "validate"])
+def test_uniqueitems_over_a_finite_set_is_exact(mode: str) -> None:
+    """Items drawn from enums/booleans/null: each value at most once (generation writes them in the
+    enum's order, validation takes any order); checked against jsonschema on every short array."""
+    schema = {"type": "array", "items": {"enum": ["a", "b", 1, 1.0, None]}, "uniqueItems": True, "minItems": 1}
+    values = ["a", "b", 1, None]
+    validator = jsonschema.Draft202012Validator(schema)
+    recognizer = Recognizer(Grammar.from_json_schema(schema, mode=mode))
+    for n in range(5):
+        for items in itertools.product([*values, 1.0], repeat=n):
+            expected = validator.is_valid(list(items))
+            if mode == "generate" and expected:
+                order = [values.index(v) for v in items]
+                expected = order == sorted(order)
+            assert recognizer.accepts(json.dumps(list(items))) == expected, items
+
+
+@pytest.mark.parametrize("mode", ["generate", "validate"])
+def test_uniqueitems_that_cannot_be_enforced_is_refused_or_warned(mode: str) -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
+                                                        "uniqueItems": True}}}
+    with pytest.raises(UnsupportedSchemaError) as caught:
+        Grammar.from_json_schema(schema, mode=mode)
+    assert (caught.value.keyword, caught.value.pointer) == ("uniqueItems", "/properties/tags")
+    with pytest.warns(UserWarning, match="'uniqueItems' is not enforced exactly at /properties/tags"):
+        recognizer = Recognizer(Grammar.from_json_schema(schema, mode=mode, strict=False))
+    assert recognizer.accepts('{"tags": ["x", "x"]}')  # the documented superset
 
 
 def test_pydantic_models_and_grammar_specs() -> None:
@@ -162,7 +184,7 @@ def test_pydantic_models_and_grammar_specs() -> None:
         y: float = 0.0
         label: str | None = None
 
-    recognizer = Recognizer(Grammar.from_pydantic(Point))
+    recognizer = Recognizer(Grammar.from_pydantic(Point, mode="validate"))
     assert recognizer.accepts('{"x": 1, "y": 2.5}')
     assert recognizer.accepts('{"label": null, "x": -3}')
     assert not recognizer.accepts('{"y": 2.5}')
@@ -184,6 +206,6 @@ def test_free_strings_are_shared_rules_that_optimisation_keeps() -> None:
     optimized = optimize(ir)
     assert name in optimized.rules and optimized.rules[name].shared
     assert f"{name} ::= " in grammar_text(optimized) and "%shared" in grammar_text(optimized)
-    recognizer = Recognizer(Grammar.from_json_schema(schema))
+    recognizer = Recognizer(Grammar.from_json_schema(schema, mode="validate"))
     for doc in ({"a": "x\"y", "zz": "free key", "b": ["s", {"k": "v"}]}, {"a": 1}):
         assert recognizer.accepts(json.dumps(doc).encode()) == jsonschema.Draft202012Validator(schema).is_valid(doc)

@@ -46,7 +46,7 @@ def compile_or_none(schema: Any) -> Grammar | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return Grammar.from_json_schema(schema)
+            return Grammar.from_json_schema(schema, mode="validate")
     except UnsupportedSchemaError:
         return None
 

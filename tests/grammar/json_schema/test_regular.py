@@ -38,7 +38,7 @@ def test_each_membership_pattern_is_exact() -> None:
 
 def test_string_under_two_patterns_and_a_length() -> None:
     schema = {"type": "string", "allOf": [{"pattern": "^[a-z]"}, {"pattern": "[0-9]$"}], "maxLength": 4}
-    checker = Recognizer(Grammar.from_json_schema(schema))
+    checker = Recognizer(Grammar.from_json_schema(schema, mode="validate"))
     for word in [*WORDS, "ab12", "abc12", "z9", "9z", "a"]:
         expected = re.search("^[a-z]", word) is not None and re.search("[0-9]$", word) is not None and len(word) <= 4
         assert checker.accepts(f'"{word}"') == expected, word

@@ -12,28 +12,37 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from codemask.errors import GrammarError
+from codemask.errors import GrammarError, UnsupportedSchemaError
 from codemask.grammar.ir import GrammarIR, Rule, seq
 from codemask.grammar.json_schema.builder import SchemaBuilder
 from codemask.grammar.json_schema.layout import Layout
 from codemask.grammar.json_schema.nodes import Document
 from codemask.grammar.optimize import drop_unproductive
 
-__all__ = ["json_schema_ir"]
+__all__ = ["MODES", "json_schema_ir"]
 
 
-def json_schema_ir(schema: Any, *, strict: bool = True, whitespace: str | int = "flexible") -> GrammarIR:
-    """The grammar of the JSON documents valid against ``schema``.
+MODES = ("generate", "validate")
 
+
+def json_schema_ir(schema: Any, *, mode: str = "generate", strict: bool = True,
+                   whitespace: str | int = "flexible") -> GrammarIR:
+    """The grammar of JSON documents valid against ``schema``: for writing them or for checking them.
+
+    ``mode="generate"`` (the default) is the language a model should write: named keys at most
+    once and in the schema's order, every required key, no key the schema does not declare, and
+    whitespace bounded. ``mode="validate"`` accepts exactly the documents the schema accepts.
     ``strict=True`` raises :class:`~codemask.errors.UnsupportedSchemaError` for a construct that
-    cannot be compiled exactly; ``strict=False`` warns and accepts a superset instead.
+    cannot be compiled exactly; ``strict=False`` warns once per keyword and accepts a superset.
     """
-    layout = Layout(whitespace)
+    if mode not in MODES:
+        raise ValueError(f"mode= is 'generate' or 'validate', not {mode!r}")
+    generating = mode == "generate"
+    layout = Layout(whitespace, bounded=generating)
     document = Document.load(schema, strict)
-    builder = SchemaBuilder(layout)
+    builder = SchemaBuilder(layout, document, generating)
     value = builder.value([document.root_node()], 0)
-    for message in document.warnings:
-        warnings.warn(f"{message}; accepting a superset", stacklevel=3)
+    _warn_per_keyword(document.warnings)
     rules = {name: Rule(name, body, shared=name in builder.shared) for name, body in builder.rules.items()}
     rules["root"] = Rule("root", seq(layout.around(), value, layout.around()))
     try:
@@ -42,3 +51,14 @@ def json_schema_ir(schema: Any, *, strict: bool = True, whitespace: str | int = 
         raise GrammarError("the schema accepts no JSON value: its constraints contradict each other "
                            "(or it is `false`)") from None
     return GrammarIR(rules, "root")
+
+
+def _warn_per_keyword(errors: list[UnsupportedSchemaError]) -> None:
+    """One warning per keyword, naming every place it was widened."""
+    by_keyword: dict[str, list[UnsupportedSchemaError]] = {}
+    for error in errors:
+        by_keyword.setdefault(error.keyword, []).append(error)
+    for keyword, found in by_keyword.items():
+        places = "; ".join(f"{e.pointer or '/'}: {e.detail}" if e.detail else (e.pointer or "/") for e in found[:5])
+        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
+        warnings.warn(f"{keyword!r} is not enforced exactly at {places}{more}; accepting a superset", stacklevel=4)

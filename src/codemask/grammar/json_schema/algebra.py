@@ -36,13 +36,25 @@ Conjunction = list[Node]
 
 
 def flatten(nodes: list[Node]) -> Conjunction | None:
-    """The plain nodes of a conjunction (``allOf`` and references inlined); None if it is ``false``."""
+    """The plain nodes of a conjunction (``allOf`` and references inlined); None if it is ``false``.
+
+    A node met twice is kept once, which also makes recursive ``allOf``/``$ref`` cycles finite. A
+    cycle that constrains nothing (``{"$ref": "#"}``) has no meaning a validator can reach (it
+    recurses forever): it is reported as unsupported rather than read as "anything".
+    """
     out: Conjunction = []
     seen: set[tuple[int, str]] = set()
-    stack = list(reversed(nodes))
+    open_nodes: set[tuple[int, str]] = set()  # the nodes whose inlined parts are being walked
+    cycle: Node | None = None
+    stack: list[tuple[Node, bool]] = [(node, True) for node in reversed(nodes)]
     while stack:
-        node = stack.pop()
+        node, entering = stack.pop()
+        if not entering:
+            open_nodes.discard(node.identity)
+            continue
         if node.identity in seen:
+            if node.identity in open_nodes:
+                cycle = cycle or node
             continue
         seen.add(node.identity)
         schema = node.schema
@@ -67,7 +79,11 @@ def flatten(nodes: list[Node]) -> Conjunction | None:
                 # Drop what was inlined, so flattening the result again is a no-op.
                 inlined = any(k in schema for k in REFERENCES) or "allOf" in schema
                 out.append(_without(node, ("allOf", *REFERENCES)) if inlined else node)
-        stack.extend(reversed(pending))
+        open_nodes.add(node.identity)
+        stack.append((node, False))
+        stack.extend((child, True) for child in reversed(pending))
+    if cycle is not None and not out:
+        cycle.document.unsupported("$ref", cycle.pointer, "a reference cycle that never reaches a constraint")
     return out
 
 
@@ -161,13 +177,20 @@ def one_of(branches: list[Node]) -> list[Conjunction]:
     try:
         with document.probing():
             negated = [negate(b) for b in branches]
-    except UnsupportedSchemaError:
-        return [[b] for b in branches]
+    except UnsupportedSchemaError as exc:
+        return _as_any_of(branches, f"its branches may overlap and one cannot be negated ({exc.keyword})")
     sizes = [max(len(n), 1) for n in negated]
     if any(math.prod(sizes[:i] + sizes[i + 1:]) > MAX_ONE_OF_PRODUCT for i in range(len(branches))):
-        return [[b] for b in branches]
+        return _as_any_of(branches, "its branches may overlap and their negations are too many")
     nodes = [_dnf_node(b, alternatives) for b, alternatives in zip(branches, negated, strict=True)]
     return [[b, *(nodes[j] for j in range(len(branches)) if j != i)] for i, b in enumerate(branches)]
+
+
+def _as_any_of(branches: list[Node], why: str) -> list[Conjunction]:
+    """``oneOf`` read as ``anyOf``: a superset, reported (the parent's pointer names the keyword)."""
+    parent = branches[0].pointer.rsplit("/oneOf/", 1)[0]
+    branches[0].document.unsupported("oneOf", parent, why)
+    return [[b] for b in branches]
 
 
 def _dnf_node(at: Node, alternatives: list[Conjunction]) -> Node:

@@ -42,11 +42,17 @@ from codemask.grammar.json_schema import numbers, regular, strings
 from codemask.grammar.json_schema.algebra import Conjunction, distribute, flatten
 from codemask.grammar.json_schema.constraints import Constraints
 from codemask.grammar.json_schema.layout import MAX_INDENT_DEPTH, Layout
-from codemask.grammar.json_schema.nodes import Node, canonical, json_type
+from codemask.grammar.json_schema.nodes import Document, Node, canonical, json_type
 from codemask.grammar.regex import UnsupportedRegexError
 
 MAX_REQUIRED_SET = 6
 MAX_OBJECT_STATES = 256
+MAX_OBJECT_ALTERNATIVES = 8192  # validation's required-key subsets times members
+MAX_OBJECT_RULES = 20000  # generation's ordered object states
+MAX_UNIQUE_VALUES = 256  # uniqueItems over a finite set, written in its order
+MAX_UNIQUE_ANY_ORDER = 8  # ... accepted in any order: a state per subset
+MAX_UNIQUE_TUPLES = 512  # uniqueItems on a closed tuple: arrays spelled out
+MAX_ANY_ORDER_MEMBERS = 10  # an object constant's members in any order: a rule per subset
 MAX_ENUMERATED_MULTIPLES = 256
 MAX_MODULUS = 1000  # a divisibility automaton has one rule per remainder
 MAX_INTERSECTED_LENGTH = 256  # length bounds kept in a product with patterns/formats
@@ -58,8 +64,11 @@ _ANY_CODE_POINT = char_class([(0, MAX_CODE_POINT)])
 class SchemaBuilder:
     """Builds the rules of one schema document."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, document: Document, generating: bool = False) -> None:
         self.layout = layout
+        self.document = document
+        self.where = ""  # the pointer of the value being built, for reports outside a node's keywords
+        self.generating = generating  # mode="generate": keys once, in schema order; objects closed
         self.rules: dict[str, Expr] = {}
         self.shared: set[str] = set()  # the rules that are free text (`Rule.shared`)
         self._memo: dict[tuple[Any, ...], str] = {}
@@ -119,6 +128,7 @@ class SchemaBuilder:
     # -- enum and const ----------------------------------------------------------------------
 
     def _enum(self, c: Constraints, conj: Conjunction, depth: int) -> Expr:
+        self.where = conj[0].pointer if conj else ""
         excluded = {canonical(v) for v in c.not_in}
         values = [v for v in c.enum or [] if json_type(v) in c.types and canonical(v) not in excluded
                   and all(satisfies(v, node) for node in conj)]
@@ -142,20 +152,33 @@ class SchemaBuilder:
                    for k, v in value.items()]
         if not members:
             return seq(literal("{"), lay.empty(), literal("}"))
+        if self.generating:  # the members in the constant's own order
+            body = _joined(members, lay.comma(depth))
+            return seq(literal("{"), lay.open(depth), body, lay.close(depth), literal("}"))
         return self._any_order(members, depth)
 
     def _any_order(self, members: list[Expr], depth: int) -> Expr:
         """An object holding each member exactly once, in any order.
 
-        Up to 5 members every permutation is spelled; beyond that (120+ orders) any sequence of
-        that many members is accepted: a superset that may repeat one member in place of another.
+        Up to 5 members every permutation is spelled; up to `MAX_ANY_ORDER_MEMBERS` a rule per
+        subset of the members seen; beyond that any sequence of that many members is accepted (a
+        superset that may repeat one member in place of another, reported as unsupported).
         """
         lay = self.layout
-        if len(members) > 5:
+        if len(members) <= 5:
+            body = choice(*(_joined(list(order), lay.comma(depth)) for order in itertools.permutations(members)))
+        elif len(members) <= MAX_ANY_ORDER_MEMBERS:
+            base = f"a{len(self.rules)}_"
+            full = (1 << len(members)) - 1
+            self.rules[f"{base}{full}"] = EMPTY
+            for seen in range(full - 1, 0, -1):
+                self.rules[f"{base}{seen}"] = choice(*(seq(lay.comma(depth), member, RuleRef(f"{base}{seen | 1 << j}"))
+                                                       for j, member in enumerate(members) if not seen >> j & 1))
+            body = choice(*(seq(member, RuleRef(f"{base}{1 << j}")) for j, member in enumerate(members)))
+        else:
+            self.document.unsupported("const", self.where, f"an object constant of {len(members)} members in any order")
             anyone = choice(*members)
             body = seq(anyone, Repeat(seq(lay.comma(depth), anyone), len(members) - 1, len(members) - 1))
-        else:
-            body = choice(*(_joined(list(order), lay.comma(depth)) for order in itertools.permutations(members)))
         return seq(literal("{"), lay.open(depth), body, lay.close(depth), literal("}"))
 
     # -- numbers -----------------------------------------------------------------------------
@@ -236,6 +259,10 @@ class SchemaBuilder:
         """
         low = min(c.min_length, MAX_INTERSECTED_LENGTH)
         high = c.max_length if c.max_length is None or c.max_length <= MAX_INTERSECTED_LENGTH else None
+        if low != c.min_length or high != c.max_length:
+            keyword = "minLength" if low != c.min_length else "maxLength"
+            origin.document.unsupported(keyword, origin.pointer,
+                                        f"a length bound above {MAX_INTERSECTED_LENGTH} beside a pattern or format")
         operands = [Repeat(strings.any_char(), low, high),
                     *(strings.content_to_json(content) for content in contents)]
         try:
@@ -287,6 +314,10 @@ class SchemaBuilder:
             max_items = prefix_len if max_items is None else min(max_items, prefix_len)
         if max_items is not None and c.min_items > max_items:
             return NOTHING
+        if c.unique_items and (max_items is None or max_items > 1):
+            unique = self._unique_array(c, prefix_len, rest_nodes, max_items, depth)
+            if unique is not None:
+                return unique
         if c.contains:
             return self._array_with_contains(c, conj, depth, prefix_len, element_nodes, rest_nodes or [])
         elements = [self.value(nodes, depth + 1) for nodes in element_nodes]
@@ -296,6 +327,109 @@ class SchemaBuilder:
         non_empty = seq(literal("["), lay.open(depth), tail, lay.close(depth), literal("]")) if tail != NOTHING \
             else NOTHING
         return choice(empty, non_empty) if c.min_items == 0 else non_empty
+
+    def _unique_array(self, c: Constraints, prefix_len: int, rest_nodes: Conjunction | None,
+                      max_items: int | None, depth: int) -> Expr | None:
+        """``uniqueItems`` where every item comes from a finite set of values (enums, constants,
+        booleans, null): a subset of that set. Generation writes the subset in the set's order
+        (one rule per position and count); validation accepts any order (a state per subset seen,
+        up to `MAX_UNIQUE_ANY_ORDER` values). Anything else is reported as unsupported (None)."""
+        node = c.unique_items[0]
+        if prefix_len and rest_nodes is None and not c.contains:
+            return self._unique_tuples(c, node, max_items, depth)
+        values = None if prefix_len or c.contains or rest_nodes is None else self._finite_values(rest_nodes)
+        limit = MAX_UNIQUE_VALUES if self.generating else MAX_UNIQUE_ANY_ORDER
+        if values is None or len(values) > limit:
+            detail = ("items that are not drawn from a finite set of values" if values is None
+                      else f"more than {limit} distinct item values")
+            node.document.unsupported("uniqueItems", node.pointer, detail)
+            return None
+        most = len(values) if max_items is None else min(max_items, len(values))
+        if c.min_items > most:
+            return NOTHING
+        items = [self.literal_value(v, depth + 1) for v in values]
+        if self.generating:
+            return self._subset_in_order(items, c.min_items, most, depth)
+        return self._subset_any_order(items, c.min_items, most, depth)
+
+    def _unique_tuples(self, c: Constraints, node: Node, max_items: int | None, depth: int) -> Expr | None:
+        """``uniqueItems`` on a closed tuple (``prefixItems`` and no further items) whose positions
+        each take finitely many values: every array of distinct items, spelled out."""
+        _, element_nodes, _ = _array_elements(c.array_nodes)
+        most = len(element_nodes) if max_items is None else min(max_items, len(element_nodes))
+        choices = [self._finite_values(nodes) for nodes in element_nodes[:most]]
+        too_many = math.prod(len(v or []) + 1 for v in choices) > MAX_UNIQUE_TUPLES
+        if any(values is None for values in choices) or too_many:
+            node.document.unsupported("uniqueItems", node.pointer, "positions that take too many values")
+            return None
+        lay = self.layout
+        arrays: list[Expr] = [seq(literal("["), lay.empty(), literal("]"))] if c.min_items == 0 else []
+        for length in range(max(c.min_items, 1), most + 1):
+            for items in itertools.product(*(v or [] for v in choices[:length])):
+                if len({canonical(v) for v in items}) == length:
+                    spelled = [self.literal_value(v, depth + 1) for v in items]
+                    arrays.append(seq(literal("["), lay.open(depth), _joined(spelled, lay.comma(depth)),
+                                      lay.close(depth), literal("]")))
+        return choice(*arrays)
+
+    def _finite_values(self, nodes: Conjunction) -> list[Any] | None:
+        """The distinct JSON values that satisfy every node, when they are finitely many and known."""
+        found: dict[str, Any] = {}
+        for conj in distribute(nodes):
+            c = Constraints.of(conj)
+            if c.enum is not None:
+                candidates = list(c.enum)
+            elif c.types <= {"boolean", "null"}:
+                scalars = ((True, "boolean"), (False, "boolean"), (None, "null"))
+                candidates = [v for v, kind in scalars if kind in c.types]
+            else:
+                return None
+            excluded = {canonical(v) for v in c.not_in}
+            for value in candidates:
+                if json_type(value) in c.types and canonical(value) not in excluded \
+                        and all(satisfies(value, n) for n in conj):
+                    found.setdefault(canonical(value), value)
+        return list(found.values())
+
+    def _subset_in_order(self, items: list[Expr], least: int, most: int, depth: int) -> Expr:
+        """Between ``least`` and ``most`` of ``items``, each at most once, in the given order."""
+        lay = self.layout
+        base = f"u{len(self.rules)}_"
+        for i in range(len(items), -1, -1):
+            for n in range(min(i, most) + 1):
+                options: list[Expr] = []
+                if i < len(items):
+                    if n < most:
+                        lead = EMPTY if n == 0 else lay.comma(depth)
+                        options.append(seq(lead, items[i], RuleRef(f"{base}{i + 1}_{n + 1}")))
+                    options.append(RuleRef(f"{base}{i + 1}_{n}"))
+                elif n >= max(least, 1):  # the empty array is spelled apart, without the first gap
+                    options.append(seq(lay.close(depth), literal("]")))
+                self.rules[f"{base}{i}_{n}"] = choice(*options)
+        # the first item's whitespace: `[` then open whitespace, unless the array is empty
+        first = choice(seq(lay.open(depth), RuleRef(f"{base}0_0")) if most else NOTHING,
+                       seq(lay.empty(), literal("]")) if least == 0 else NOTHING)
+        return seq(literal("["), first)
+
+    def _subset_any_order(self, items: list[Expr], least: int, most: int, depth: int) -> Expr:
+        """Between ``least`` and ``most`` of ``items``, each at most once, in any order."""
+        lay = self.layout
+        base = f"u{len(self.rules)}_"
+        full = (1 << len(items)) - 1
+        for seen in range(full, 0, -1):
+            count = seen.bit_count()
+            options: list[Expr] = []
+            if count < most:
+                options += [seq(lay.comma(depth), item, RuleRef(f"{base}{seen | 1 << j}"))
+                            for j, item in enumerate(items) if not seen >> j & 1]
+            if count >= least:
+                options.append(seq(lay.close(depth), literal("]")))
+            self.rules[f"{base}{seen}"] = choice(*options)
+        alternatives = [seq(literal("["), lay.open(depth), choice(*(seq(item, RuleRef(f"{base}{1 << j}"))
+                                                                   for j, item in enumerate(items))))] if most else []
+        if least == 0:
+            alternatives.append(seq(literal("["), lay.empty(), literal("]")))
+        return choice(*alternatives)
 
     def _items_from(self, index: int, elements: list[Expr], rest: Expr, min_items: int, max_items: int | None,
                     depth: int) -> Expr:
@@ -357,7 +491,11 @@ class SchemaBuilder:
         known = _known_keys(c)
         for node in c.object_nodes:
             if _unevaluated_only(node):
-                known += [k for k in sorted(statically_evaluated(node).keys) if k not in known]
+                evaluated = statically_evaluated(node)
+                if evaluated.guessed:
+                    node.document.unsupported("unevaluatedProperties", node.pointer,
+                                              "properties an anyOf branch may or may not evaluate")
+                known += [k for k in sorted(evaluated.keys) if k not in known]
         members: list[tuple[str | None, Expr]] = []
         for key in known:
             value_nodes = _value_nodes_for(key, c.object_nodes)
@@ -367,12 +505,17 @@ class SchemaBuilder:
                 continue
             member = seq(strings.string_literal(key), lay.colon(), self.value(value_nodes, depth + 1))
             members.append((key, self._named("m", member)))
-        for key_expr, value_nodes in self._other_keys(c, known):
+        others = self._other_keys(c, known)
+        if self.generating and not _declares_other_keys(c.object_nodes):  # closed unless the schema opens it
+            others = [(key, nodes, additional) for key, nodes, additional in others if not additional]
+        for key_expr, value_nodes, _ in others:
             members.append((None, self._named("m", seq(key_expr, lay.colon(), self.value(value_nodes, depth + 1)))))
+        if self.generating:
+            return self._object_in_order(members, c, depth)
         return self._object_states(members, c, depth)
 
-    def _other_keys(self, c: Constraints, known: list[str]) -> list[tuple[Expr, Conjunction]]:
-        """(key, value nodes) for keys no ``properties`` names: patterns, then additional ones.
+    def _other_keys(self, c: Constraints, known: list[str]) -> list[tuple[Expr, Conjunction, bool]]:
+        """(key, value nodes, additional) for keys no ``properties`` names: patterns, then additional ones.
 
         Without ``propertyNames``, the additional keys are exactly the strings that are not known
         keys (in any spelling), so a known key can never dodge its own schema.
@@ -382,15 +525,16 @@ class SchemaBuilder:
             any(_evaluates_all(m) for m in _descendants(n, nodes)) or statically_evaluated(n).open_ended
             or statically_evaluated(n).patterns))]
         names = self._property_names(c, known)
+        _report_property_names_overlap(c, known)
         if not restrictive:
-            return [(names, [])]
+            return [(names, [], True)]
         node = restrictive[0]
         if len(restrictive) > 1:
             if all(not n.get("patternProperties") and _additional(n) is False for n in restrictive):
                 return []
             node.document.unsupported("additionalProperties", node.pointer,
                                       "additional or pattern properties constrained by several subschemas")
-            return [(names, [])]
+            return [(names, [], True)]
         patterns = node.get("patternProperties") or {}
         additional = _additional(node)
         keyword = "additionalProperties" if "additionalProperties" in node.schema else "unevaluatedProperties"
@@ -398,19 +542,23 @@ class SchemaBuilder:
             exact = self._pattern_keys(node, patterns, known, additional, keyword)
             if exact is not None:
                 return exact
-        out: list[tuple[Expr, Conjunction]] = []
+            if len(patterns) > 1 or additional is not False:
+                node.document.unsupported("patternProperties", node.pointer,
+                                          f"more than {MAX_PATTERN_SUBSETS} patterns, or patterns too large to "
+                                          "partition: a key matching one may be read by another's schema")
+        out: list[tuple[Expr, Conjunction, bool]] = []
         for pattern, sub in patterns.items():
             content = _pattern_content(pattern, node)
             if content is None:
                 content = Repeat(_ANY_CODE_POINT, 0, None)
             key = seq(strings.QUOTE, self._named("s", strings.content_to_json(content)), strings.QUOTE)
-            out.append((key, [node.child(sub, "patternProperties", pattern)]))
+            out.append((key, [node.child(sub, "patternProperties", pattern)], False))
         if additional is not False:
-            out.append((names, [node.child(additional, keyword)]))
+            out.append((names, [node.child(additional, keyword)], True))
         return out
 
     def _pattern_keys(self, node: Node, patterns: dict[str, Any], known: list[str], additional: Any,
-                      keyword: str) -> list[tuple[Expr, Conjunction]] | None:
+                      keyword: str) -> list[tuple[Expr, Conjunction, bool]] | None:
         """Keys partitioned exactly by which patterns they match, None if the automaton is too large.
 
         A key matching several patterns must satisfy all their schemas; a key matching none (and
@@ -425,17 +573,17 @@ class SchemaBuilder:
                                 choice(*(strings.string_content(k) for k in known))]
         subs = [node.child(sub, "patternProperties", p) for p, sub in patterns.items()]
         count = len(subs)
-        out: list[tuple[Expr, Conjunction]] = []
+        out: list[tuple[Expr, Conjunction, bool]] = []
         try:
             for mask in range(1, 1 << count):
                 chosen = [i for i in range(count) if mask >> i & 1]
                 key = self._regular_key(operands, functools.partial(_matches_exactly, mask=mask, count=count))
                 if key is not None:
-                    out.append((key, [subs[i] for i in chosen]))
+                    out.append((key, [subs[i] for i in chosen], False))
             if additional is not False:
                 key = self._regular_key(operands, functools.partial(_matches_exactly, mask=0, count=count))
                 if key is not None:
-                    out.append((key, [node.child(additional, keyword)]))
+                    out.append((key, [node.child(additional, keyword)], True))
         except regular.TooLarge:
             return None
         return out
@@ -478,16 +626,69 @@ class SchemaBuilder:
         beyond_ascii = self._named("xchars", seq(strings.escaped_or_beyond_ascii(), rest))
         return seq(strings.QUOTE, _trie_complement(words, "", rest, beyond_ascii), strings.QUOTE)
 
+    def _object_in_order(self, members: list[tuple[str | None, Expr]], c: Constraints, depth: int) -> Expr:
+        """Generation: the named keys at most once each, in the schema's order, every required one
+        present; then keys of ``patternProperties``/``additionalProperties`` (any number).
+
+        State ``(i, n)``: the named keys before ``i`` are decided and ``n`` members are written
+        (saturating at the largest count ``min``/``maxProperties`` needs; without them ``n`` only
+        tells whether a comma comes next). One rule per state, so a schema of ``k`` properties
+        costs ``O(k)`` rules and "every required key" is exact however many there are.
+        """
+        lay = self.layout
+        named = [(key, member) for key, member in members if key is not None]
+        others = [member for key, member in members if key is None]
+        required = set(c.required)
+        counted = c.min_properties > len(required) or c.max_properties is not None
+        cap = max(c.max_properties if c.max_properties is not None else c.min_properties, 1) if counted else 1
+        if (len(named) + 1) * (cap + 1) > MAX_OBJECT_RULES:
+            node = c.object_nodes[0] if c.object_nodes else None
+            if node is not None:
+                node.document.unsupported("maxProperties", node.pointer, "a property count this large")
+            counted, cap = False, 1
+        base = f"g{len(self.rules)}_"
+
+        def name(i: int, n: int) -> str:
+            return f"{base}{i}_{n}"
+
+        def write(n: int, member: Expr, then: str) -> list[Expr]:
+            if counted and c.max_properties is not None and n >= c.max_properties:
+                return []
+            return [seq(lay.open(depth) if n == 0 else lay.comma(depth), member, RuleRef(then))]
+
+        for n in range(cap + 1):
+            following = min(n + 1, cap)
+            for i, (key, member) in enumerate(named):
+                options = write(n, member, name(i + 1, following))
+                if key not in required:
+                    options.append(RuleRef(name(i + 1, n)))
+                self.rules[name(i, n)] = choice(*options)
+            ending: list[Expr] = []
+            for member in others:
+                ending += write(n, member, name(len(named), following))
+            if n >= (c.min_properties if counted else 0):
+                ending.append(seq(lay.close(depth) if n else lay.empty(), literal("}")))
+            self.rules[name(len(named), n)] = choice(*ending)
+        return seq(literal("{"), RuleRef(name(0, 0)))
+
     def _object_states(self, members: list[tuple[str | None, Expr]], c: Constraints, depth: int) -> Expr:
         """Members in any order until the required ones are all seen and the count is in range."""
         lay = self.layout
-        # Up to MAX_REQUIRED_SET required keys are tracked as the set seen so far; beyond that the
-        # rest are not enforced (a superset: enforcing an order instead would refuse valid objects).
-        required = c.required[:MAX_REQUIRED_SET]
+        # Required keys are tracked as the set seen so far, which costs a state per subset: as many
+        # as MAX_OBJECT_ALTERNATIVES allows (at least MAX_REQUIRED_SET); beyond that the rest are
+        # not enforced (a superset, reported: enforcing an order would refuse valid objects).
+        tracked = len(c.required)
+        while tracked > MAX_REQUIRED_SET and (1 << tracked) * max(len(members), 1) > MAX_OBJECT_ALTERNATIVES:
+            tracked -= 1
+        required = c.required[:tracked]
+        if len(c.required) > tracked:
+            c.required_nodes[tracked].document.unsupported(
+                "required", c.required_nodes[tracked].pointer,
+                f"{len(c.required)} required keys in any order (mode='generate' enforces them all)")
         index = {k: i for i, k in enumerate(required)}
         counted = c.min_properties > len(required) or c.max_properties is not None
         cap = (c.max_properties if c.max_properties is not None else c.min_properties) if counted else 0
-        if 2 ** len(required) * (cap + 1) > MAX_OBJECT_STATES:
+        if 2 ** len(required) * (cap + 1) > max(MAX_OBJECT_STATES, 2 ** len(required)):
             counted, cap = False, 0
             node = c.object_nodes[0] if c.object_nodes else None
             if node is not None:
@@ -554,36 +755,38 @@ class Evaluated:
     open_ended: bool = False  # some subschema evaluates every property
     prefix: int = 0
     all_items: bool = False
+    guessed: bool = False  # an ``anyOf`` branch or a lone ``if`` evaluated something (read as always)
 
     def covers(self, key: str) -> bool:
         return self.open_ended or key in self.keys or any(_search(p, key) for p in self.patterns)
-
-
-_ALWAYS_OR_MAYBE = ("allOf", "anyOf")
 
 
 def statically_evaluated(node: Node) -> Evaluated:
     """The properties and items a node's in-place applicators (``allOf``, ``$ref``, …) may evaluate."""
     found = Evaluated()
     root = Node(node.origin or node.schema, node.resolver, node.pointer, node.document)
-    stack, seen = [root], set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    seen: set[tuple[int, str]] = set()
     while stack:
-        current = stack.pop()
+        current, maybe = stack.pop()
         schema = current.schema
         if current.identity in seen or not isinstance(schema, dict):
             continue
         seen.add(current.identity)
+        before = dataclasses.replace(found, keys=set(found.keys), patterns=set(found.patterns))
         _collect(found, current, is_root=current is root)
-        for keyword in _ALWAYS_OR_MAYBE:
-            stack += [current.child(sub, keyword, i) for i, sub in enumerate(schema.get(keyword, []))]
+        if maybe and found != before:
+            found.guessed = True
+        stack += [(current.child(sub, "allOf", i), maybe) for i, sub in enumerate(schema.get("allOf", []))]
+        stack += [(current.child(sub, "anyOf", i), True) for i, sub in enumerate(schema.get("anyOf", []))]
         if "if" in schema and "then" not in schema and "else" not in schema:
-            stack.append(current.child(schema["if"], "if"))
+            stack.append((current.child(schema["if"], "if"), True))
         for keyword in ("$ref", "$dynamicRef", "$recursiveRef"):
             if keyword in schema:
                 with contextlib.suppress(UnsupportedSchemaError):
                     target = current.resolve(keyword)
                     if target is not None:
-                        stack.append(target)
+                        stack.append((target, maybe))
     return found
 
 
@@ -814,12 +1017,20 @@ def _unevaluated_items_start(nodes: list[Node], prefix: int) -> int | None:
     for node in nodes:
         schema = node.schema
         rest_items = "items" in schema and not (node.document.tuple_items and isinstance(schema["items"], list))
-        if rest_items or "additionalItems" in schema or "x-items" in schema or "contains" in schema:
+        if rest_items or "additionalItems" in schema or "x-items" in schema:
+            return None
+        if "contains" in schema:
+            for other in nodes:
+                if other.schema.get("unevaluatedItems", True) is not True:
+                    other.document.unsupported("unevaluatedItems", other.pointer, "next to contains")
             return None
         if schema.get("unevaluatedItems") is True:
             return None
         if "unevaluatedItems" in schema:
             evaluated = statically_evaluated(node)
+            if evaluated.guessed:
+                node.document.unsupported("unevaluatedItems", node.pointer,
+                                          "items an anyOf branch may or may not evaluate")
             if evaluated.all_items:
                 return None
             start = max(start, evaluated.prefix)
@@ -904,6 +1115,26 @@ def _value_nodes_for(key: str, nodes: list[Node]) -> Conjunction | None:
             keyword = "additionalProperties" if "additionalProperties" in node.schema else "unevaluatedProperties"
             out.append(node.child(additional, keyword))
     return None if flatten(out) is None else out
+
+
+def _report_property_names_overlap(c: Constraints, known: list[str]) -> None:
+    """With ``propertyNames`` and room for additional keys, a known key may also be read as an
+    additional one (its spelling is not excluded from the names): report that superset."""
+    with_names = [n for n in c.object_nodes if "propertyNames" in n.schema]
+    if not with_names or all(_additional(n) is False for n in c.object_nodes):
+        return
+    names = [n.child(n.schema["propertyNames"], "propertyNames") for n in with_names]
+    if any(all(satisfies(k, n) for n in names) for k in known):
+        with_names[0].document.unsupported("propertyNames", with_names[0].pointer,
+                                           "a named property may also be written as an additional key")
+
+
+def _declares_other_keys(nodes: list[Node]) -> bool:
+    """Whether the schema itself allows keys beyond ``properties``/``patternProperties``: an
+    ``additionalProperties``/``unevaluatedProperties`` that is not ``false``, or ``propertyNames``."""
+    return any(isinstance(n.schema, dict) and (
+        n.schema.get("additionalProperties", False) is not False
+        or n.schema.get("unevaluatedProperties", False) is not False or "propertyNames" in n.schema) for n in nodes)
 
 
 def _unevaluated_only(node: Node) -> bool:

@@ -42,10 +42,12 @@ class Constraints:
     min_items: int = 0
     max_items: int | None = None
     contains: list[tuple[Node, int, int | None]] = field(default_factory=list)
+    unique_items: list[Node] = field(default_factory=list)  # the nodes that ask for uniqueItems
     array_nodes: list[Node] = field(default_factory=list)
     min_properties: int = 0
     max_properties: int | None = None
     required: list[str] = field(default_factory=list)
+    required_nodes: list[Node] = field(default_factory=list)  # the node that asks for each required key
     object_nodes: list[Node] = field(default_factory=list)
 
     @classmethod
@@ -53,22 +55,28 @@ class Constraints:
         c = cls(allowed_types(conjunction))
         for node in conjunction:
             c._add(node)
-        c._relax_large_counts()
+        for keyword in c._relax_large_counts():
+            node = next(n for n in conjunction if keyword in n.schema)
+            node.document.unsupported(keyword, node.pointer, f"a bound above {MAX_COUNTED} (dropped or lowered)")
         return c
 
-    def _relax_large_counts(self) -> None:
-        """Drop length and item bounds beyond MAX_COUNTED (a superset, never a false refusal).
+    def _relax_large_counts(self) -> list[str]:
+        """Drop length and item bounds beyond MAX_COUNTED; return the keywords relaxed.
 
         Bounded repetitions compile to nested counting rules (`codemask.grammar.counting`), whose
-        size grows with the logarithm of the bound, so every bound a model output can reach is
-        kept exactly; beyond a million, the bound is dropped.
+        size grows with the logarithm of the bound, so every bound up to a million is kept
+        exactly; beyond that the bound is relaxed (a superset, reported as unsupported).
         """
+        relaxed: list[str] = []
         if self.max_length is not None and self.max_length > MAX_COUNTED:
-            self.max_length = None
-        self.min_length = min(self.min_length, MAX_COUNTED)
+            self.max_length, relaxed = None, [*relaxed, "maxLength"]
+        if self.min_length > MAX_COUNTED:
+            self.min_length, relaxed = MAX_COUNTED, [*relaxed, "minLength"]
         if self.max_items is not None and self.max_items > MAX_COUNTED:
-            self.max_items = None
-        self.min_items = min(self.min_items, MAX_COUNTED)
+            self.max_items, relaxed = None, [*relaxed, "maxItems"]
+        if self.min_items > MAX_COUNTED:
+            self.min_items, relaxed = MAX_COUNTED, [*relaxed, "minItems"]
+        return relaxed
 
     def _add(self, node: Node) -> None:
         schema = node.schema
@@ -90,6 +98,8 @@ class Constraints:
             maximum = schema.get("maxContains")
             self.contains.append((node.child(schema["contains"], "contains"), int(schema.get("minContains", 1)),
                                   None if maximum is None else int(maximum)))
+        if schema.get("uniqueItems") is True:
+            self.unique_items.append(node)
         if any(k in schema for k in ARRAY_KEYWORDS):
             self.array_nodes.append(node)
         self.min_properties = max(self.min_properties, int(schema.get("minProperties", 0)))
@@ -97,6 +107,7 @@ class Constraints:
         for key in schema.get("required", []):
             if key not in self.required:
                 self.required.append(key)
+                self.required_nodes.append(node)
         if any(k in schema for k in OBJECT_KEYWORDS):
             self.object_nodes.append(node)
 

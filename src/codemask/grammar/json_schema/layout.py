@@ -1,32 +1,45 @@
 """Where whitespace may go in the JSON a schema grammar accepts.
 
-``"flexible"`` accepts any JSON whitespace between tokens (every valid serialisation);
-``"compact"`` accepts none (``json.dumps(v, separators=(",", ":"))``); an integer ``n`` accepts
-exactly ``json.dumps(v, indent=n)``'s layout, which depends on the nesting depth, so the compiler
-keeps one rule per depth in that mode.
+``"flexible"`` accepts JSON whitespace between tokens; ``"compact"`` accepts none
+(``json.dumps(v, separators=(",", ":"))``); an integer ``n`` accepts exactly
+``json.dumps(v, indent=n)``'s layout, which depends on the nesting depth, so the compiler keeps one
+rule per depth in that mode.
+
+Flexible whitespace is unbounded when validating (every serialisation is a valid document) and
+bounded when generating: at most one line break and `MAX_INDENT` spaces or tabs per gap, which
+every pretty-printer's layout fits and no model can loop on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codemask.grammar.ir import EMPTY, Expr, Repeat, char_class, literal, seq
+from codemask.grammar.ir import EMPTY, Expr, Repeat, char_class, choice, literal, seq
 
 _WS = Repeat(char_class([(0x20, 0x20), (0x09, 0x0A), (0x0D, 0x0D)]), 0, None)
+MAX_INDENT = 64
+_BOUNDED_WS = seq(Repeat(choice(literal("\n"), literal("\r\n")), 0, 1),
+                  Repeat(char_class([(0x20, 0x20), (0x09, 0x09)]), 0, MAX_INDENT))
 MAX_INDENT_DEPTH = 64
 
 
 @dataclass(frozen=True)
 class Layout:
-    """The whitespace policy: ``"flexible"``, ``"compact"`` or an indent width."""
+    """The whitespace policy: ``"flexible"``, ``"compact"`` or an indent width; ``bounded`` caps
+    flexible gaps (generation)."""
 
     whitespace: str | int
+    bounded: bool = False
 
     def __post_init__(self) -> None:
         ok = self.whitespace in ("flexible", "compact") or (
             isinstance(self.whitespace, int) and not isinstance(self.whitespace, bool) and self.whitespace >= 0)
         if not ok:
             raise ValueError(f"whitespace= is 'flexible', 'compact' or an indent width, not {self.whitespace!r}")
+
+    @property
+    def _gap(self) -> Expr:
+        return _BOUNDED_WS if self.bounded else _WS
 
     @property
     def depth_sensitive(self) -> bool:
@@ -38,31 +51,31 @@ class Layout:
 
     def around(self) -> Expr:
         """Before and after the top-level value."""
-        return _WS if self.whitespace == "flexible" else EMPTY
+        return self._gap if self.whitespace == "flexible" else EMPTY
 
     def open(self, depth: int) -> Expr:
         """After ``{``/``[`` of a non-empty container at ``depth``."""
         if self.whitespace == "flexible":
-            return _WS
+            return self._gap
         return EMPTY if self.whitespace == "compact" else self._line(depth + 1)
 
     def close(self, depth: int) -> Expr:
         """Before ``}``/``]`` of a non-empty container."""
         if self.whitespace == "flexible":
-            return _WS
+            return self._gap
         return EMPTY if self.whitespace == "compact" else self._line(depth)
 
     def empty(self) -> Expr:
         """Inside an empty container."""
-        return _WS if self.whitespace == "flexible" else EMPTY
+        return self._gap if self.whitespace == "flexible" else EMPTY
 
     def comma(self, depth: int) -> Expr:
         """Between two members or items of a container at ``depth``."""
         if self.whitespace == "flexible":
-            return seq(_WS, literal(","), _WS)
+            return seq(self._gap, literal(","), self._gap)
         return literal(",") if self.whitespace == "compact" else seq(literal(","), self._line(depth + 1))
 
     def colon(self) -> Expr:
         if self.whitespace == "flexible":
-            return seq(_WS, literal(":"), _WS)
+            return seq(self._gap, literal(":"), self._gap)
         return literal(":") if self.whitespace == "compact" else literal(": ")

@@ -51,7 +51,7 @@ class Document:
     dialect: str
     validator_class: Any
     strict: bool
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[UnsupportedSchemaError] = field(default_factory=list)
     _probing: bool = False
     negating: set[tuple[int, str]] = field(default_factory=set)  # nodes being negated (cycle guard)
 
@@ -96,7 +96,7 @@ class Document:
         error = UnsupportedSchemaError(keyword, pointer, detail)
         if self.strict or self._probing:
             raise error
-        self.warnings.append(str(error))
+        self.warnings.append(error)
 
     @contextlib.contextmanager
     def probing(self) -> Iterator[None]:
