@@ -15,6 +15,7 @@ real; position ids come from the attention mask, so the model sees each row's to
 from __future__ import annotations
 
 import codecs
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from codemask.decoding.sampling import SamplingParams, SamplingSelector
 from codemask.engine.compiler import GrammarCompiler
 from codemask.engine.matcher import GrammarMatcher
 from codemask.engine.token_trie import ByteVocabulary
+from codemask.grammar.grammar import Grammar
 from codemask.grammar.resolve import as_grammar
 from codemask.monitors.monitor import Monitor
 from codemask.monitors.stage import MonitorStage
@@ -85,12 +87,37 @@ class GenerationStats:
 
 @dataclass
 class GenerationResult:
-    """One row's output: ``text`` (stop string and stop token excluded), its ``token_ids``, why it ended."""
+    """One row's output: ``text`` (stop string and stop token excluded), its ``token_ids``, why it ended.
+
+    Under a JSON grammar (a JSON Schema, a pydantic class, the builtin ``"json"``), ``json`` is the
+    value the text spells and ``parsed`` that value, or an instance of the pydantic class.
+    """
 
     text: str
     token_ids: list[int]
     finish_reason: FinishReason
     stats: GenerationStats
+    grammar: Grammar | None = field(default=None, repr=False)
+
+    @property
+    def json(self) -> Any:
+        """The JSON value of ``text``; a ValueError says why when the text is not one (cut by the
+        token limit or a stop string, or generated without a JSON grammar)."""
+        try:
+            return json.loads(self.text)
+        except json.JSONDecodeError as exc:
+            cut = f" (generation ended by {self.finish_reason!r})" if self.finish_reason != "grammar_end" else ""
+            raise ValueError(f"the output is not a JSON document{cut}: {exc}") from None
+
+    @property
+    def parsed(self) -> Any:
+        """An instance of the pydantic class the grammar came from, or the JSON value under any other
+        JSON grammar; None for grammars that do not write JSON."""
+        if self.grammar is None or self.grammar.output != "json":
+            return None
+        if self.grammar.output_model is not None:
+            return self.grammar.output_model.model_validate_json(self.text)
+        return self.json
 
 
 @dataclass
@@ -106,7 +133,8 @@ class _Row:
 
 
 @overload
-def constrained_generate(model: Any, tokenizer: Any, prompt: str, grammar: Any = None, *, max_new_tokens: int = 256,
+def constrained_generate(model: Any, tokenizer: Any, prompt: str | list[dict[str, Any]], grammar: Any = None, *,
+                         max_new_tokens: int = 256,
                          temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                          stop: str | Sequence[str] | None = None, seed: int | None = None,
                          on_token: TokenCallback | None = None, jump_forward: bool = True,
@@ -118,7 +146,8 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: str, grammar: Any =
 
 
 @overload
-def constrained_generate(model: Any, tokenizer: Any, prompt: Sequence[str], grammar: Any = None, *,
+def constrained_generate(model: Any, tokenizer: Any, prompt: Sequence[str | list[dict[str, Any]]],
+                         grammar: Any = None, *,
                          max_new_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                          stop: str | Sequence[str] | None = None, seed: int | None = None,
                          on_token: TokenCallback | None = None, jump_forward: bool = True,
@@ -132,7 +161,7 @@ def constrained_generate(model: Any, tokenizer: Any, prompt: Sequence[str], gram
 def constrained_generate(
     model: Any,
     tokenizer: Any,
-    prompt: str | Sequence[str],
+    prompt: str | list[dict[str, Any]] | Sequence[str | list[dict[str, Any]]],
     grammar: Any = None,
     *,
     max_new_tokens: int = 256,
@@ -149,7 +178,10 @@ def constrained_generate(
     speculative: str | Drafter | None = None,
     monitors: Sequence[Monitor] | None = None,
 ) -> GenerationResult | list[GenerationResult]:
-    """Generate from ``prompt`` (one string, or a list for a batch) so that the output matches ``grammar``.
+    """Generate from ``prompt`` so that the output matches ``grammar``.
+
+    ``prompt`` is a string, chat messages (``[{"role": "user", "content": ...}]``, rendered with the
+    tokenizer's chat template and the assistant's turn opened), or a list of either for a batch.
 
     ``grammar`` is a Grammar, a builtin name, a grammar file, EBNF text, a JSON Schema dict, a pydantic
     model class or None (unconstrained); for a batch, a list gives each row its own (None for no
@@ -175,8 +207,9 @@ def constrained_generate(
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    single = isinstance(prompt, str)
-    prompts: list[str] = [prompt] if isinstance(prompt, str) else [str(p) for p in prompt]
+    single = isinstance(prompt, str) or is_chat(prompt)
+    items: list[Any] = [prompt] if single else list(prompt)
+    prompts = [render_prompt(tokenizer, p) for p in items]
     if not prompts:
         return []
     specs = _grammar_per_row(grammar, len(prompts), single)
@@ -188,10 +221,11 @@ def constrained_generate(
     vocab = compiler.vocab
     grammars = [None if spec is None else as_grammar(spec) for spec in specs]
     matchers = [None if g is None else GrammarMatcher(compiler.compile(g), **g.completion) for g in grammars]
-    encoded = _encode_prompts(tokenizer, prompts)
+    encoded = _encode_prompts(tokenizer, prompts, [not isinstance(p, str) for p in items])
     rows = [_Row(ids, m, GenerationStats(prompt_tokens=len(ids))) for ids, m in zip(encoded, matchers, strict=True)]
     device = next(model.parameters()).device
-    stage = GrammarStage(matchers, vocab.vocab_size)
+    penalties = [None if g is None else g.item_penalty for g in grammars]
+    stage = GrammarStage(matchers, vocab.vocab_size, item_penalties=penalties)
     stages: list[Stage] = [stage]
     drafter = resolve_drafter(speculative)
     # the speculative runner and AdaDec choose outside Pipeline.process, and a top-k/top-p cut would
@@ -226,7 +260,7 @@ def constrained_generate(
         adadec.record([row.stats for row in rows])
     if monitor_stage is not None:
         monitor_stage.record([row.stats for row in rows])
-    results = [_result(row) for row in rows]
+    results = [_result(row, g) for row, g in zip(rows, grammars, strict=True)]
     return results[0] if single else results
 
 
@@ -238,19 +272,43 @@ def _grammar_per_row(grammar: Any, count: int, single: bool) -> list[Any]:
     return [grammar] * count
 
 
-def _encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
-    encoded = [list(tokenizer(p)["input_ids"]) for p in prompts]
+def is_chat(prompt: Any) -> bool:
+    """Whether ``prompt`` is one conversation: a list of ``{"role": ..., "content": ...}`` messages."""
+    return isinstance(prompt, (list, tuple)) and bool(prompt) and all(isinstance(m, dict) for m in prompt)
+
+
+def render_prompt(tokenizer: Any, prompt: Any) -> str:
+    """A prompt as text: a string as it is, chat messages through the tokenizer's chat template
+    with the assistant's turn opened (``add_generation_prompt``)."""
+    if isinstance(prompt, str):
+        return prompt
+    if not is_chat(prompt):
+        raise TypeError("a prompt is a string or a list of chat messages ({'role': ..., 'content': ...}), "
+                        f"not {type(prompt).__name__}: {prompt!r:.80}")
+    for message in prompt:
+        if not isinstance(message.get("role"), str) or "content" not in message:
+            raise ValueError(f"a chat message needs a 'role' and a 'content', got {message!r:.80}")
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("this tokenizer has no chat template: pass the prompt as text")
+    return str(tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False))
+
+
+def _encode_prompts(tokenizer: Any, prompts: list[str], templated: list[bool]) -> list[list[int]]:
+    """Token ids of each prompt; a chat-templated one holds its special tokens as text already."""
+    encoded = [list(tokenizer(p, add_special_tokens=not chat)["input_ids"])
+               for p, chat in zip(prompts, templated, strict=True)]
     for p, ids in zip(prompts, encoded, strict=True):
         if not ids:
             raise ValueError(f"prompt {p!r} encodes to no tokens; give the model something to continue")
     return encoded
 
 
-def _result(row: _Row) -> GenerationResult:
+def _result(row: _Row, grammar: Grammar | None) -> GenerationResult:
     data = bytes(row.text if row.stop_at is None else row.text[: row.stop_at])
     row.stats.generated_tokens = len(row.token_ids)
     assert row.finish_reason is not None
-    return GenerationResult(data.decode("utf-8", errors="replace"), row.token_ids, row.finish_reason, row.stats)
+    return GenerationResult(data.decode("utf-8", errors="replace"), row.token_ids, row.finish_reason, row.stats,
+                            grammar)
 
 
 def _ends_in_stop(text: bytes, before: int, stops: list[bytes]) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+from codemask.decoding.json_items import ItemScanner, SeparatorTokens, decay_repeated_item_
 from codemask.engine.bitmask import allocate_token_bitmask, apply_token_bitmask_
 from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.matcher import GrammarMatcher
@@ -43,16 +44,20 @@ class GrammarLogitsProcessor(LogitsProcessor):
     that ``generate`` recognises as the end.
     """
 
-    def __init__(self, compiled: CompiledGrammar, completion: dict[str, Any] | None = None) -> None:
+    def __init__(self, compiled: CompiledGrammar, completion: dict[str, Any] | None = None,
+                 item_penalty: float | None = None) -> None:
         self.compiled = compiled
         self.completion = completion or {}  # GrammarMatcher options (Grammar.for_completion)
+        self.item_penalty = item_penalty  # JSON's repeated-item decay (`codemask.decoding.json_items`)
         self._states: dict[History, GrammarMatcher] = {}
+        self._scanners: dict[History, ItemScanner] = {}
         self._prompt_length: int | None = None
         self._bitmask: torch.Tensor | None = None
 
     def reset(self) -> None:
         """Forget the current generation (the next call is taken as the start of a new one)."""
         self._states = {}
+        self._scanners = {}
         self._prompt_length = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -67,7 +72,26 @@ class GrammarLogitsProcessor(LogitsProcessor):
         vocab_size = min(self.compiled.vocab_size, scores.shape[-1])
         apply_token_bitmask_(scores, bitmask[: len(histories)].to(scores.device, non_blocking=True),
                              vocab_size=vocab_size)
+        if self.item_penalty is not None:
+            self._decay_repeated_items(histories, scores, self.item_penalty)
         return scores
+
+    def _decay_repeated_items(self, histories: list[History], scores: torch.Tensor, penalty: float) -> None:
+        scanners: dict[History, ItemScanner] = {}
+        separators = SeparatorTokens.of(self.compiled.vocab)
+        for row, history in enumerate(histories):
+            scanner = scanners.get(history)
+            if scanner is None:
+                parent = self._scanners.get(history[:-1]) if history else None
+                scanner = ItemScanner() if parent is None else parent.fork()
+                if history and parent is not None:
+                    scanner.feed(self.compiled.vocab.token_bytes[history[-1]])
+                elif history:  # no parent kept: read the whole history
+                    for token in history:
+                        scanner.feed(self.compiled.vocab.token_bytes[token])
+                scanners[history] = scanner
+            decay_repeated_item_(scores[row], scanner, penalty, separators)
+        self._scanners = scanners
 
     def _histories(self, input_ids: torch.Tensor) -> list[History]:
         """Each row's generated tokens; starts a new generation when the rows do not continue the last one."""
@@ -108,7 +132,7 @@ def grammar_logits_processor(tokenizer: Any, grammar: Any, model: Any = None) ->
     else:
         compiler = compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
     resolved = as_grammar(grammar)
-    return GrammarLogitsProcessor(compiler.compile(resolved), resolved.completion)
+    return GrammarLogitsProcessor(compiler.compile(resolved), resolved.completion, resolved.item_penalty)
 
 
 def monitor_logits_processor(tokenizer: Any, monitors: list[Monitor], model: Any = None) -> MonitorLogitsProcessor:

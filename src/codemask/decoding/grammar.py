@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
+from codemask.decoding.json_items import ItemScanner, SeparatorTokens, decay_repeated_item_
 from codemask.decoding.pipeline import Stage, StepLayout
 from codemask.engine.bitmask import allocate_token_bitmask, apply_token_bitmask_
 from codemask.engine.matcher import GrammarMatcher
@@ -29,9 +30,14 @@ class GrammarStage(Stage):
     masks are identical either way).
     """
 
-    def __init__(self, matchers: Sequence[GrammarMatcher | None], vocab_size: int, *, overlap: bool = True) -> None:
+    def __init__(self, matchers: Sequence[GrammarMatcher | None], vocab_size: int, *, overlap: bool = True,
+                 item_penalties: Sequence[float | None] | None = None) -> None:
         self.matchers = list(matchers)
         self.vocab_size = vocab_size
+        # JSON grammars' repeated-item decay (`codemask.decoding.json_items`): a scanner per such sequence
+        self.item_penalties = list(item_penalties or [None] * len(self.matchers))
+        self.scanners = [ItemScanner() if p is not None and m is not None else None
+                         for p, m in zip(self.item_penalties, self.matchers, strict=True)]
         self.mask_time_s = [0.0] * len(self.matchers)
         self.invalid_rows: set[int] = set()
         self._bitmask = allocate_token_bitmask(max(len(self.matchers), 1), vocab_size, pin_memory=True)
@@ -61,6 +67,18 @@ class GrammarStage(Stage):
         host = self._bitmask[: layout.num_rows]
         device_mask = host.to(logits.device, non_blocking=True) if logits.device.type != "cpu" else host
         apply_token_bitmask_(logits, device_mask, indices=rows, vocab_size=min(self.vocab_size, logits.shape[-1]))
+        self._decay_repeated_items(logits, layout)
+
+    def _decay_repeated_items(self, logits: torch.Tensor, layout: StepLayout) -> None:
+        for row, (seq, offset) in enumerate(zip(layout.sequences, layout.offsets, strict=True)):
+            scanner, penalty, matcher = self.scanners[seq], self.item_penalties[seq], self.matchers[seq]
+            if scanner is None or penalty is None or matcher is None or row in self.invalid_rows:
+                continue
+            if offset:
+                scanner = scanner.fork()
+                for token in layout.drafts[seq][:offset]:
+                    scanner.feed(matcher.compiled.vocab.token_bytes[token])
+            decay_repeated_item_(logits[row], scanner, penalty, SeparatorTokens.of(matcher.compiled.vocab))
 
     def _fill(self, layout: StepLayout) -> list[int]:
         """Fill the host bitmask rows of constrained sequences; returns those row indices."""
@@ -113,11 +131,18 @@ class GrammarStage(Stage):
                 raise MatcherError(f"sequence {sequence}: the grammar refuses token {int(token)} at position "
                                    f"{matcher.num_accepted + i}; tokens committed to a grammar stage must come "
                                    "from its masks")
+        scanner = self.scanners[sequence]
+        if scanner is not None:
+            for token in token_ids:
+                scanner.feed(matcher.compiled.vocab.token_bytes[int(token)])
 
     def rollback(self, sequence: int, num_tokens: int) -> None:
         matcher = self.matchers[sequence]
         if matcher is not None:
             matcher.rollback(num_tokens)
+        scanner = self.scanners[sequence]
+        if scanner is not None:
+            scanner.rollback(num_tokens)
 
     def only_stop_allowed(self, sequence: int) -> bool:
         """Whether the grammar of ``sequence`` is complete and nothing may follow but a stop token."""

@@ -16,6 +16,9 @@ from typing import Any
 from codemask.errors import GrammarError, InvalidSchemaError
 from codemask.grammar.ir import GrammarIR, grammar_text
 
+ITEM_PENALTY = 0.5
+"""The default decay per repeated JSON array item when generating (`Grammar.from_json_schema`)."""
+
 
 class Grammar:
     """A grammar in the engine's IR, built by one of the ``from_*`` constructors."""
@@ -30,6 +33,8 @@ class Grammar:
         self.builtin_name: str | None = None  # the name it was loaded by (`builtin`), if any
         self.output: str | None = None  # "json" when every text it accepts is one JSON document
         self.output_model: Any = None  # the pydantic class a JSON output is parsed into, if any
+        # JSON generation: the decay per repeated array item (`codemask.decoding.json_items`), or None
+        self.item_penalty: float | None = None
 
     @property
     def cache_key(self) -> str:
@@ -64,7 +69,7 @@ class Grammar:
 
     @classmethod
     def from_json_schema(cls, schema: Any, *, mode: str = "generate", strict: bool = True,
-                         whitespace: str | int = "flexible") -> Grammar:
+                         whitespace: str | int = "flexible", item_penalty: float | None = ITEM_PENALTY) -> Grammar:
         """JSON documents valid against a JSON Schema (a dict, a bool, or JSON text).
 
         ``mode="generate"`` (the default) is what a model should write: each named key at most
@@ -75,7 +80,10 @@ class Grammar:
         indent width (exactly ``json.dumps(value, indent=n)``'s layout). ``strict=True`` raises
         :class:`~codemask.errors.UnsupportedSchemaError` (naming the keyword and its JSON pointer)
         for what cannot be compiled exactly; ``strict=False`` warns once per keyword and accepts a
-        superset. See docs/json-schema.md for what is exact in each mode.
+        superset. ``item_penalty`` (generation): when an array ends with ``n >= 2`` identical items,
+        the tokens starting one more are decayed by ``item_penalty ** (n - 1)`` and what they lose goes
+        to closing the array where the schema allows it (None: off). See docs/json-schema.md for what
+        is exact in each mode.
         """
         from codemask.grammar.json_schema import json_schema_ir
 
@@ -86,6 +94,7 @@ class Grammar:
                 raise InvalidSchemaError(f"the schema is not valid JSON: {exc}") from None
         grammar = cls(json_schema_ir(schema, mode=mode, strict=strict, whitespace=whitespace), "json_schema")
         grammar.output = "json"
+        grammar.item_penalty = item_penalty if mode == "generate" else None
         return grammar
 
     @classmethod

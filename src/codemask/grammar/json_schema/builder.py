@@ -118,7 +118,8 @@ class SchemaBuilder:
         if kind == "string":
             return self._string(c, conj, excluded)
         if kind in ("integer", "number", "fraction"):
-            return self._named("n", choice(*(self._number(kind, piece, conj) for piece in _split_at(c, excluded))))
+            number = choice(*(self._number(kind, piece, conj) for piece in _split_at(c, excluded)))
+            return self._named("n", numbers.bounded_for_writing(number) if self.generating else number)
         if excluded:
             conj[0].document.unsupported("not", conj[0].pointer, f"excluding particular {kind}s")
         if kind == "array":
@@ -139,7 +140,7 @@ class SchemaBuilder:
         if value is None or isinstance(value, bool):
             return literal(_scalar_text(value))
         if isinstance(value, (int, float)):
-            return _number_literal(value)
+            return numbers.bounded_for_writing(_number_literal(value)) if self.generating else _number_literal(value)
         if isinstance(value, str):
             return strings.string_literal(value)
         lay = self.layout

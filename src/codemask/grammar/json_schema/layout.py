@@ -6,20 +6,20 @@
 rule per depth in that mode.
 
 Flexible whitespace is unbounded when validating (every serialisation is a valid document) and
-bounded when generating: at most one line break and `MAX_INDENT` spaces or tabs per gap, which
-every pretty-printer's layout fits and no model can loop on.
+bounded when generating, as ``json.dumps`` and pretty-printers lay JSON out: after ``{``, ``[`` and
+``,`` and before ``}`` and ``]`` at most one line break and `MAX_INDENT` spaces, after ``:`` at
+most one space, nothing before ``,`` and ``:`` or inside ``{}`` and ``[]``: no model can loop on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codemask.grammar.ir import EMPTY, Expr, Repeat, char_class, choice, literal, seq
+from codemask.grammar.ir import EMPTY, Expr, Repeat, char_class, literal, seq
 
 _WS = Repeat(char_class([(0x20, 0x20), (0x09, 0x0A), (0x0D, 0x0D)]), 0, None)
 MAX_INDENT = 64
-_BOUNDED_WS = seq(Repeat(choice(literal("\n"), literal("\r\n")), 0, 1),
-                  Repeat(char_class([(0x20, 0x20), (0x09, 0x09)]), 0, MAX_INDENT))
+_BOUNDED_WS = seq(Repeat(literal("\n"), 0, 1), Repeat(literal(" "), 0, MAX_INDENT))
 MAX_INDENT_DEPTH = 64
 
 
@@ -66,16 +66,17 @@ class Layout:
         return EMPTY if self.whitespace == "compact" else self._line(depth)
 
     def empty(self) -> Expr:
-        """Inside an empty container."""
-        return self._gap if self.whitespace == "flexible" else EMPTY
+        """Inside an empty container (``{}``, ``[]`` when generating)."""
+        return _WS if self.whitespace == "flexible" and not self.bounded else EMPTY
 
     def comma(self, depth: int) -> Expr:
-        """Between two members or items of a container at ``depth``."""
+        """Between two members or items of a container at ``depth`` (after the comma only, when generating)."""
         if self.whitespace == "flexible":
-            return seq(self._gap, literal(","), self._gap)
+            return seq(literal(","), _BOUNDED_WS) if self.bounded else seq(_WS, literal(","), _WS)
         return literal(",") if self.whitespace == "compact" else seq(literal(","), self._line(depth + 1))
 
     def colon(self) -> Expr:
+        """Between a key and its value (``:`` or ``": "`` when generating)."""
         if self.whitespace == "flexible":
-            return seq(self._gap, literal(":"), self._gap)
+            return seq(literal(":"), Repeat(literal(" "), 0, 1)) if self.bounded else seq(_WS, literal(":"), _WS)
         return literal(":") if self.whitespace == "compact" else literal(": ")

@@ -22,7 +22,19 @@ from __future__ import annotations
 from decimal import Decimal
 from fractions import Fraction
 
-from codemask.grammar.ir import EMPTY, NOTHING, Expr, Repeat, RuleRef, char_class, choice, literal, seq
+from codemask.grammar.ir import (
+    EMPTY,
+    NOTHING,
+    Choice,
+    Expr,
+    Repeat,
+    RuleRef,
+    Sequence,
+    char_class,
+    choice,
+    literal,
+    seq,
+)
 
 DIGIT = char_class([(ord("0"), ord("9"))])
 NONZERO = char_class([(ord("1"), ord("9"))])
@@ -278,3 +290,23 @@ def multiples_in_range(lo: int, hi: int, step: int) -> Expr:
     first = -(-lo // step) * step
     values = range(first, hi + 1, step)
     return choice(*(literal(str(v)) for v in values), *([literal("-0")] if 0 in values else []))
+
+
+MAX_WRITTEN_RUN = 15
+"""Generation writes at most this many digits (or zeros) in a row where a number's grammar would
+allow any number of them: 16 significant digits is all a double holds, and a model that starts
+``10000000…`` must meet the end of its number."""
+
+
+def bounded_for_writing(expr: Expr) -> Expr:
+    """``expr`` with every unbounded repetition capped at `MAX_WRITTEN_RUN` more than its minimum:
+    a subset of the numbers (every written one is valid) in which no number runs forever."""
+    if isinstance(expr, Repeat):
+        item = bounded_for_writing(expr.item)
+        most = expr.max if expr.max is not None else expr.min + MAX_WRITTEN_RUN
+        return Repeat(item, expr.min, most)
+    if isinstance(expr, Sequence):
+        return Sequence(tuple(bounded_for_writing(item) for item in expr.items))
+    if isinstance(expr, Choice):
+        return Choice(tuple(bounded_for_writing(item) for item in expr.alternatives))
+    return expr
