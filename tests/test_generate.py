@@ -133,3 +133,82 @@ def test_bad_arguments_fail_clearly(smollm2: tuple[Any, Any]) -> None:
         constrained_generate(model, tokenizer, ["a", "b", "c"], grammar=["json", None])
     with pytest.raises(Exception, match="not a builtin grammar"):
         constrained_generate(model, tokenizer, "x", grammar="no_such_grammar")
+
+
+# -- JSON that models finish (generation semantics, chat input, parsed results, tools) ----------------
+
+
+def test_chat_messages_are_rendered_with_the_template(smollm2: tuple[Any, Any]) -> None:
+    """A list of messages is one conversation (a list of lists a batch), rendered with the chat
+    template: token for token what the template's text gives, without a second BOS."""
+    model, tokenizer = smollm2
+    messages = [{"role": "user", "content": "Name a colour."}]
+    from_chat = constrained_generate(model, tokenizer, messages, max_new_tokens=8)
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    assert from_chat.stats.prompt_tokens == len(ids)
+    batch = constrained_generate(model, tokenizer, [messages, messages], max_new_tokens=8)
+    assert [r.token_ids for r in batch] == [from_chat.token_ids] * 2
+    with pytest.raises(ValueError, match="role"):
+        constrained_generate(model, tokenizer, [{"text": "hi"}], max_new_tokens=4)
+
+
+def test_pydantic_result_is_parsed_and_every_field_written(smollm2: tuple[Any, Any]) -> None:
+    """The issue's Pet: keys once each, in order, and `kind` (required) written; result.parsed is a Pet."""
+    import pydantic
+
+    class Pet(pydantic.BaseModel):
+        name: str
+        age: int
+        kind: str
+
+    model, tokenizer = smollm2
+    for request in ("Describe a pet as JSON.", "Invent a dog.", "Give me a cat with its age."):
+        result = constrained_generate(model, tokenizer, [{"role": "user", "content": request}], grammar=Pet,
+                                      max_new_tokens=80)
+        assert result.finish_reason == "grammar_end", result.text
+        assert isinstance(result.parsed, Pet)
+        assert list(result.json) == ["name", "age", "kind"]
+    free = constrained_generate(model, tokenizer, "Say hi", max_new_tokens=4)
+    assert free.parsed is None
+
+
+def test_repeated_array_items_and_string_loops_are_ended(smollm2: tuple[Any, Any]) -> None:
+    """SmolLM2 writes "Ace-Ace-Ace-…" until the token limit under a plain array schema; the decay of
+    looping string content and of repeated items ends the string and then the array."""
+    model, tokenizer = smollm2
+    schema = {"type": "object", "properties": {"players": {"type": "array", "items": {"type": "string"}}},
+              "required": ["players"]}
+    messages = [{"role": "user", "content": "List poker card names as JSON."}]
+    plain = constrained_generate(model, tokenizer, messages,
+                                 grammar=Grammar.from_json_schema(schema, item_penalty=None), max_new_tokens=120)
+    assert plain.finish_reason == "length"  # the loop this guards against
+    decayed = constrained_generate(model, tokenizer, messages, grammar=Grammar.from_json_schema(schema),
+                                   max_new_tokens=120)
+    assert decayed.finish_reason == "grammar_end"
+    items = decayed.json["players"]
+    assert all(items[i:i + 3] != [items[i]] * 3 for i in range(len(items)))  # never three alike in a row
+
+
+def test_a_tool_call_in_free_text_with_qwens_template() -> None:
+    """Qwen2.5-Coder given tools through its own chat template writes a call the grammar holds to a
+    tool's arguments schema; the call parses and names the tool."""
+    from codemask import assets
+    from codemask.grammar.structural import tool_call_tags
+
+    model, tokenizer = assets.load_model("qwen-coder"), assets.load_tokenizer("qwen-coder")
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                          "unit": {"enum": ["celsius", "fahrenheit"]}},
+                       "required": ["city"]}}}]
+    messages = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+    prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    assert "<tool_call>" in prompt  # the template teaches the format the tags write
+    # the small model writes the call without its tags when left free: a required call starts with one
+    grammar = Grammar.from_tags(tool_call_tags(tools), triggers=["<tool_call>"], at_least_one=True, text_first=False)
+    result = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=80)
+    assert result.finish_reason == "grammar_end", result.text
+    call = result.text[result.text.index("<tool_call>") + len("<tool_call>"): result.text.index("</tool_call>")]
+    parsed = json.loads(call)
+    assert parsed["name"] == "get_weather" and isinstance(parsed["arguments"]["city"], str)

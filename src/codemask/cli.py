@@ -45,12 +45,18 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-new-tokens", type=int, default=128)
     demo.set_defaults(run=_run_demo)
 
-    gen = commands.add_parser("generate", help="generate text under a grammar or a regex")
-    gen.add_argument("prompt")
+    gen = commands.add_parser("generate", help="generate text under a grammar, a JSON Schema or a regex")
+    gen.add_argument("prompt", nargs="?", help="the request (sent through the model's chat template unless --raw)")
+    gen.add_argument("--messages", help="chat messages instead of a prompt: a JSON list of {role, content}, or a "
+                     "file holding one")
     gen.add_argument("--model", default="smollm2", help="smollm2 | qwen-coder | gemma3 | a model folder")
     source = gen.add_mutually_exclusive_group()
     source.add_argument("--grammar", help="a builtin grammar name (json, python_function) or a grammar file")
     source.add_argument("--regex", help="a Python regular expression the whole output must match")
+    source.add_argument("--json-schema", help="a JSON Schema (a file, or the schema's JSON text)")
+    gen.add_argument("--mode", choices=("generate", "validate"), default="generate",
+                     help="JSON Schema semantics: keys once and in order, closed objects (generate), or exactly "
+                     "the schema's documents (validate)")
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-p", type=float, default=1.0)
@@ -107,11 +113,19 @@ def _run_generate(args: argparse.Namespace) -> int:
     from codemask.generate import constrained_generate
     from codemask.grammar.grammar import Grammar
 
+    if (args.prompt is None) == (args.messages is None):
+        raise CodemaskError("give either a prompt or --messages")
+    messages = _json_argument(args.messages, "--messages") if args.messages is not None else None
+    schema = _json_argument(args.json_schema, "--json-schema") if args.json_schema is not None else None
+    grammar: Any = args.grammar
+    if args.regex:
+        grammar = Grammar.from_regex(args.regex)
+    elif schema is not None:
+        grammar = Grammar.from_json_schema(schema, mode=args.mode)
     model, tokenizer = _load(args.model)
-    grammar: Any = Grammar.from_regex(args.regex) if args.regex else args.grammar
     if grammar is not None:
         _timed_compile(tokenizer, model, grammar)
-    prompt = args.prompt if args.raw else _chat(tokenizer, args.prompt)
+    prompt: Any = messages if messages is not None else _chat(tokenizer, args.prompt, raw=args.raw)
 
     def stream(_row: int, _tokens: list[int], text: str) -> None:
         print(text, end="", flush=True)
@@ -218,12 +232,26 @@ def _timed_compile(tokenizer: Any, model: Any, grammar: Any) -> float:
     return time.perf_counter() - started
 
 
-def _chat(tokenizer: Any, request: str) -> str:
-    """The request wrapped in the model's chat template, when it has one."""
-    if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": request}]
-        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-    return request
+def _chat(tokenizer: Any, request: str, *, raw: bool = False) -> str | list[dict[str, str]]:
+    """The request as one user message (rendered with the model's chat template by
+    `constrained_generate`), or as it is when the model has no template or ``raw`` asks so."""
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return request
+    return [{"role": "user", "content": request}]
+
+
+def _json_argument(value: str, option: str) -> Any:
+    """JSON given inline or as a file's path."""
+    text = value
+    if not value.lstrip().startswith(("{", "[")):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CodemaskError(f"{option}: {value!r} is neither JSON nor a readable file ({error})") from error
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CodemaskError(f"{option}: not valid JSON: {error}") from error
 
 
 def _validate(kind: str, text: str) -> str:

@@ -24,6 +24,7 @@ import torch
 from codemask.engine.token_trie import ByteVocabulary
 
 _WHITESPACE = b" \t\r\n"
+MAX_LOOP_SPAN = 8  # tokens: the longest span a string's content loop is looked for over
 
 
 @dataclass
@@ -45,14 +46,38 @@ class ItemScanner:
     escaped: bool = False
     scalar: bool = False  # inside a number or literal that ends at a delimiter
     history: list[int] = field(default_factory=list)  # bytes fed per token, for rollback
+    string_tokens: list[bytes] = field(default_factory=list)  # the tokens wholly inside the open string
     _log: list[bytes] = field(default_factory=list)
 
     def feed(self, data: bytes) -> None:
         """Read the bytes of one token."""
         self.history.append(len(data))
         self._log.append(data)
+        was_in_string = self.in_string
         for byte in data:
             self._byte(byte)
+        if not self.in_string:
+            self.string_tokens = []
+        elif was_in_string and b'"' not in data:
+            self.string_tokens.append(data)
+        else:  # the token opened this string: what follows its quote starts the content
+            self.string_tokens = []
+
+    def string_loop(self) -> tuple[bytes, int] | None:
+        """Inside a string whose last tokens repeat a span of up to `MAX_LOOP_SPAN` tokens three
+        times or more: (the token that would continue the loop, how many copies are written)."""
+        tokens = self.string_tokens
+        if not self.in_string or len(tokens) < 3:
+            return None
+        for span in range(1, min(MAX_LOOP_SPAN, len(tokens) // 3) + 1):
+            last = tokens[len(tokens) - span:]
+            copies = 1
+            while (copies + 1) * span <= len(tokens) and \
+                    tokens[len(tokens) - (copies + 1) * span:len(tokens) - copies * span] == last:
+                copies += 1
+            if copies >= 3:
+                return tokens[len(tokens) - span], copies
+        return None
 
     def rollback(self, tokens: int) -> None:
         """Forget the last ``tokens`` tokens (by reading what remains again)."""
@@ -66,7 +91,7 @@ class ItemScanner:
 
     def fork(self) -> ItemScanner:
         copy = ItemScanner(in_string=self.in_string, escaped=self.escaped, scalar=self.scalar,
-                           history=list(self.history), _log=list(self._log))
+                           history=list(self.history), string_tokens=list(self.string_tokens), _log=list(self._log))
         copy.frames = [_Frame(f.array, list(f.items), bytearray(f.current), f.after_item) for f in self.frames]
         return copy
 
@@ -171,6 +196,8 @@ class SeparatorTokens:
     close: torch.Tensor
     next_item_after_string: torch.Tensor
     close_after_string: torch.Tensor
+    close_string: torch.Tensor  # tokens that begin with the closing quote
+    ids_of: dict[bytes, list[int]]  # the token ids that spell each byte string
 
     @classmethod
     def of(cls, vocab: ByteVocabulary) -> SeparatorTokens:
@@ -183,7 +210,12 @@ class SeparatorTokens:
             def ids(texts: list[bytes], first: bytes) -> torch.Tensor:
                 return torch.tensor([i for i, t in enumerate(texts) if t.startswith(first)], dtype=torch.long)
 
-            cached = cls(ids(stripped, b","), ids(stripped, b"]"), ids(quoted, b","), ids(quoted, b"]"))
+            spelled: dict[bytes, list[int]] = {}
+            for i, t in enumerate(vocab.token_bytes):
+                if t:
+                    spelled.setdefault(t, []).append(i)
+            cached = cls(ids(stripped, b","), ids(stripped, b"]"), ids(quoted, b","), ids(quoted, b"]"),
+                         ids(list(vocab.token_bytes), b'"'), spelled)
             _SEPARATORS[vocab] = cached
         return cached
 
@@ -201,22 +233,37 @@ def decay_repeated_item_(logits: torch.Tensor, scanner: ItemScanner, penalty: fl
                          separators: SeparatorTokens) -> None:
     """Where ``scanner`` says ``n >= 2`` identical items would end the array, decay one row's
     next-item tokens by ``penalty ** (n - 1)`` and give what they lose to the closing tokens the mask
-    allows, in proportion to their own probability (in place)."""
-    repeats, open_string = scanner.repeats()
-    if repeats < 2 or penalty >= 1.0:
+    allows, in proportion to their own probability (in place). Inside a string whose content loops
+    (a span of tokens written ``n >= 3`` times), the token continuing the loop is decayed by
+    ``penalty ** (n - 2)`` the same way, for the tokens that close the string."""
+    if penalty >= 1.0:
         return
-    next_item, close = separators.classes(open_string)
+    loop = scanner.string_loop()
+    if loop is not None:
+        token, copies = loop
+        looping = torch.tensor(separators.ids_of.get(token, []), dtype=torch.long)
+        _move_(logits, looping, separators.close_string, (copies - 2) * math.log(penalty))
+    repeats, open_string = scanner.repeats()
+    if repeats >= 2:
+        next_item, close = separators.classes(open_string)
+        _move_(logits, next_item, close, (repeats - 1) * math.log(penalty))
+
+
+def _move_(logits: torch.Tensor, decayed: torch.Tensor, receivers: torch.Tensor, log_keep: float) -> None:
+    """Multiply the probability of ``decayed`` tokens by ``exp(log_keep)`` and give what they lose to
+    the ``receivers`` the mask allows, in proportion to their own probability (in place)."""
     vocab = logits.shape[-1]
-    comma = next_item[next_item < vocab].to(logits.device)
-    close = close[close < vocab].to(logits.device)
-    log_keep = (repeats - 1) * math.log(penalty)
+    losing = decayed[decayed < vocab].to(logits.device)
+    gaining = receivers[receivers < vocab].to(logits.device)
+    if not losing.numel() or log_keep >= 0:
+        return
     row = logits.float()
     log_total = torch.logsumexp(row, dim=-1)
-    comma_mass = torch.logsumexp(row[comma], dim=-1) if comma.numel() else row.new_tensor(-math.inf)
-    close_mass = torch.logsumexp(row[close], dim=-1) if close.numel() else row.new_tensor(-math.inf)
-    logits[comma] = (row[comma] + log_keep).to(logits.dtype)
-    if torch.isfinite(close_mass) and torch.isfinite(comma_mass):
-        moved = comma_mass + math.log1p(-math.exp(log_keep)) - log_total  # the share of the whole row
-        share = close_mass - log_total
-        scale = torch.logaddexp(share, moved) - share  # each closing token grows by this factor
-        logits[close] = (row[close] + scale).to(logits.dtype)
+    lost_mass = torch.logsumexp(row[losing], dim=-1)
+    gaining_mass = torch.logsumexp(row[gaining], dim=-1) if gaining.numel() else row.new_tensor(-math.inf)
+    logits[losing] = (row[losing] + log_keep).to(logits.dtype)
+    if torch.isfinite(gaining_mass) and torch.isfinite(lost_mass):
+        moved = lost_mass + math.log1p(-math.exp(log_keep)) - log_total  # the share of the whole row
+        share = gaining_mass - log_total
+        scale = torch.logaddexp(share, moved) - share  # each receiving token grows by this factor
+        logits[gaining] = (row[gaining] + scale).to(logits.dtype)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,30 @@ class Grammar:
         grammar = cls.from_json_schema(schema_of(), mode=mode, strict=strict, whitespace=whitespace)
         grammar.output_model = model
         return grammar
+
+    @classmethod
+    def from_tags(cls, tags: Sequence[Any], triggers: Sequence[str] | None = None, *, at_least_one: bool = False,
+                  stop_after_first: bool = False, text_first: bool = True) -> Grammar:
+        """Free text in which each trigger starts one of ``tags`` (:class:`~codemask.grammar.structural.Tag`:
+        ``begin``, a ``content`` grammar, ``end``), e.g. a reasoning model's answer after ``</think>``
+        or tool calls between ``<tool_call>`` and ``</tool_call>``. Triggers default to the tags'
+        begins; after a tag the text is free again (or ends, ``stop_after_first``); with
+        ``at_least_one`` the output cannot end before a tag, and with ``text_first=False`` it begins
+        with one (a required tool call). See docs/json-schema.md."""
+        from codemask.grammar.structural import structural_ir
+
+        return cls(structural_ir(list(tags), triggers, at_least_one=at_least_one,
+                                 stop_after_first=stop_after_first, text_first=text_first), "structural")
+
+    @classmethod
+    def from_structural_tag(cls, spec: Any) -> Grammar:
+        """A structural tag as vLLM and xgrammar take it (a dict or JSON text): ``{"structures":
+        [{"begin", "schema", "end"}], "triggers": [...]}`` or ``{"type": "structural_tag", "format":
+        {"type": "triggered_tags", ...}}``."""
+        from codemask.grammar.structural import from_spec
+
+        tags, triggers, at_least_one, stop_after_first = from_spec(spec)
+        return cls.from_tags(tags, triggers, at_least_one=at_least_one, stop_after_first=stop_after_first)
 
     @classmethod
     def builtin(cls, name: str, *, until: str | None = None, prefix: str | bytes = b"",

@@ -508,7 +508,9 @@ class SchemaBuilder:
             members.append((key, self._named("m", member)))
         others = self._other_keys(c, known)
         if self.generating and not _declares_other_keys(c.object_nodes):  # closed unless the schema opens it
-            others = [(key, nodes, additional) for key, nodes, additional in others if not additional]
+            declared = [(key, nodes, additional) for key, nodes, additional in others if not additional]
+            if declared or c.min_properties <= len(members):  # else only undeclared keys can reach minProperties
+                others = declared
         for key_expr, value_nodes, _ in others:
             members.append((None, self._named("m", seq(key_expr, lay.colon(), self.value(value_nodes, depth + 1)))))
         if self.generating:
