@@ -508,7 +508,7 @@ class SchemaBuilder:
             members.append((key, self._named("m", member)))
         others = self._other_keys(c, known)
         if self.generating and not _declares_other_keys(c.object_nodes):  # closed unless the schema opens it
-            declared = [(key, nodes, additional) for key, nodes, additional in others if not additional]
+            declared = [other for other in others if not other[2]]
             if declared or c.min_properties <= len(members):  # else only undeclared keys can reach minProperties
                 others = declared
         for key_expr, value_nodes, _ in others:
