@@ -143,9 +143,9 @@ def generate(mode: str, model: Any, tokenizer: Any, prompt: str, stops: list[str
     uncertainty = AdaDec(threshold=threshold) if decoding == "adadec" else None
     result = constrained_generate(model, tokenizer, prompt, max_new_tokens=max_new_tokens, stop=stops or None,
                                   uncertainty=uncertainty, speculative="auto" if speculation == "spec" else None)
-    return result.text, {"steps": result.stats.steps, "pauses": result.stats.pauses,
-                         "lookahead_tokens": result.stats.lookahead_tokens,
-                         "lookahead_time_s": result.stats.lookahead_time_s,
+    return result.text, {"steps": result.stats.steps, "pauses": result.stats.adadec.pauses,
+                         "lookahead_tokens": result.stats.adadec.lookahead_tokens,
+                         "lookahead_time_s": result.stats.adadec.lookahead_time_s,
                          "forward_passes": result.stats.forward_passes, "time_s": time.perf_counter() - started}
 
 

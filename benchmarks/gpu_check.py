@@ -373,7 +373,7 @@ def python_streams(tokenizer: Any) -> dict[str, list[int]]:
 
 
 def rpg_pass(vocab: Any, stream: list[int], batch: int, plan: Plan, prompt_tokens: int = 16) -> dict[str, Any]:
-    """Step ``batch`` copies of ``stream`` through a :class:`RepetitionStage` as ``_DecodingLoop.run``
+    """Step ``batch`` copies of ``stream`` through a :class:`RepetitionStage` as ``DecodingLoop.run``
     does (prepare, apply, commit), then through the stage's two parts separately: the per-row
     analysis (``RepetitionState.penalties``) and the indexed add on the logits (``apply_penalties_``)."""
     rpg, stops = RPG(), ordered_stop_token_ids(vocab.stop_token_ids, None, vocab.eos_token_id)
@@ -581,9 +581,9 @@ def run_mode(model: Any, tokenizer: Any, mode: Mode, prompts: list[str], clock: 
         "mode": mode.name, "rows_per_call": len(calls[0]), "outputs": len(results), "tokens": tokens,
         "wall_s": wall, "tokens_per_s": tokens / wall if wall else 0.0, "step": summary(steps),
         "forward_passes": sum(r.stats.forward_passes for r in results),
-        "forced_tokens": sum(r.stats.forced_tokens for r in results),
-        "mask_ms_per_token": 1e3 * sum(r.stats.mask_time_s for r in results) / max(tokens, 1),
-        "rpg_ms_per_token": 1e3 * sum(r.stats.repetition_time_s for r in results) / max(tokens, 1),
+        "forced_tokens": sum(r.stats.grammar.forced_tokens for r in results),
+        "mask_ms_per_token": 1e3 * sum(r.stats.grammar.mask_time_s for r in results) / max(tokens, 1),
+        "rpg_ms_per_token": 1e3 * sum(r.stats.repetition.analysis_time_s for r in results) / max(tokens, 1),
         "finish_reasons": [r.finish_reason for r in results],
         "validity": {s: statuses.count(s) for s in sorted(set(statuses))},
         "samples": [r.text[:160] for r in results],

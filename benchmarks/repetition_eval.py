@@ -4,7 +4,7 @@ Same model, same prompts, one process. Configurations:
 
 - ``greedy``: ``constrained_generate`` with no grammar, temperature 0;
 - ``hf-rep1.2``: ``model.generate(do_sample=False, repetition_penalty=1.2)`` (CTRL's penalty);
-- ``t0.8``: ``constrained_generate(temperature=0.8, seed=0)``;
+- ``t0.8``: ``constrained_generate(sampling=Sampling(temperature=0.8, seed=0))``;
 - ``rpg``: ``constrained_generate(repetition=codemask.RPG())`` (λ = 0.9), greedy;
 - ``rpg@λ`` (e.g. ``rpg@0.5``): the same with ``RPG(penalty=λ)``, for a sweep of the decay.
 
@@ -55,7 +55,7 @@ from typing import Any
 import torch
 
 from adadec_eval import HUMANEVAL_STOPS, cut_at_stops
-from codemask import RPG, constrained_generate, metrics
+from codemask import RPG, Sampling, constrained_generate, metrics
 from codemask.assets import load_model, load_tokenizer
 from update_readme import plot_model_panels, publish
 
@@ -89,14 +89,14 @@ def generate(model: Any, tokenizer: Any, config: str, prompt: str, max_new_token
         ended = bool(new) and new[-1] in stops
         new = new[:-1] if ended else new
         return Sample(prompt, tokenizer.decode(new), len(new), ended, time.perf_counter() - started)
-    kwargs: dict[str, Any] = {"temperature": 0.8, "seed": 0} if config == "t0.8" else {}
+    kwargs: dict[str, Any] = {"sampling": Sampling(temperature=0.8, seed=0)} if config == "t0.8" else {}
     if config == "rpg":
         kwargs["repetition"] = RPG()
     elif config.startswith("rpg@"):
         kwargs["repetition"] = RPG(penalty=float(config.removeprefix("rpg@")))
     result = constrained_generate(model, tokenizer, prompt, max_new_tokens=max_new_tokens, **kwargs)
     return Sample(prompt, result.text, len(result.token_ids), result.finish_reason == "stop",
-                  time.perf_counter() - started, result.stats.repetition_time_s)
+                  time.perf_counter() - started, result.stats.repetition.analysis_time_s)
 
 
 def coderepeteval_prompts(count: int, stride: int, offset: int = 0) -> list[str]:

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from codemask import GenerationResult, constrained_generate
+from codemask import GenerationResult, Sampling, constrained_generate
 from codemask.adadec.calibrate import chat_prompt
 from codemask.assets import load_model, load_tokenizer
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
@@ -127,7 +127,7 @@ def summarise(kind: str, runs: list[dict[str, GenerationResult]]) -> list[dict[s
         tokens = sum(r.stats.generated_tokens for r in results)
         wall = sum(r.stats.wall_time_s for r in results)
         forwards = sum(r.stats.forward_passes for r in results)
-        drafted = sum(r.stats.drafted_tokens for r in results)
+        drafted = sum(r.stats.speculative.drafted_tokens for r in results)
         plain = mode.removesuffix("+spec")
         rows.append({
             "kind": kind,
@@ -138,9 +138,9 @@ def summarise(kind: str, runs: list[dict[str, GenerationResult]]) -> list[dict[s
             "tokens_per_s": tokens / wall,
             "forward_passes": forwards,
             "forward_passes_per_token": forwards / tokens,
-            "forced_tokens": sum(r.stats.forced_tokens for r in results),
+            "forced_tokens": sum(r.stats.grammar.forced_tokens for r in results),
             "drafted_tokens": drafted,
-            "accepted_tokens": sum(r.stats.accepted_tokens for r in results),
+            "accepted_tokens": sum(r.stats.speculative.accepted_tokens for r in results),
             "identical_to_plain": (sum(r[mode].token_ids == r[plain].token_ids for r in runs)
                                    if mode != plain else None),
             "finish_reasons": [r.finish_reason for r in results],
@@ -253,7 +253,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the sampling seed (with --temperature)")
     args = parser.parse_args()
     sampled = args.temperature > 0
-    sampling = {"temperature": args.temperature, "seed": args.seed} if sampled else {}
+    sampling = {"sampling": Sampling(temperature=args.temperature, seed=args.seed)} if sampled else {}
     name = "speculative_sampled" if sampled else "speculative"
 
     report = {

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from codemask import Grammar, constrained_generate
+from codemask import Grammar, Sampling, constrained_generate
 from tests.conftest import chat
 
 pytestmark = pytest.mark.slow
@@ -45,7 +45,7 @@ def test_sampled_json_parses(smollm2: tuple[Any, Any]) -> None:
     ended = 0
     for seed in range(6):  # at temperature 1 the small model rambles past the budget now and then
         result = constrained_generate(model, tokenizer, prompt, grammar="json", max_new_tokens=120,
-                                      temperature=1.0, top_p=0.95, seed=seed)
+                                      sampling=Sampling(temperature=1.0, top_p=0.95, seed=seed))
         if result.finish_reason == "grammar_end":
             json.loads(result.text)
             ended += 1
@@ -55,7 +55,7 @@ def test_sampled_json_parses(smollm2: tuple[Any, Any]) -> None:
     assert ended >= 3
     assert len(texts) > 1  # sampling does sample
     again = constrained_generate(model, tokenizer, prompt, grammar="json", max_new_tokens=120,
-                                 temperature=1.0, top_p=0.95, seed=5)
+                                 sampling=Sampling(temperature=1.0, top_p=0.95, seed=5))
     assert again.token_ids == result.token_ids  # and a seed reproduces it
 
 
@@ -106,8 +106,8 @@ def test_jump_forward_keeps_output_valid_and_saves_forward_passes(smollm2: tuple
     for result in (plain, jumped):
         assert PERSON_RE.fullmatch(result.text), result.text
         assert result.finish_reason == "grammar_end"
-    assert plain.stats.forced_tokens == 0
-    assert jumped.stats.forced_tokens > 0
+    assert plain.stats.grammar.forced_tokens == 0
+    assert jumped.stats.grammar.forced_tokens > 0
     assert jumped.stats.forward_passes < plain.stats.forward_passes
     # the re-tokenised output is what the tokenizer itself would produce for the forced stretches
     assert tokenizer.decode(jumped.token_ids) == jumped.text

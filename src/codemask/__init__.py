@@ -1,6 +1,7 @@
 """codemask: constrained and structured code generation with exact token masks."""
 
 from codemask.adadec import AdaDec
+from codemask.decoding.stats import GenerationStats
 from codemask.engine import (
     CompiledGrammar,
     GrammarCompiler,
@@ -17,7 +18,7 @@ from codemask.errors import (
     MatcherError,
     UnsupportedSchemaError,
 )
-from codemask.generate import GenerationResult, GenerationStats, constrained_generate
+from codemask.generate import GenerationResult, Sampling, constrained_generate
 from codemask.grammar import Grammar
 from codemask.repetition import RPG
 from codemask.vocab import Vocabulary
@@ -36,6 +37,7 @@ __all__ = [
     "GrammarSyntaxError",
     "InvalidSchemaError",
     "MatcherError",
+    "Sampling",
     "UnsupportedSchemaError",
     "Vocabulary",
     "allocate_token_bitmask",

@@ -110,7 +110,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from codemask.generate import constrained_generate
+    from codemask.generate import Sampling, constrained_generate
     from codemask.grammar.grammar import Grammar
 
     if (args.prompt is None) == (args.messages is None):
@@ -130,9 +130,9 @@ def _run_generate(args: argparse.Namespace) -> int:
     def stream(_row: int, _tokens: list[int], text: str) -> None:
         print(text, end="", flush=True)
 
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     result = constrained_generate(model, tokenizer, prompt, grammar=grammar, max_new_tokens=args.max_new_tokens,
-                                  temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                  stop=args.stop, seed=args.seed, on_token=stream,
+                                  sampling=sampling, stop=args.stop, on_token=stream,
                                   jump_forward=not args.no_jump_forward)
     print(f"\n-- finished: {result.finish_reason}; {_timing(result)}", file=sys.stderr)
     return 0
@@ -269,5 +269,6 @@ def _validate(kind: str, text: str) -> str:
 def _timing(result: Any) -> str:
     s = result.stats
     return (f"{s.generated_tokens} tokens in {s.wall_time_s:.2f} s ({s.tokens_per_s:.1f} tok/s), "
-            f"{s.forward_passes} forward passes, {s.forced_tokens} forced, mask {s.mask_time_s * 1000:.1f} ms, "
+            f"{s.forward_passes} forward passes, {s.grammar.forced_tokens} forced, "
+            f"mask {s.grammar.mask_time_s * 1000:.1f} ms, "
             f"finish {result.finish_reason}")

@@ -13,8 +13,9 @@ import torch
 from codemask import Grammar, GrammarMatcher, constrained_generate
 from codemask.adadec import AdaDec, KVBranch, selector
 from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_size
+from codemask.decoding import kv
+from codemask.decoding.loop import DecodingLoop
 from codemask.decoding.pipeline import Pipeline, StepLayout
-from codemask.generate import _DecodingLoop
 from tests.conftest import chat
 
 pytestmark = pytest.mark.slow
@@ -26,7 +27,6 @@ CODE_REQUEST = "Write a Python function that returns the sum of a list."
 def test_kv_branch_matches_a_forward_without_cache(smollm2: tuple[Any, Any], pad: bool,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Both ways a CPU may run a 3-row branch (which one this machine takes is measured: row_padding)."""
-    from transformers import DynamicCache
 
     monkeypatch.setattr(selector, "padded_rows", lambda _model, rows, _device: 4 if pad and 1 < rows < 4 else rows)
 
@@ -36,10 +36,8 @@ def test_kv_branch_matches_a_forward_without_cache(smollm2: tuple[Any, Any], pad
     ids = torch.tensor([[0] * (width - len(short)) + short, [0] * (width - len(long)) + long])
     attention = torch.tensor([[0] * (width - len(short)) + [1] * len(short),
                               [0] * (width - len(long)) + [1] * len(long)])
-    cache = DynamicCache(config=model.config)
-    with torch.inference_mode():
-        model(input_ids=ids, attention_mask=attention, position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
-              past_key_values=cache, use_cache=True)
+    _, cache = kv.run_model(model, kv.new_cache(model), input_ids=ids, attention_mask=attention,
+                            position_ids=(attention.cumsum(-1) - 1).clamp(min=0))
     before = [layer.keys.clone() for layer in cache.layers]
     branch = KVBranch(model, cache, attention, [1, 0, 1])  # rows forked, one of them twice
     assert branch.attention.shape[0] == (4 if pad else 3)
@@ -64,12 +62,12 @@ def test_infinite_threshold_is_greedy_and_zero_pauses_every_step(smollm2: tuple[
     greedy = constrained_generate(model, tokenizer, prompt, max_new_tokens=12)
     never = constrained_generate(model, tokenizer, prompt, max_new_tokens=12, uncertainty=AdaDec(threshold=math.inf))
     assert never.token_ids == greedy.token_ids and never.text == greedy.text
-    assert never.stats.pauses == 0 and never.stats.lookahead_tokens == 0
+    assert never.stats.adadec.pauses == 0 and never.stats.adadec.lookahead_tokens == 0
     always = constrained_generate(model, tokenizer, prompt, max_new_tokens=6,
                                   uncertainty=AdaDec(threshold=0.0, lookahead=2))
-    assert always.stats.pauses == always.stats.steps == 6
-    assert 0 < always.stats.lookahead_tokens <= 6 * 3 * 2
-    assert always.stats.lookahead_time_s > 0
+    assert always.stats.adadec.pauses == always.stats.steps == 6
+    assert 0 < always.stats.adadec.lookahead_tokens <= 6 * 3 * 2
+    assert always.stats.adadec.lookahead_time_s > 0
 
 
 def _oracle_choice(model: Any, prompt_ids: list[int], beam: int, lookahead: int) -> tuple[list[float], list[int]]:
@@ -104,7 +102,7 @@ def test_rerank_picks_the_best_mean_log_probability(smollm2: tuple[Any, Any]) ->
         assert chosen in candidates
         assert means[candidates.index(chosen)] == pytest.approx(max(means), abs=1e-3)
         changed += chosen != candidates[0]
-        pruned += result.stats.lookahead_tokens < 3 * 3
+        pruned += result.stats.adadec.lookahead_tokens < 3 * 3
     assert changed >= 1, "no prompt where the rerank departs from greedy: the test proves nothing"
     assert pruned >= 1, "no challenger was ever pruned: the bound is not exercised"
 
@@ -128,7 +126,7 @@ def test_rollouts_respect_the_grammar(smollm2: tuple[Any, Any], monkeypatch: pyt
     assert result.finish_reason == "grammar_end", result
     assert re.fullmatch(r'\{"color": "[a-z]{1,12}", "legs": [0-9]\}', result.text)
     json.loads(result.text)
-    assert result.stats.pauses == result.stats.steps > 0
+    assert result.stats.adadec.pauses == result.stats.steps > 0
     rollout_rows = [(layout, bad) for layout, bad in seen if any(layout.offsets)]
     assert rollout_rows, "no rollout went through the grammar stage"
     # every rollout state is one the grammar reached: its drafts (candidate + lookahead) were accepted
@@ -170,13 +168,13 @@ def test_reused_lookahead_gives_the_same_output_in_fewer_forward_passes(smollm2:
                                         uncertainty=AdaDec(threshold=0.8, reuse_lookahead=reuse))
             for reuse in (False, True)}
     plain, reused = runs[False], runs[True]
-    assert plain.stats.pauses >= 3  # the comparison is about something
+    assert plain.stats.adadec.pauses >= 3  # the comparison is about something
     assert reused.token_ids == plain.token_ids and reused.text == plain.text
-    assert reused.stats.pauses == plain.stats.pauses
+    assert reused.stats.adadec.pauses == plain.stats.adadec.pauses
     assert reused.stats.steps == plain.stats.steps
     assert reused.stats.forward_passes < plain.stats.forward_passes
     # a pause right after a committed continuation goes on with the chosen rollout's own tokens
-    assert reused.stats.lookahead_tokens < plain.stats.lookahead_tokens
+    assert reused.stats.adadec.lookahead_tokens < plain.stats.adadec.lookahead_tokens
 
 
 def test_a_single_sequence_continues_from_the_rollout_cache(smollm2: tuple[Any, Any],
@@ -189,9 +187,9 @@ def test_a_single_sequence_continues_from_the_rollout_cache(smollm2: tuple[Any, 
     plain = constrained_generate(model, tokenizer, prompt, max_new_tokens=48,
                                  uncertainty=AdaDec(threshold=0.8, reuse_lookahead=False))
     widths: list[int] = []
-    forward = _DecodingLoop.forward
+    forward = DecodingLoop.forward
 
-    def recording(self: _DecodingLoop, feeds: list[list[int]], keep: int = 1) -> torch.Tensor:
+    def recording(self: DecodingLoop, feeds: list[list[int]], keep: int = 1) -> torch.Tensor:
         widths.append(max(len(f) for f in feeds))
         return forward(self, feeds, keep)
 
@@ -202,7 +200,7 @@ def test_a_single_sequence_continues_from_the_rollout_cache(smollm2: tuple[Any, 
         processed.append(layout.num_rows)
         return process(self, logits, layout)
 
-    monkeypatch.setattr(_DecodingLoop, "forward", recording)
+    monkeypatch.setattr(DecodingLoop, "forward", recording)
     monkeypatch.setattr(Pipeline, "process", counting)
     reused = constrained_generate(model, tokenizer, prompt, max_new_tokens=48,
                                   uncertainty=AdaDec(threshold=0.8))

@@ -56,9 +56,10 @@ def test_greedy_is_argmax_and_needs_no_positions() -> None:
     assert picked.tolist() == logits.argmax(-1).tolist()
 
 
-def test_sampling_without_positions_is_refused() -> None:
+def test_sampling_without_positions_or_rows_is_refused() -> None:
+    """Alone (no decoding loop told it of its rows), sampling cannot key its noise by position."""
     with pytest.raises(ValueError, match="positions"):
-        SamplingSelector(SamplingParams(temperature=1.0))
+        SamplingSelector(SamplingParams(temperature=1.0)).select(_logits(), StepLayout.one_row_per_sequence(range(4)))
 
 
 def test_masked_tokens_are_never_sampled() -> None:

@@ -35,8 +35,8 @@ def test_generated_member_exists(smollm2: tuple[Any, Any], project: Path, main_p
                                   monitors=for_workspace(project, "main.py"))
     name = member_name(guided.text)
     assert name in INVENTORY_MEMBERS or (name.startswith("__") and name.endswith("__")), guided.text
-    assert guided.stats.monitor_queries >= 1 and guided.stats.monitor_timeouts == 0
-    assert guided.stats.monitor_steps >= 1
+    assert guided.stats.monitors.queries >= 1 and guided.stats.monitors.timeouts == 0
+    assert guided.stats.monitors.steps >= 1
     assert member_name(plain.text) not in INVENTORY_MEMBERS  # SmolLM2 guesses a name the class lacks
 
 
@@ -78,8 +78,8 @@ def test_stalled_server_leaves_steps_unconstrained(smollm2: tuple[Any, Any], own
         out = constrained_generate(model, tokenizer, prompt, max_new_tokens=8, monitors=monitors)
     finally:
         os.kill(server.pid, signal.SIGCONT)
-    assert out.stats.monitor_timeouts >= 1 and out.stats.generated_tokens == 8
-    assert out.stats.monitor_wait_s < 2.0  # one timeout, not one per step
+    assert out.stats.monitors.timeouts >= 1 and out.stats.generated_tokens == 8
+    assert out.stats.monitors.wait_s < 2.0  # one timeout, not one per step
 
 
 def test_monitor_mask_is_anded_with_the_grammar(smollm2: tuple[Any, Any], project: Path, main_prefix: str) -> None:
@@ -130,7 +130,7 @@ def test_generated_calls_respect_the_arity(smollm2: tuple[Any, Any], project: Pa
     assert too_few is not None and len(too_few.args) == 1, plain.text
     call = closed_call(head, guided.text)
     assert call is not None and 2 <= len(call.args) + len(call.keywords) <= 3, guided.text
-    assert guided.stats.monitor_timeouts == 0
+    assert guided.stats.monitors.timeouts == 0
 
 
 def test_case_pattern_is_an_enum_member(smollm2: tuple[Any, Any], project: Path) -> None:
@@ -152,9 +152,9 @@ def test_monitors_with_speculation_give_the_same_tokens(smollm2: tuple[Any, Any]
     monitors = for_workspace(project, "main.py")
     plain = constrained_generate(model, tokenizer, prompt, max_new_tokens=24, monitors=monitors)
     fast = constrained_generate(model, tokenizer, prompt, max_new_tokens=24, monitors=monitors, speculative="auto")
-    assert plain.stats.monitor_timeouts == fast.stats.monitor_timeouts == 0
+    assert plain.stats.monitors.timeouts == fast.stats.monitors.timeouts == 0
     assert fast.token_ids == plain.token_ids
-    assert fast.stats.drafted_tokens > 0 and fast.stats.monitor_steps >= 1
+    assert fast.stats.speculative.drafted_tokens > 0 and fast.stats.monitors.steps >= 1
 
 
 def test_deferred_probes_give_the_same_tokens_with_fewer_requests(
@@ -169,9 +169,9 @@ def test_deferred_probes_give_the_same_tokens_with_fewer_requests(
     monkeypatch.setattr(MonitorStage, "for_generation",
                         classmethod(lambda cls, m, v, p, defer=False, overlap=True: eager_stage(m, v, p, False)))
     eager = constrained_generate(model, tokenizer, prompt, max_new_tokens=32, monitors=monitors)
-    assert deferred.stats.monitor_timeouts == eager.stats.monitor_timeouts == 0
+    assert deferred.stats.monitors.timeouts == eager.stats.monitors.timeouts == 0
     assert deferred.token_ids == eager.token_ids
-    assert deferred.stats.monitor_queries < eager.stats.monitor_queries, (deferred.stats, eager.stats)
+    assert deferred.stats.monitors.queries < eager.stats.monitors.queries, (deferred.stats, eager.stats)
 
 
 def test_requests_sent_before_the_forward_pass_give_the_same_tokens(
@@ -189,6 +189,6 @@ def test_requests_sent_before_the_forward_pass_give_the_same_tokens(
     monkeypatch.setattr(MonitorStage, "for_generation",
                         classmethod(lambda cls, m, v, p, defer=False, overlap=True: stage(m, v, p, defer, True)))
     threaded = constrained_generate(model, tokenizer, prompt, max_new_tokens=24, monitors=monitors)
-    assert ahead.stats.monitor_timeouts == threaded.stats.monitor_timeouts == 0
+    assert ahead.stats.monitors.timeouts == threaded.stats.monitors.timeouts == 0
     assert ahead.token_ids == threaded.token_ids
-    assert ahead.stats.monitor_steps == threaded.stats.monitor_steps >= 1
+    assert ahead.stats.monitors.steps == threaded.stats.monitors.steps >= 1

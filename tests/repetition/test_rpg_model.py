@@ -36,7 +36,7 @@ def test_rpg_ends_where_greedy_loops(smollm2: tuple[Any, Any], prompt: str) -> N
     assert greedy.finish_reason == "length" and metrics.tr_s(greedy.text) >= 0.5, greedy.text  # the loop
     assert rpg.finish_reason == "stop", rpg.text  # ended by itself
     assert metrics.tr_s(rpg.text) < metrics.tr_s(greedy.text)
-    assert 0 < rpg.stats.repetition_time_s < 0.01 * rpg.stats.steps  # < 10 ms of CPU per step, on a busy machine
+    assert 0 < rpg.stats.repetition.analysis_time_s < 0.01 * rpg.stats.steps  # < 10 ms of CPU per step
 
 
 def test_a_function_written_again_under_its_name_ends_the_completion(smollm2: tuple[Any, Any]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from codemask import constrained_generate
+from codemask import Sampling, constrained_generate
 from codemask.adadec import AdaDec
 from codemask.repetition import RPG
 from codemask.speculative import GrammarDrafter, ModelDrafter, PromptLookupDrafter, SuffixDrafter
@@ -79,7 +79,7 @@ def test_greedy_is_token_for_token_plain_decoding(smollm2: tuple[Any, Any], requ
     plain, fast = both(model, tokenizer, chat(tokenizer, request_text), grammar, max_new_tokens)
     assert fast.token_ids == plain.token_ids
     assert fast.text == plain.text and fast.finish_reason == plain.finish_reason
-    assert fast.stats.accepted_tokens <= fast.stats.drafted_tokens
+    assert fast.stats.speculative.accepted_tokens <= fast.stats.speculative.drafted_tokens
     assert fast.stats.forward_passes <= plain.stats.forward_passes
     if grammar is not None and fast.finish_reason == "grammar_end" and grammar != "python_function":
         json.loads(fast.text)
@@ -89,7 +89,7 @@ def test_copying_prompt_takes_fewer_forward_passes(smollm2: tuple[Any, Any]) -> 
     model, tokenizer = smollm2
     plain, fast = both(model, tokenizer, chat(tokenizer, COPY), None, 56)
     assert fast.token_ids == plain.token_ids
-    assert fast.stats.accepted_tokens > 20
+    assert fast.stats.speculative.accepted_tokens > 20
     assert fast.stats.forward_passes < plain.stats.forward_passes / 2
 
 
@@ -108,7 +108,7 @@ def test_composes_with_rpg(smollm2: tuple[Any, Any]) -> None:
     model, tokenizer = smollm2
     plain, fast = both(model, tokenizer, chat(tokenizer, EDIT), None, 32, repetition=RPG())
     assert fast.token_ids == plain.token_ids
-    assert fast.stats.accepted_tokens > 0
+    assert fast.stats.speculative.accepted_tokens > 0
 
 
 def test_drafters_one_by_one_and_a_draft_model(smollm2: tuple[Any, Any]) -> None:
@@ -120,7 +120,7 @@ def test_drafters_one_by_one_and_a_draft_model(smollm2: tuple[Any, Any]) -> None
         fast = constrained_generate(model, tokenizer, prompt, grammar="python_function", max_new_tokens=16,
                                     speculative=drafter)
         assert fast.token_ids == plain.token_ids, drafter
-    assert fast.stats.accepted_tokens > 0  # the target model drafting for itself is always right
+    assert fast.stats.speculative.accepted_tokens > 0  # the target model drafting for itself is always right
 
 
 @pytest.mark.parametrize(("request_text", "grammar"), [(PERSON, SCHEMA), (COPY, "python_function")])
@@ -131,19 +131,20 @@ def test_seeded_sampling_is_token_for_token_plain_sampling(smollm2: tuple[Any, A
     and drafters of other lengths, the target model drafting its own greedy path among them."""
     model, tokenizer = smollm2
     prompt = chat(tokenizer, request_text)
-    sampled = {"grammar": grammar, "max_new_tokens": 40, "temperature": 0.8, "seed": 1}
+    sampled = {"grammar": grammar, "max_new_tokens": 40, "sampling": Sampling(temperature=0.8, seed=1)}
     plain = constrained_generate(model, tokenizer, prompt, **sampled)
     drafters: list[Any] = ["auto", "auto", PromptLookupDrafter(), ModelDrafter(model, max_tokens=3)]
     runs = [constrained_generate(model, tokenizer, prompt, speculative=d, **sampled) for d in drafters]
     for drafter, fast in zip(drafters, runs, strict=True):
         assert fast.token_ids == plain.token_ids, drafter
         assert fast.finish_reason == plain.finish_reason
-    assert sum(r.stats.accepted_tokens for r in runs) > 0
+    assert sum(r.stats.speculative.accepted_tokens for r in runs) > 0
     if grammar == SCHEMA:  # a free answer (a copy is near certain): drafts lose races, the seed decides
-        assert any(r.stats.accepted_tokens < r.stats.drafted_tokens for r in runs)
+        assert any(r.stats.speculative.accepted_tokens < r.stats.speculative.drafted_tokens for r in runs)
         if plain.finish_reason == "grammar_end":
             assert set(json.loads(plain.text)) == {"name", "age", "languages"}
-        other = constrained_generate(model, tokenizer, prompt, **{**sampled, "seed": 2})
+        reseeded = {**sampled, "sampling": Sampling(temperature=0.8, seed=2)}
+        other = constrained_generate(model, tokenizer, prompt, **reseeded)
         assert other.token_ids != plain.token_ids
 
 
@@ -152,13 +153,14 @@ def test_seeded_sampling_in_a_batch_with_adadec(smollm2: tuple[Any, Any]) -> Non
     with a seed, speculation writes what plain decoding writes."""
     model, tokenizer = smollm2
     prompts = [chat(tokenizer, COPY), chat(tokenizer, "Give me a JSON list of three fruits."), chat(tokenizer, EDIT)]
-    plain, fast = both(model, tokenizer, prompts, ["python_function", "json", None], 32, temperature=0.7, seed=5)
+    sampled = Sampling(temperature=0.7, seed=5)
+    plain, fast = both(model, tokenizer, prompts, ["python_function", "json", None], 32, sampling=sampled)
     for p, f in zip(plain, fast, strict=True):
         assert f.token_ids == p.token_ids
-    plain, fast = both(model, tokenizer, chat(tokenizer, EDIT), None, 32, temperature=0.7, seed=5,
+    plain, fast = both(model, tokenizer, chat(tokenizer, EDIT), None, 32, sampling=Sampling(temperature=0.7, seed=5),
                        uncertainty=AdaDec(threshold=0.6, lookahead=2))
-    assert plain.stats.pauses > 0
-    assert fast.token_ids == plain.token_ids and fast.stats.pauses == plain.stats.pauses
+    assert plain.stats.adadec.pauses > 0
+    assert fast.token_ids == plain.token_ids and fast.stats.adadec.pauses == plain.stats.adadec.pauses
 
 
 @pytest.mark.parametrize(("request_text", "grammar"), [(COPY, None), (EDIT, "python_function"), (PERSON, SCHEMA)])
@@ -168,12 +170,12 @@ def test_adadec_with_speculation_is_adadec(smollm2: tuple[Any, Any], request_tex
     model, tokenizer = smollm2
     adadec = AdaDec(threshold=0.6, lookahead=3)
     plain, fast = both(model, tokenizer, chat(tokenizer, request_text), grammar, 48, uncertainty=adadec)
-    assert plain.stats.pauses > 0
+    assert plain.stats.adadec.pauses > 0
     assert fast.token_ids == plain.token_ids
-    assert fast.stats.pauses == plain.stats.pauses
+    assert fast.stats.adadec.pauses == plain.stats.adadec.pauses
     assert fast.stats.forward_passes <= plain.stats.forward_passes
     if request_text == COPY:  # a copy drafts well: speculation saves passes beside AdaDec's own reuse
-        assert fast.stats.accepted_tokens > 0 and fast.stats.forward_passes < plain.stats.forward_passes
+        assert fast.stats.speculative.accepted_tokens > 0 and fast.stats.forward_passes < plain.stats.forward_passes
 
 
 def test_adadec_with_speculation_in_a_batch(smollm2: tuple[Any, Any]) -> None:
@@ -181,7 +183,7 @@ def test_adadec_with_speculation_in_a_batch(smollm2: tuple[Any, Any]) -> None:
     prompts = [chat(tokenizer, COPY), chat(tokenizer, EDIT)]
     plain, fast = both(model, tokenizer, prompts, None, 32, uncertainty=AdaDec(threshold=0.6, lookahead=2))
     for a, b in zip(plain, fast, strict=True):
-        assert b.token_ids == a.token_ids and b.stats.pauses == a.stats.pauses
+        assert b.token_ids == a.token_ids and b.stats.adadec.pauses == a.stats.adadec.pauses
 
 
 def test_rejects_an_unknown_setting(smollm2: tuple[Any, Any]) -> None:

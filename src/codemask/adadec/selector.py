@@ -35,15 +35,21 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from codemask.adadec.config import AdaDec
 from codemask.adadec.entropy import entropy
 from codemask.adadec.row_padding import padded_rows
-from codemask.decoding.pipeline import Continuation, Selector, Stage, StepLayout
+from codemask.decoding import kv
+from codemask.decoding.pipeline import Continuation, Selector, Stage, StepLayout, reindexed, without
+from codemask.decoding.row import Row
 from codemask.decoding.sampling import SamplingSelector
+from codemask.decoding.stats import GenerationStats
+
+if TYPE_CHECKING:
+    from codemask.decoding.loop import DecodingLoop
 
 
 class KVBranch:
@@ -101,11 +107,9 @@ class KVBranch:
         ones = torch.ones((width, 1), dtype=self.attention.dtype, device=self.attention.device)
         self.attention = torch.cat([self.attention, ones], dim=1)
         positions = (self.attention.cumsum(-1) - 1)[:, -1:]
-        with torch.inference_mode():
-            out = self.model(input_ids=tokens.view(-1, 1), attention_mask=self.attention,
-                             position_ids=positions, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        self.cache = out.past_key_values
-        return out.logits[: self.rows, -1, :].float()
+        logits, self.cache = kv.run_model(self.model, self.cache, input_ids=tokens.view(-1, 1),
+                                          attention_mask=self.attention, position_ids=positions, logits_to_keep=1)
+        return logits[: self.rows, -1, :].to(torch.float32, copy=True)  # stages edit it outside inference mode
 
 
 @dataclass
@@ -168,7 +172,7 @@ class AdaDecSelector(Selector):
     """
 
     def __init__(self, config: AdaDec, threshold: float, base: Selector, stages: Sequence[Stage],
-                 token_bytes: Sequence[bytes], stop_token_ids: Sequence[int], num_sequences: int) -> None:
+                 token_bytes: Sequence[bytes], stop_token_ids: Sequence[int], num_sequences: int = 0) -> None:
         self.config = config
         self.threshold = float(threshold)
         self.base = base
@@ -178,28 +182,43 @@ class AdaDecSelector(Selector):
         self.pauses = [0] * num_sequences
         self.lookahead_tokens = [0] * num_sequences
         self.lookahead_time_s = [0.0] * num_sequences
-        self._loop: Any = None
+        self._loop: DecodingLoop | None = None
         self.reuse = config.reuse_lookahead and isinstance(base, SamplingSelector) and base.params.greedy
         self._continuations: dict[int, list[int]] = {}
         self._handoffs: dict[int, _Rollout] = {}
         self._chains: dict[int, _Chain] = {}
 
     @classmethod
-    def for_generation(cls, config: AdaDec, model: Any, base: Selector, stages: Sequence[Stage], vocab: Any,
-                       num_sequences: int) -> AdaDecSelector:
-        """The selector for one ``constrained_generate`` call (τ resolved for ``model``)."""
-        return cls(config, config.threshold_for(model), base, stages, vocab.token_bytes,
-                   sorted(vocab.stop_token_ids), num_sequences)
+    def for_generation(cls, config: AdaDec, model: Any, base: Selector, stages: Sequence[Stage],
+                       vocab: Any) -> AdaDecSelector:
+        """The selector for one decoding loop (τ resolved for ``model``); rows come through ``admit``."""
+        return cls(config, config.threshold_for(model), base, stages, vocab.token_bytes, sorted(vocab.stop_token_ids))
 
-    def attach(self, loop: Any) -> None:
-        """Roll out from ``loop``'s KV cache: it has ``model``, ``cache`` and ``attention`` (its attention mask)."""
+    def attach(self, loop: DecodingLoop) -> None:
+        """Roll out from ``loop``'s KV cache (its ``model``, ``cache`` and ``attention`` mask)."""
         self._loop = loop
 
-    def record(self, stats: Sequence[Any]) -> None:
-        """Copy the per-sequence counters into each row's ``GenerationStats``."""
-        for i, s in enumerate(stats):
-            s.pauses, s.lookahead_tokens, s.lookahead_time_s = (self.pauses[i], self.lookahead_tokens[i],
-                                                               self.lookahead_time_s[i])
+    def record(self, sequence: int, stats: GenerationStats) -> None:
+        """Copy the sequence's counters into its stats' ``adadec`` section."""
+        section = stats.adadec
+        section.pauses, section.lookahead_tokens = self.pauses[sequence], self.lookahead_tokens[sequence]
+        section.lookahead_time_s = self.lookahead_time_s[sequence]
+        self.base.record(sequence, stats)
+
+    def admit(self, rows: Sequence[Row]) -> None:
+        self.pauses += [0] * len(rows)
+        self.lookahead_tokens += [0] * len(rows)
+        self.lookahead_time_s += [0.0] * len(rows)
+        self.base.admit(rows)
+
+    def retire(self, sequences: Sequence[int]) -> None:
+        self.pauses = without(self.pauses, sequences)
+        self.lookahead_tokens = without(self.lookahead_tokens, sequences)
+        self.lookahead_time_s = without(self.lookahead_time_s, sequences)
+        self._continuations = reindexed(self._continuations, sequences)
+        self._handoffs = reindexed(self._handoffs, sequences)
+        self._chains = reindexed(self._chains, sequences)
+        self.base.retire(sequences)
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -295,8 +314,9 @@ class AdaDecSelector(Selector):
         rollout's ``offset``-th token was picked and ranks the same token first; else a fresh one."""
         old, at = chain.rollout, chain.offset
         seat = old.seat
-        if (seat is None or old.tokens[at] != token
-                or self._loop.attention.shape[1] != seat.base_length + at):
+        attention = None if self._loop is None else self._loop.attention
+        if (seat is None or attention is None or old.tokens[at] != token
+                or attention.shape[1] != seat.base_length + at):
             return self._candidate(row, old.sequence, token, log_prob)
         seat.branch.keep([seat.row])
         alive = old.alive if at + 1 < len(old.tokens) else self._continues(token, candidate=True)

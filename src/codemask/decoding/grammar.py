@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from codemask.decoding.json_items import ItemScanner, SeparatorTokens, decay_repeated_item_
-from codemask.decoding.pipeline import Stage, StepLayout
+from codemask.decoding.pipeline import Stage, StepLayout, without
+from codemask.decoding.row import Row
+from codemask.decoding.stats import GenerationStats
 from codemask.engine.bitmask import allocate_token_bitmask, apply_token_bitmask_
 from codemask.engine.matcher import GrammarMatcher
 from codemask.errors import MatcherError
@@ -32,7 +34,7 @@ class GrammarStage(Stage):
 
     def __init__(self, matchers: Sequence[GrammarMatcher | None], vocab_size: int, *, overlap: bool = True,
                  item_penalties: Sequence[float | None] | None = None) -> None:
-        self.matchers = list(matchers)
+        self.matchers: list[GrammarMatcher | None] = list(matchers)
         self.vocab_size = vocab_size
         # JSON grammars' repeated-item decay (`codemask.decoding.json_items`): a scanner per such sequence
         self.item_penalties = list(item_penalties or [None] * len(self.matchers))
@@ -143,6 +145,22 @@ class GrammarStage(Stage):
         scanner = self.scanners[sequence]
         if scanner is not None:
             scanner.rollback(num_tokens)
+
+    def admit(self, rows: Sequence[Row]) -> None:
+        for row in rows:
+            self.matchers.append(row.matcher)
+            self.item_penalties.append(row.item_penalty)
+            self.scanners.append(ItemScanner() if row.item_penalty is not None and row.matcher is not None else None)
+            self.mask_time_s.append(0.0)
+
+    def retire(self, sequences: Sequence[int]) -> None:
+        self.matchers = without(self.matchers, sequences)
+        self.item_penalties = without(self.item_penalties, sequences)
+        self.scanners = without(self.scanners, sequences)
+        self.mask_time_s = without(self.mask_time_s, sequences)
+
+    def record(self, sequence: int, stats: GenerationStats) -> None:
+        stats.grammar.mask_time_s = self.mask_time_s[sequence]
 
     def only_stop_allowed(self, sequence: int) -> bool:
         """Whether the grammar of ``sequence`` is complete and nothing may follow but a stop token."""

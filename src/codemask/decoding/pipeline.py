@@ -7,7 +7,7 @@ pass, let every stage edit the logits in place (:meth:`Stage.apply`), pick token
 masks in a worker thread) while the accelerator — or, on a CPU, torch's own threads with the GIL
 released — runs the model.
 
-The interface is shaped by what must plug into it (DESIGN §4):
+The interface is shaped by what must plug into it:
 
 - **Several rows per sequence.** A :class:`StepLayout` maps each logits row to a sequence and a
   draft offset. Plain decoding has one row per sequence at offset 0; speculative verification
@@ -19,16 +19,23 @@ The interface is shaped by what must plug into it (DESIGN §4):
 - **External state.** A stage owns whatever it needs (a matcher per sequence, a language-server
   session): it learns every accepted token through ``commit`` and every undone one through
   ``rollback``, and decides itself when to degrade (a monitor whose server stalls applies nothing).
+- **Sequences come and go.** Sequences join the batch between steps (``admit``) and leave it
+  (``retire``, after ``record`` wrote the stage's section of their stats): a stage keeps its
+  per-sequence state in batch order and drops what leaves.
 """
 
 from __future__ import annotations
 
+import bisect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+
+from codemask.decoding.row import Row
+from codemask.decoding.stats import GenerationStats
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,15 @@ class Stage(ABC):
     def rollback(self, sequence: int, num_tokens: int) -> None:  # noqa: B027 - optional hook
         """The last ``num_tokens`` committed tokens of ``sequence`` were taken back (default: nothing)."""
 
+    def admit(self, rows: Sequence[Row]) -> None:  # noqa: B027 - optional hook
+        """``rows`` join the batch after the current sequences, in that order (default: nothing)."""
+
+    def retire(self, sequences: Sequence[int]) -> None:  # noqa: B027 - optional hook
+        """The ``sequences`` (ascending batch indices) leave; later ones move down (default: nothing)."""
+
+    def record(self, sequence: int, stats: GenerationStats) -> None:  # noqa: B027 - optional hook
+        """Write this stage's section of ``sequence``'s stats, before it leaves (default: nothing)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (threads, subprocesses); the stage is not used afterwards."""
 
@@ -121,7 +137,20 @@ class Continuation:
 
 
 class Selector(ABC):
-    """Picks one token per row from the processed logits (greedy, sampling, a re-ranker)."""
+    """Picks one token per row from the processed logits (greedy, sampling, a re-ranker).
+
+    Like a stage, a selector with per-sequence state hears of sequences joining and leaving
+    (``admit``, ``retire``) and writes its section of their stats (``record``).
+    """
+
+    def admit(self, rows: Sequence[Row]) -> None:  # noqa: B027 - optional hook
+        """``rows`` join the batch after the current sequences (default: nothing)."""
+
+    def retire(self, sequences: Sequence[int]) -> None:  # noqa: B027 - optional hook
+        """The ``sequences`` (ascending batch indices) leave (default: nothing)."""
+
+    def record(self, sequence: int, stats: GenerationStats) -> None:  # noqa: B027 - optional hook
+        """Write this selector's section of ``sequence``'s stats (default: nothing)."""
 
     @abstractmethod
     def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
@@ -177,6 +206,36 @@ class Pipeline:
         for stage in self.stages:
             stage.rollback(sequence, num_tokens)
 
+    def admit(self, rows: Sequence[Row]) -> None:
+        for stage in self.stages:
+            stage.admit(rows)
+        self.selector.admit(rows)
+
+    def retire(self, sequences: Sequence[int], stats: Sequence[GenerationStats]) -> None:
+        """Record every stage's section of the leaving sequences' ``stats``, then let them go."""
+        for sequence, row_stats in zip(sequences, stats, strict=True):
+            for stage in self.stages:
+                stage.record(sequence, row_stats)
+            self.selector.record(sequence, row_stats)
+        for stage in self.stages:
+            stage.retire(sequences)
+        self.selector.retire(sequences)
+
     def close(self) -> None:
         for stage in self.stages:
             stage.close()
+
+
+T = TypeVar("T")
+
+
+def without(items: list[T], sequences: Sequence[int]) -> list[T]:
+    """``items`` (one per sequence, in batch order) without those of the leaving ``sequences``."""
+    leaving = set(sequences)
+    return [item for i, item in enumerate(items) if i not in leaving]
+
+
+def reindexed(by_sequence: dict[int, T], sequences: Sequence[int]) -> dict[int, T]:
+    """A dict keyed by batch index after ``sequences`` left: their entries dropped, later keys moved down."""
+    leaving = sorted(sequences)
+    return {i - bisect.bisect_left(leaving, i): v for i, v in by_sequence.items() if i not in set(leaving)}

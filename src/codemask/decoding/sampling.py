@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from codemask.decoding.pipeline import Selector, StepLayout
+from codemask.decoding.pipeline import Selector, StepLayout, without
+from codemask.decoding.row import Row
 
 _MASK64 = (1 << 64) - 1
 _NUCLEUS_CANDIDATES = 1024  # top-p looks for its nucleus among these first
@@ -157,22 +158,68 @@ def _mix(*parts: int) -> int:
 class SamplingSelector(Selector):
     """The plain :class:`~codemask.decoding.pipeline.Selector`: greedy, or sampled per ``SamplingParams``.
 
-    Sampling needs ``positions(sequence)``: how many tokens the sequence has written, so that a
-    logits row (at its layout offset past that) is raced with its own position's noise.
+    Sampling races each logits row with its position's noise, keyed by the sequence and how many
+    tokens it has written. In a decoding loop the selector hears of its rows (``admit``) and keys by
+    each row's stable ``key``. A row may bring its own settings, ``row.extra["sampling"] =
+    (SamplingParams, seed, stream)`` (a server's per-request sampling): its noise is then keyed by
+    its own seed and ``stream`` (0 unless one request asks for several samples), so the row writes
+    the same tokens whatever else shares the batch. Used alone, the selector needs
+    ``positions(sequence)`` and keys by the sequence's batch index.
     """
 
     def __init__(self, params: SamplingParams, seed: int | None = None,
                  positions: Callable[[int], int] | None = None) -> None:
-        if not params.greedy and positions is None:
-            raise ValueError("sampling needs positions(sequence): the number of tokens each sequence has written")
         self.params = params
         self.noise = None if params.greedy else PositionNoise(seed)
         self.positions = positions
+        self._rows: list[Row] = []
+        # row key -> (its own settings, its noise, the key its noise is drawn for)
+        self._own: dict[int, tuple[SamplingParams, PositionNoise | None, int]] = {}
+
+    def admit(self, rows: Sequence[Row]) -> None:
+        for row in rows:
+            self._rows.append(row)
+            own = row.extra.get("sampling")
+            if own is not None:
+                params, seed, *stream = own
+                noise = None if params.greedy else PositionNoise(seed)
+                self._own[row.key] = (params, noise, int(stream[0]) if stream else 0)
+
+    def retire(self, sequences: Sequence[int]) -> None:
+        for index in sequences:
+            self._own.pop(self._rows[index].key, None)
+        self._rows = without(self._rows, sequences)
+
+    def _settings(self, sequence: int) -> tuple[SamplingParams, PositionNoise | None]:
+        if self._rows:
+            own = self._own.get(self._rows[sequence].key)
+            if own is not None:
+                return own[0], own[1]
+        return self.params, self.noise
+
+    def _key(self, sequence: int, offset: int) -> tuple[int, int]:
+        """(the sequence's noise key, the output position this row stands for)."""
+        if self._rows:
+            row = self._rows[sequence]
+            own = self._own.get(row.key)
+            return row.key if own is None else own[2], len(row.token_ids) + offset
+        if self.positions is None:
+            raise ValueError("sampling needs positions(sequence): the number of tokens each sequence has written")
+        return sequence, self.positions(sequence) + offset
 
     def select(self, logits: torch.Tensor, layout: StepLayout) -> torch.Tensor:
-        if self.noise is None:
+        settings = [self._settings(s) for s in layout.sequences]
+        if all(noise is None for _, noise in settings):
             return logits.argmax(dim=-1)
-        assert self.positions is not None
-        probs = sampling_probabilities(logits, self.params)
-        keys = [(s, self.positions(s) + o) for s, o in zip(layout.sequences, layout.offsets, strict=True)]
-        return exponential_race(probs, self.noise.draw(keys, probs.shape[-1], probs.device))
+        chosen = logits.argmax(dim=-1)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for r, (params, noise) in enumerate(settings):
+            if noise is not None:
+                groups.setdefault((id(params), id(noise)), []).append(r)
+        for rows in groups.values():
+            params, noise = settings[rows[0]]
+            assert noise is not None
+            probs = sampling_probabilities(logits[rows], params)
+            keys = [self._key(layout.sequences[r], layout.offsets[r]) for r in rows]
+            chosen[rows] = exponential_race(probs, noise.draw(keys, probs.shape[-1], probs.device))
+        return chosen

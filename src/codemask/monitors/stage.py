@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from codemask.decoding.pipeline import Stage, StepLayout
+from codemask.decoding.pipeline import Stage, StepLayout, without
+from codemask.decoding.row import Row
+from codemask.decoding.stats import GenerationStats
 from codemask.engine.bitmask import apply_token_bitmask_, pack_bool_mask
 from codemask.engine.token_trie import ByteVocabulary
 from codemask.monitors.masks import NameMasks, name_masks
@@ -201,11 +203,24 @@ class MonitorStage(Stage):
         """
         return cls(MonitorSet(monitors, vocab), prompts, overlap=overlap, defer=defer)
 
-    def record(self, stats: Sequence[Any]) -> None:
-        """Copy each sequence's usage into its ``GenerationStats`` (``monitor_*`` fields)."""
-        for usage, row in zip(self.usage, stats, strict=True):
-            row.monitor_steps, row.monitor_queries, row.monitor_timeouts = usage.steps, usage.queries, usage.timeouts
-            row.monitor_time_s, row.monitor_wait_s = usage.time_s, usage.wait_s
+    def record(self, sequence: int, stats: GenerationStats) -> None:
+        """Copy the sequence's usage into its stats' ``monitors`` section."""
+        usage, section = self.usage[sequence], stats.monitors
+        section.steps, section.queries, section.timeouts = usage.steps, usage.queries, usage.timeouts
+        section.time_s, section.wait_s = usage.time_s, usage.wait_s
+
+    def admit(self, rows: Sequence[Row]) -> None:
+        """Each row is monitored with its prompt's text (``extra["prompt_text"]``) as the file before
+        the cursor, unless the monitors were given a prefix."""
+        for row in rows:
+            self.prompts.append(str(row.extra.get("prompt_text", "")))
+            self.generated.append([])
+            self.usage.append(MonitorUsage())
+
+    def retire(self, sequences: Sequence[int]) -> None:
+        self.prompts = without(self.prompts, sequences)
+        self.generated = without(self.generated, sequences)
+        self.usage = without(self.usage, sequences)
 
     def prepare(self, layout: StepLayout) -> None:
         """With ``overlap``, start the step's monitors in the worker; without, compute what needs no

@@ -22,7 +22,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from codemask.decoding.pipeline import Stage, StepLayout
+from codemask.decoding.pipeline import Stage, StepLayout, without
+from codemask.decoding.row import Row
+from codemask.decoding.stats import GenerationStats
 from codemask.repetition.config import RPG
 from codemask.repetition.state import Penalties, RepetitionState
 
@@ -109,10 +111,11 @@ class RepetitionStage(Stage):
     """
 
     def __init__(self, rpg: RPG, token_bytes: Sequence[bytes], stop_token_ids: Sequence[int],
-                 prompts: Sequence[Sequence[int]], *, overlap: bool = True) -> None:
+                 prompts: Sequence[Sequence[int]] = (), *, overlap: bool = True) -> None:
         self.rpg = rpg
+        self.token_bytes = token_bytes
         self.stop_token_ids = list(stop_token_ids)
-        self.states = [RepetitionState(rpg, token_bytes, prompt) for prompt in prompts]
+        self.states: list[RepetitionState | None] = [RepetitionState(rpg, token_bytes, prompt) for prompt in prompts]
         self.analysis_time_s = [0.0] * len(self.states)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="codemask-rpg") if overlap else None
         self._pending: Future[list[Penalties]] | None = None
@@ -137,6 +140,9 @@ class RepetitionStage(Stage):
         for seq, offset in zip(layout.sequences, layout.offsets, strict=True):
             started = time.thread_time()
             state = self.states[seq]
+            if state is None:  # a sequence that asked for no repetition penalty
+                result.append(Penalties())
+                continue
             if offset:
                 state = state.fork()
                 state.append(layout.drafts[seq][:offset])
@@ -145,10 +151,28 @@ class RepetitionStage(Stage):
         return result
 
     def commit(self, sequence: int, token_ids: Sequence[int]) -> None:
-        self.states[sequence].append([int(t) for t in token_ids])
+        state = self.states[sequence]
+        if state is not None:
+            state.append([int(t) for t in token_ids])
 
     def rollback(self, sequence: int, num_tokens: int) -> None:
-        self.states[sequence].rollback(num_tokens)
+        state = self.states[sequence]
+        if state is not None:
+            state.rollback(num_tokens)
+
+    def admit(self, rows: Sequence[Row]) -> None:
+        """Each row is analysed from its prompt, unless its ``extra["repetition"]`` is False."""
+        for row in rows:
+            wanted = row.extra.get("repetition", True)
+            self.states.append(RepetitionState(self.rpg, self.token_bytes, row.prompt_ids) if wanted else None)
+            self.analysis_time_s.append(0.0)
+
+    def retire(self, sequences: Sequence[int]) -> None:
+        self.states = without(self.states, sequences)
+        self.analysis_time_s = without(self.analysis_time_s, sequences)
+
+    def record(self, sequence: int, stats: GenerationStats) -> None:
+        stats.repetition.analysis_time_s = self.analysis_time_s[sequence]
 
     def close(self) -> None:
         if self._pool is not None:

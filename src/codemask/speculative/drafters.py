@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from codemask.decoding import kv
 from codemask.engine.bitmask import allocate_token_bitmask, apply_token_bitmask_
 from codemask.engine.matcher import GrammarMatcher
 from codemask.speculative.automaton import SEPARATOR, SuffixAutomaton
@@ -202,12 +203,10 @@ class _ModelState(DraftState):
     again (so a proposal always has a token to feed, draft or not)."""
 
     def __init__(self, model: Any, prompt_ids: Sequence[int], env: DraftEnv) -> None:
-        from transformers import DynamicCache
-
         self.model = model
         self.env = env
         self.device = next(model.parameters()).device
-        self.cache = DynamicCache(config=model.config)
+        self.cache = kv.new_cache(model)
         self.tokens: list[int] = list(prompt_ids)
         self.bitmask: torch.Tensor | None = None
 
@@ -233,9 +232,8 @@ class _ModelState(DraftState):
 
     def _next(self, feed: list[int], probe: GrammarMatcher | None) -> int | None:
         ids = torch.tensor([feed], dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1, :].float()
+        raw, self.cache = kv.run_model(self.model, self.cache, input_ids=ids, logits_to_keep=1)
+        logits = raw[:, -1, :].float()
         if probe is not None:
             if probe.is_terminated():
                 return None

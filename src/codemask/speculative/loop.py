@@ -1,6 +1,6 @@
 """The speculative decoding loop: draft, verify K+1 positions in one forward pass, keep what is confirmed.
 
-It drives ``constrained_generate``'s own decoding loop (its rows, KV cache, pipeline and commit
+It drives a :class:`~codemask.decoding.loop.DecodingLoop` (its rows, KV cache, pipeline and commit
 logic) with a different step:
 
 1. **Draft.** Each unfinished row's drafter proposes up to its adaptive length. The draft is made
@@ -31,11 +31,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from codemask.decoding.pipeline import StepLayout
+from codemask.decoding.row import Row
 from codemask.decoding.sampling import SamplingSelector
 from codemask.engine.matcher import GrammarMatcher
 from codemask.speculative.drafters import DraftEnv, Drafter, DraftState, auto_drafter
@@ -43,6 +44,7 @@ from codemask.speculative.verify import DraftLength, PassCost
 
 if TYPE_CHECKING:
     from codemask.adadec import AdaDecSelector
+    from codemask.decoding.loop import DecodingLoop
 
 _JUMP_BUDGET = 1 << 30  # while drafting, forced continuations are not cut by the token budget
 
@@ -59,73 +61,86 @@ def resolve_drafter(speculative: str | Drafter | None) -> Drafter | None:
 
 
 class SpeculativeRunner:
-    """Runs one generation of ``loop`` (a ``codemask.generate._DecodingLoop``) speculatively, through the
-    loop's public steps: ``forward`` (the model over new tokens), ``advance`` (commit a picked token),
-    ``jump_forward`` and ``bytes_of``.
+    """Runs a :class:`~codemask.decoding.loop.DecodingLoop` speculatively, through the loop's steps:
+    ``forward`` (the model over new tokens), ``advance`` (commit a picked token), ``jump_forward``,
+    ``bytes_of`` and ``retire_finished``. Each sequence's drafting state is kept by its row's key, so
+    sequences may join (:meth:`admit`) and leave between steps as in plain decoding.
 
-    With ``uncertainty`` (the call's `AdaDecSelector`), the walk over a verified draft stops at the
+    With ``uncertainty`` (the loop's `AdaDecSelector`), the walk over a verified draft stops at the
     first position whose entropy reaches τ: the drafts from there on are masked out of the KV cache,
     so the cache holds exactly the committed sequence, and AdaDec pauses there as plain decoding would
     (its rollouts fork that cache) — AdaDec's output, with the forward passes of speculation.
     """
 
-    def __init__(self, loop: Any, drafter: Drafter, selector: SamplingSelector,
+    def __init__(self, loop: DecodingLoop, drafter: Drafter, selector: SamplingSelector,
                  uncertainty: AdaDecSelector | None = None) -> None:
         self.loop = loop
+        self.drafter = drafter
         self.selector = selector
         self.uncertainty = uncertainty
         vocab = loop.vocab
         self.stop_ids = frozenset(int(t) for t in vocab.stop_token_ids)
-        env = DraftEnv(loop.tokenizer, vocab.token_bytes, self.stop_ids)
-        self.states: list[DraftState] = [drafter.start(row.prompt_ids, env) for row in loop.rows]
-        self.lengths = [DraftLength(drafter.max_tokens) for _ in loop.rows]
+        self.env = DraftEnv(loop.tokenizer, vocab.token_bytes, self.stop_ids)
+        self.states: dict[int, DraftState] = {}
+        self.lengths: dict[int, DraftLength] = {}
         self.cost = PassCost()
+        self.admit(loop.rows)
 
-    def run(self, max_new_tokens: int, stops: list[bytes], jump_forward: bool, on_token: Any) -> None:
+    def admit(self, rows: Sequence[Row]) -> None:
+        """Start drafting for ``rows`` (already admitted to the loop)."""
+        for row in rows:
+            self.states[row.key] = self.drafter.start(row.prompt_ids, self.env)
+            self.lengths[row.key] = DraftLength(self.drafter.max_tokens)
+
+    def run(self) -> None:
+        """Step until every row of the loop has finished."""
+        while self.loop.rows:
+            self.step()
+
+    def step(self) -> list[Row]:
+        """One verification pass for every open row; returns the rows that finished (now retired)."""
         loop = self.loop
-        started = time.perf_counter()
-        feeds: list[list[int]] = [list(row.prompt_ids) for row in loop.rows]
-        for index, row in enumerate(loop.rows):
-            if loop.stage.only_stop_allowed(index):
-                row.finish_reason = "grammar_end"
-        while True:
-            active = [i for i, row in enumerate(loop.rows) if row.finish_reason is None]
-            if not active:
-                break
-            handed = loop.next_logits is not None  # AdaDec's rollout gave this step's logits: no pass, no draft
-            drafts = {i: [] if handed else self._draft(i, len(feeds[i]), max_new_tokens, jump_forward)
-                      for i in active}
-            layout = StepLayout.verification({i: tuple(d) for i, d in drafts.items()})
-            loop.pipeline.prepare(layout)
-            rows, passes = self._verify(feeds, drafts, active)
-            for stage in loop.pipeline.stages:
-                stage.apply(rows, layout)
-            chosen = self.selector.select(rows, layout).tolist()  # every row's pick in one host sync
-            paused = set() if self.uncertainty is None else set(self.uncertainty.paused_rows(rows).tolist())
-            first = 0
-            for i in active:
-                loop.rows[i].stats.forward_passes += passes
-                feeds[i] = self._confirm(i, drafts[i], first, chosen, _Pauses(rows, paused),
-                                         (max_new_tokens, stops, jump_forward, on_token))
-                first += len(drafts[i]) + 1
-                if loop.rows[i].finish_reason is not None:
-                    loop.rows[i].stats.wall_time_s = time.perf_counter() - started
-            self._crop_rejected()
-        loop.record_times(started)
+        finished = self._retire()
+        if not loop.rows:
+            return finished
+        active = list(range(len(loop.rows)))
+        handed = loop.next_logits is not None  # AdaDec's rollout gave this step's logits: no pass, no draft
+        drafts = {i: [] if handed else self._draft(i, len(loop.feeds[i])) for i in active}
+        layout = StepLayout.verification({i: tuple(d) for i, d in drafts.items()})
+        loop.pipeline.prepare(layout)
+        rows, passes = self._verify(loop.feeds, drafts)
+        for stage in loop.pipeline.stages:
+            stage.apply(rows, layout)
+        chosen = self.selector.select(rows, layout).tolist()  # every row's pick in one host sync
+        paused = set() if self.uncertainty is None else set(self.uncertainty.paused_rows(rows).tolist())
+        first = 0
+        for i in active:
+            loop.rows[i].stats.forward_passes += passes
+            loop.feeds[i] = self._confirm(i, drafts[i], first, chosen, _Pauses(rows, paused))
+            first += len(drafts[i]) + 1
+        self._crop_rejected()
+        return finished + self._retire()
+
+    def _retire(self) -> list[Row]:
+        finished = self.loop.retire_finished()
+        for row in finished:
+            self.states.pop(row.key, None)
+            self.lengths.pop(row.key, None)
+        return finished
 
     # -- drafting ----------------------------------------------------------------------------
 
-    def _draft(self, index: int, fed: int, max_new_tokens: int, jump_forward: bool) -> list[int]:
+    def _draft(self, index: int, fed: int) -> list[int]:
         """This step's draft for row ``index``, whose pass also feeds ``fed`` uncached tokens: at most
         its adaptive length, and never past the token budget (the last token of a step is always
         the model's own)."""
         row = self.loop.rows[index]
-        length = self.lengths[index].choose(lambda k: self.cost.estimate(fed + k))
-        limit = min(length, max_new_tokens - len(row.token_ids) - 1)
+        length = self.lengths[row.key].choose(lambda k: self.cost.estimate(fed + k))
+        limit = min(length, row.options.max_new_tokens - len(row.token_ids) - 1)
         if limit < 1:
             return []
-        proposal = self.states[index].propose([], row.matcher, limit)
-        return self._as_plain_decoding_writes(proposal, row.matcher, jump_forward)[:limit]
+        proposal = self.states[row.key].propose([], row.matcher, limit)
+        return self._as_plain_decoding_writes(proposal, row.matcher, row.options.jump_forward)[:limit]
 
     def _as_plain_decoding_writes(self, draft: Sequence[int], matcher: GrammarMatcher | None,
                                   jump_forward: bool) -> list[int]:
@@ -167,8 +182,7 @@ class SpeculativeRunner:
 
     # -- verification ------------------------------------------------------------------------
 
-    def _verify(self, feeds: list[list[int]], drafts: dict[int, list[int]],
-                active: list[int]) -> tuple[torch.Tensor, int]:
+    def _verify(self, feeds: list[list[int]], drafts: dict[int, list[int]]) -> tuple[torch.Tensor, int]:
         """The K+1 logits rows of every active row's draft (in ``active`` order) and the number of
         forward passes that took: one pass over each row's uncached tokens and its draft, or none
         where AdaDec handed over a cache that holds every committed token with the next position's
@@ -178,15 +192,14 @@ class SpeculativeRunner:
         if handed is not None:
             return handed, 0
         width = max(len(d) for d in drafts.values()) + 1
-        chunk = [feeds[i] + drafts[i] if i in drafts else [loop.pad_id] for i in range(len(loop.rows))]
+        chunk = [feeds[i] + drafts[i] for i in range(len(loop.rows))]
         timed = time.perf_counter()
         logits = loop.forward(chunk, keep=width)
         if loop.cache.get_seq_length() > max(len(c) for c in chunk):  # not the prefill: time it for the draft length
             self.cost.record(max(len(c) for c in chunk), time.perf_counter() - timed)
-        return torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in active]), 1
+        return torch.cat([logits[i, width - len(drafts[i]) - 1:] for i in range(len(loop.rows))]), 1
 
-    def _confirm(self, index: int, draft: list[int], first: int, chosen: list[int], pauses: _Pauses,
-                 advance_args: tuple[Any, ...]) -> list[int]:
+    def _confirm(self, index: int, draft: list[int], first: int, chosen: list[int], pauses: _Pauses) -> list[int]:
         """Commit what the verification pass confirms for row ``index``; returns its next feed.
 
         ``first`` is the row's first logits row (its state before the draft); ``chosen`` the token
@@ -202,27 +215,27 @@ class SpeculativeRunner:
         handed: list[int] | None = None
         while True:
             if first + j in pauses.rows:
-                tokens = loop.advance(index, self._pause(index, len(draft) - j, pauses.logits[first + j:first + j + 1]),
-                                      *advance_args)
+                tokens = loop.advance(index, self._pause(index, len(draft) - j, pauses.logits[first + j:first + j + 1]))
                 handed = loop.take_over(index, tokens)
                 break
-            tokens = loop.advance(index, chosen[first + j], *advance_args)
+            tokens = loop.advance(index, chosen[first + j])
             if row.finish_reason is not None or draft[j: j + len(tokens)] != tokens:
                 break
             j += len(tokens)
         appended = row.token_ids[before:]
-        self.states[index].commit(appended)
+        self.states[row.key].commit(appended)
         # At least the last committed token is fed again (its logits are the next step's): after a
         # pause, the candidate and its continuation may all be drafted tokens already in the cache.
         accepted = _common_prefix(appended, draft)
         if row.finish_reason is None:
             accepted = min(accepted, len(appended) - 1)
-        row.stats.drafted_tokens += len(draft)
-        row.stats.accepted_tokens += accepted
-        self.lengths[index].update(len(draft), accepted)
+        row.stats.speculative.drafted_tokens += len(draft)
+        row.stats.speculative.accepted_tokens += accepted
+        self.lengths[row.key].update(len(draft), accepted)
         if handed is not None:  # the rollout's cache: its mask already hides the drafts the pause cut off
             return handed
         if draft:  # the cache positions of the rejected drafts become holes; the confirmed ones stay
+            assert loop.attention is not None
             columns = loop.attention[index, loop.attention.shape[1] - len(draft):]
             columns[:accepted] = 1
             columns[accepted:] = 0
@@ -232,13 +245,15 @@ class SpeculativeRunner:
         """AdaDec's pick at row ``index``'s current position: its last ``unverified`` drafts are masked
         out of the KV cache first, so that the rollouts fork exactly the committed sequence."""
         assert self.uncertainty is not None
-        if unverified:
-            self.loop.attention[index, self.loop.attention.shape[1] - unverified:] = 0
+        attention = self.loop.attention
+        if unverified and attention is not None:
+            attention[index, attention.shape[1] - unverified:] = 0
         return self.uncertainty.pause(logits, index)
 
     def _crop_rejected(self) -> None:
         """Drop trailing cache columns that no row attends to (rejected drafts of every row)."""
         attention = self.loop.attention
+        assert attention is not None
         live = torch.nonzero(attention.any(dim=0)).flatten()
         keep = int(live[-1]) + 1 if len(live) else 0
         extra = attention.shape[1] - keep
