@@ -1,9 +1,10 @@
-"""Build hooks: ship the top-level ``grammars/`` folder (and its ``samples/``) inside the wheel as
-``codemask/grammars``, and build the mask cache's trie walk and the parser's closures in C
-(``codemask.engine._native``).
+"""Build hooks: ship the top-level data folders inside the wheel, and build the mask cache's trie walk
+and the parser's closures in C (``codemask.engine._native``).
 
-Everything else about the build is in ``pyproject.toml``. Editable installs and source checkouts
-read ``grammars/`` where it is (see ``codemask.grammar.builtin``), so it exists once in the tree.
+``grammars/`` (with its ``samples/``) becomes ``codemask/grammars`` and ``monitors/`` (the monitors'
+language definitions) ``codemask/monitors``. Everything else about the build is in ``pyproject.toml``.
+Editable installs and source checkouts read the top-level folders where they are
+(``codemask.shipped``), so each exists once in the tree.
 The extension is optional: where no C compiler is found the build goes on without it and the
 engine walks the trie with numpy and computes closures in Python (``codemask.engine.native``).
 """
@@ -14,25 +15,30 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
-GRAMMAR_SUFFIXES = {".ebnf", ".gbnf", ".lark"}
+# top-level folder -> (the suffixes of the files shipped from it, its subfolders shipped whole)
+SHIPPED = {
+    "grammars": ({".ebnf", ".gbnf", ".lark"}, ("samples",)),  # samples: code the masks are precomputed on
+    "monitors": ({".toml"}, ()),
+}
 
 
-class BuildPyWithGrammars(build_py):
+class BuildPyWithData(build_py):
     def run(self) -> None:
         super().run()
-        source = Path(__file__).resolve().parent / "grammars"
-        target = Path(self.build_lib) / "codemask" / "grammars"
-        target.mkdir(parents=True, exist_ok=True)
-        for file in sorted(source.iterdir()):
-            if file.suffix in GRAMMAR_SUFFIXES:
-                shutil.copyfile(file, target / file.name)
-        # sample code the masks are precomputed on (codemask.engine.samples)
-        (target / "samples").mkdir(exist_ok=True)
-        for file in sorted((source / "samples").iterdir()):
-            shutil.copyfile(file, target / "samples" / file.name)
+        root = Path(__file__).resolve().parent
+        for folder, (suffixes, subfolders) in SHIPPED.items():
+            source, target = root / folder, Path(self.build_lib) / "codemask" / folder
+            target.mkdir(parents=True, exist_ok=True)
+            for file in sorted(source.iterdir()):
+                if file.suffix in suffixes:
+                    shutil.copyfile(file, target / file.name)
+            for sub in subfolders:
+                (target / sub).mkdir(exist_ok=True)
+                for file in sorted((source / sub).iterdir()):
+                    shutil.copyfile(file, target / sub / file.name)
 
 
 NATIVE = Extension("codemask.engine._native", ["src/codemask/engine/_native.c"], optional=True,
                    extra_compile_args=["-O2", "-std=c99"])
 
-setup(cmdclass={"build_py": BuildPyWithGrammars}, ext_modules=[NATIVE])
+setup(cmdclass={"build_py": BuildPyWithData}, ext_modules=[NATIVE])

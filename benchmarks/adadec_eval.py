@@ -14,8 +14,8 @@ first fenced code block of the answer runs with the tests.
 learns it here from the first N MBPP *train* tasks (601–974) first, and ``--threshold`` overrides it.
 
 Usage: .venv/bin/python benchmarks/adadec_eval.py --model qwen-coder --benchmark humaneval --limit 20
-       --max-new-tokens 160 --modes greedy,adadec [--calibrate-tasks 60] [--update-readme]
-Time it on an otherwise idle machine (DESIGN §6).
+       --max-new-tokens 160 --modes greedy,adadec [--calibrate-tasks 60]
+Time it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ from codemask import constrained_generate
 from codemask.adadec import AdaDec, load_threshold, model_identity
 from codemask.adadec.calibrate import calibrate, chat_prompt, mbpp_examples, mbpp_prompt
 from codemask.assets import load_model, load_tokenizer
-from update_readme import publish
+from publish import publish
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
+from tests.data_paths import corpora_root
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DATA = corpora_root()  # HumanEval+ and MBPP: $CODEMASK_DATA
 HUMANEVAL_STOPS = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ", "\n```"]
 # MBPP answers are chat replies; only their first fenced block runs, so the reply may stop where a
 # block closes (a fence on its own line; an opening one carries the language)
@@ -211,11 +214,10 @@ def main() -> None:
     parser.add_argument("--modes", default="greedy,adadec",
                         help="greedy, adadec, beam, greedy+spec, adadec+spec (+spec: speculative='auto')")
     parser.add_argument("--name", default="adadec_eval",
-                        help="results file name under benchmarks/results (and README section when updating)")
+                        help="results file name under benchmarks/results")
     parser.add_argument("--threshold", type=float, help="τ in nats (default: the model's calibrated τ)")
     parser.add_argument("--calibrate-tasks", type=int, default=0, help="learn τ first on N MBPP train tasks")
     parser.add_argument("--timeout", type=float, default=20.0)
-    parser.add_argument("--update-readme", action="store_true")
     parser.add_argument("--log", type=Path, help="append each problem's result to this JSONL file as it finishes")
     parser.add_argument("--resume", action="store_true",
                         help="take the results already in --log (same model, benchmark, mode, τ, token limit)")
@@ -280,7 +282,7 @@ def main() -> None:
         "command": ".venv/bin/python benchmarks/adadec_eval.py " + " ".join(sys.argv[1:]),
         "results": results, "problems": per_problem,
     }
-    publish(args.name, report, markdown(report), plot, alt="AdaDec", update_readme=args.update_readme)
+    publish(args.name, report, markdown(report), plot)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ Run in the benchmarks' own environment (``bash benchmarks/setup.sh``; SynCode:
     benchmarks/.venv/bin/python benchmarks/code_grammars.py --files 4 --max-tokens 600 \
         --syncode-build-timeout 180                     # the recorded run: 16 minutes, loaded 2 cores
     benchmarks/.venv/bin/python benchmarks/code_grammars.py \
-        --from-json benchmarks/results/code_grammars.json --update-readme   # re-render .md/.png, README
+        --from-json benchmarks/results/code_grammars.json   # re-render .md/.png
     benchmarks/.venv/bin/python benchmarks/code_grammars.py --languages python --files 2 --max-tokens 300
-    benchmarks/.venv/bin/python benchmarks/code_grammars.py --engines codemask,llguidance --update-readme
+    benchmarks/.venv/bin/python benchmarks/code_grammars.py --engines codemask,llguidance
 
 Per language, real files (every one valid in its language):
 
@@ -49,8 +49,7 @@ Engines, each with the grammar it can take:
   the ``datasets`` package only for its evaluation data sets: a stub stands in for it. By default
   SynCode runs on python, go and sql (``--syncode-languages``).
 
-Results: ``benchmarks/results/code_grammars.{json,md,png}``; ``--update-readme`` puts the table in
-README.md (section ``code_grammars``).
+Results: ``benchmarks/results/code_grammars.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -602,7 +601,7 @@ NOTES = [
 ]
 
 
-def readme_section(report: dict[str, Any], table: str) -> str:
+def summary_section(report: dict[str, Any], table: str) -> str:
     machine, v, s = report["machine"], report["versions"], report["settings"]
     return (
         f"### Code grammars on real files (`benchmarks/code_grammars.py`)\n\n"
@@ -654,8 +653,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=1500, help="tokens per file at most (default 1500)")
     p.add_argument("--seed", type=int, default=0, help="seed of the file samples")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
-    p.add_argument("--update-readme", action="store_true", help="put the table in README.md")
-    p.add_argument("--from-json", type=Path, help="re-render .md/.png (and README) from a results JSON, no run")
+    p.add_argument("--from-json", type=Path, help="re-render .md/.png from a results JSON, no run")
     args = p.parse_args(argv)
     args.languages = args.languages.split(",")
     args.engines = args.engines.split(",")
@@ -698,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
         return build_syncode_store(args.syncode_build, load_tokenizer("llama3"))
     if args.from_json:
         report = json.loads(args.from_json.read_text(encoding="utf-8"))
-        render(report, args.out, args.update_readme)
+        render(report, args.out)
         return 0
 
     torch.set_num_threads(1)
@@ -731,11 +729,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def render(report: dict[str, Any], out: Path, update_readme: bool) -> None:
-    """The Markdown report, the plot and (optionally) the README section, all from the results JSON."""
+def render(report: dict[str, Any], out: Path) -> None:
+    """The Markdown report and the plot, both from the results JSON."""
     rows = report["results"]
     table = markdown_table(rows)
-    section = readme_section(report, table)
+    section = summary_section(report, table)
     notes = "\nNotes:\n\n" + "\n".join(f"- {n}" for n in report["notes"]) + "\n"
     attempts = report.get("syncode_attempts", {})
     syncode = ("\nSynCode:\n\n" + "\n".join(f"- {k.replace('_', ' ')}: {v}" for k, v in attempts.items()) + "\n"
@@ -745,10 +743,6 @@ def render(report: dict[str, Any], out: Path, update_readme: bool) -> None:
     plot([{**r, "mask_us": r.get("mask_us") or r.get("mask_us_all_steps")} for r in rows], out / "code_grammars.png")
     print(table)
     print(failures_section(rows))
-    if update_readme:
-        from update_readme import update_section
-
-        update_section(ROOT / "README.md", "code_grammars", section)
 
 
 def write_results(args: argparse.Namespace, rows: list[dict[str, Any]], files: dict[str, Any], started: float,
@@ -757,7 +751,7 @@ def write_results(args: argparse.Namespace, rows: list[dict[str, Any]], files: d
               "files": files, "results": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "code_grammars.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    render(report, args.out, args.update_readme)
+    render(report, args.out)
     print(f"wrote {relative(args.out)}/code_grammars.json, .md, .png in {time.time() - started:.0f} s",
           file=sys.stderr)
 

@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from codemask.assets import load_model
-from update_readme import publish
+from publish import publish
 
 SHAPES = [(rows, 1) for rows in range(1, 9)] + [(1, tokens) for tokens in range(2, 9)]
 
@@ -103,7 +103,7 @@ def main() -> None:
               "context": args.context, "repeat": args.repeat, "date": time.strftime("%Y-%m-%d"),
               "command": ".venv/bin/python benchmarks/cpu_batch_cost.py " + " ".join(sys.argv[1:]),
               "shapes": shapes}
-    publish(args.name, report, markdown(report), plot, alt="CPU step cost", update_readme=False)
+    publish(args.name, report, markdown(report), plot)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ function body) it reports:
 
 The real code is this interpreter's standard library (``sysconfig``'s ``stdlib`` path, site-packages
 excluded); the loops are the pairs in the RPG outputs stored by ``repetition_eval.py`` that ran to the
-length limit — by default the two held-out runs as they were before the rule this measurement led to
-(``*.before_copied_docstring.json``, kept for this). Writes ``benchmarks/results/definition_similarity.{json,md,png}``.
+length limit — by default two held-out runs made before ``RPG(copied_docstring=...)`` existed, whose
+unended samples are the loops it was built for (``benchmarks/data/rpg_loops/``). Writes
+``benchmarks/results/definition_similarity.{json,md,png}``.
 
-    benchmarks/.venv/bin/python benchmarks/definition_similarity.py [--results repetition_eval_heldout10,...]
+    benchmarks/.venv/bin/python benchmarks/definition_similarity.py [--loops FILE.json,...]
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ from typing import Any
 
 from codemask.repetition.likeness import blank_name, likeness, words
 from codemask.repetition.units import statement_units
-from update_readme import RESULTS
+from publish import RESULTS
 
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 BINS = 20
-# The held-out runs that led to RPG.copied_docstring, as they were before it (commit 03be005): the loops
-LOOP_RESULTS = ("repetition_eval_heldout.before_copied_docstring", "repetition_eval_heldout10.before_copied_docstring")
+# repetition_eval.py outputs on held-out prompts without RPG.copied_docstring: the loops it was built for
+LOOPS = Path(__file__).resolve().parent / "data" / "rpg_loops"
+LOOP_RESULTS = (LOOPS / "heldout20.json", LOOPS / "heldout10.json")
 
 
 @dataclass
@@ -116,13 +118,13 @@ def parseable_prefix(code: str) -> str | None:
     return None
 
 
-def loop_pairs(names: list[str]) -> tuple[list[Pair], int]:
+def loop_pairs(paths: list[Path]) -> tuple[list[Pair], int]:
     """Consecutive function pairs in the prompt + RPG output of every sample RPG left at the length limit."""
     from repetition_eval import coderepeteval_prompts
 
     pairs, samples = [], 0
-    for name in names:
-        for entry in json.loads((RESULTS / f"{name}.json").read_text())["models"]:
+    for path in paths:
+        for entry in json.loads(path.read_text())["models"]:
             prompts = coderepeteval_prompts(entry["prompts"], entry["stride"], entry.get("offset", 0))
             for prompt, output in zip(prompts, entry["configs"]["rpg"]["outputs"], strict=True):
                 code = parseable_prefix(prompt + output["text"]) if not output["ended"] else None
@@ -188,13 +190,13 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", default=",".join(LOOP_RESULTS),
-                        help="repetition_eval result names whose unended RPG samples are the loops")
+    parser.add_argument("--loops", default=",".join(map(str, LOOP_RESULTS)),
+                        help="repetition_eval.py result files whose unended RPG samples are the loops")
     args = parser.parse_args()
-    names = args.results.split(",")
-    missing = [name for name in names if not (RESULTS / f"{name}.json").exists()]
+    paths = [Path(name) for name in args.loops.split(",")]
+    missing = [path for path in paths if not path.is_file()]
     if missing:
-        parser.error(f"no results file benchmarks/results/{missing[0]}.json (run repetition_eval.py --name ...)")
+        parser.error(f"no file {missing[0]} (a repetition_eval.py result)")
     stdlib_pairs, functions, clone_count, files = [], 0, 0, 0
     for path in stdlib_files():
         try:
@@ -205,12 +207,12 @@ def main() -> None:
         stdlib_pairs += function_pairs(found)
         functions += sum(len(block) for block in found)
         clone_count += clones(found)
-    loops, samples = loop_pairs(names)
+    loops, samples = loop_pairs(paths)
     real_values, loop_values = measure(stdlib_pairs), measure(loops)
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "python": sys.version.split()[0],
-        "results": names,
+        "results": [path.stem for path in paths],
         "stdlib": {"files": files, "functions": functions, "clones": clone_count,
                    **{k: summary(v) for k, v in real_values.items()}},
         "loops": {"samples": samples, **{k: summary(v) for k, v in loop_values.items()}},

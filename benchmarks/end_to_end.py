@@ -10,11 +10,11 @@ Modes:
 - ``records`` / ``records+jf``: JSON objects with fixed keys (the shape a JSON Schema gives), without
   and with jump-forward, which appends the keys and punctuation without a forward pass per token.
 
-Targets (issue 3): constrained >= 0.95x unconstrained tokens/s without jump-forward, >= 1.2x with it
+Targets: constrained >= 0.95x unconstrained tokens/s without jump-forward, >= 1.2x with it
 on the JSON tasks; 100% of constrained outputs parse.
 
-Usage: benchmarks/.venv/bin/python benchmarks/end_to_end.py [--model smollm2] [--update-readme]
-Time it on an otherwise idle machine (DESIGN §6).
+Usage: benchmarks/.venv/bin/python benchmarks/end_to_end.py [--model smollm2]
+Time it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import torch
 from codemask import GenerationResult, constrained_generate
 from codemask.adadec.calibrate import chat_prompt
 from codemask.assets import load_model, load_tokenizer
-from update_readme import publish
+from publish import publish
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -173,7 +173,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--update-readme", action="store_true")
     args = parser.parse_args()
 
     model, tokenizer = load_model(args.model), load_tokenizer(args.model)
@@ -193,7 +192,7 @@ def main() -> None:
         "max_new_tokens": args.max_new_tokens,
         "modes": modes,
     }
-    publish("end_to_end", report, markdown(report), plot, alt="end to end", update_readme=args.update_readme)
+    publish("end_to_end", report, markdown(report), plot)
 
 
 if __name__ == "__main__":

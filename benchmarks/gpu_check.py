@@ -859,7 +859,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--render", type=Path,
                         help="only write benchmarks/results/gpu_check.md and .png from this gpu_check.json")
-    parser.add_argument("--update-readme", action="store_true", help="with --render: the README's GPU section")
     parser.add_argument("--assets", type=Path, default=DEFAULT_ASSETS,
                         help="folder with config.json, generation_config.json and the tokenizer files")
     parser.add_argument("--quick", action="store_true", help="fewer sizes, repetitions and tokens")
@@ -874,8 +873,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     if args.render and not args.render.is_file():
         parser.error(f"--render: no file {args.render}")
-    if args.update_readme and not args.render:
-        parser.error("--update-readme goes with --render")
     if not args.render and not (args.assets / "config.json").is_file():
         parser.error(f"--assets {args.assets} has no config.json: run scripts/prepare_device.sh (or name the folder)")
     if not args.render and not args.cpu and not torch.cuda.is_available():
@@ -886,12 +883,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     args = parse_args(argv)
-    if args.render:  # on a machine with matplotlib: the plot, and the README section with --update-readme
-        from update_readme import publish
+    if args.render:  # on a machine with matplotlib: the table and the plot
+        from publish import publish
 
         published = json.loads(args.render.read_text(encoding="utf-8"))
-        publish("gpu_check", published, markdown(published).strip(), plot, alt="GPU masking time and decoding speed",
-                update_readme=args.update_readme, write_json=False)
+        publish("gpu_check", published, markdown(published).strip(), plot, write_json=False)
         return 0
     device = torch.device("cpu" if args.cpu else "cuda")
     plan = make_plan(device, args.quick, started + args.deadline_s)

@@ -2,7 +2,7 @@
 
 `jsonschema_coverage.py` compares the engines token by token on a few schemas per subset; this
 check is the wide one for codemask alone: a seeded sample of hundreds of schemas from
-``../shared/data/jsonschemabench``, each compiled to a grammar and run through the byte-level
+``$CODEMASK_DATA/jsonschemabench``, each compiled to a grammar and run through the byte-level
 `Recognizer` (no tokenizer, no mask cache), with every test instance serialised compactly
 (``ensure_ascii=False``) and indented. It reports how many schemas compile, are refused
 (`UnsupportedSchemaError`, by keyword) or time out, and the two numbers that matter: valid
@@ -20,6 +20,7 @@ import json
 import random
 import signal
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ from codemask.engine.recognizer import Recognizer
 from codemask.errors import CodemaskError, UnsupportedSchemaError
 from codemask.grammar.grammar import Grammar
 
-BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
+from tests.data_paths import corpora_root
+
+BENCH = corpora_root() / "jsonschemabench"
 RESULTS = Path(__file__).resolve().parent / "results" / "jsonschema_bytelevel.json"
 
 

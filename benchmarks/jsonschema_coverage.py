@@ -5,9 +5,9 @@ Run in the benchmarks' own environment (``bash benchmarks/setup.sh`` creates it)
     benchmarks/.venv/bin/python benchmarks/jsonschema_coverage.py                 # 4 per subset, ~14 min
     benchmarks/.venv/bin/python benchmarks/jsonschema_coverage.py --quick         # 1 schema per subset
     benchmarks/.venv/bin/python benchmarks/jsonschema_coverage.py --subsets 'Github_*,Kubernetes' \\
-        --engines codemask,llguidance --max-schemas-per-subset 50 --update-readme
+        --engines codemask,llguidance --max-schemas-per-subset 50
 
-Data: ``../shared/data/jsonschemabench``, one file per schema with its ``tests`` (instances marked
+Data: ``$CODEMASK_DATA/jsonschemabench``, one file per schema with its ``tests`` (instances marked
 ``valid`` or not); the subset is the file name before ``---`` (``Github_easy``, ``Kubernetes``, …) or,
 for files without one, the name without its trailing ``_<number>`` (``BFCL_simple``, ``JME``). Each
 subset contributes a seeded sample of ``--max-schemas-per-subset`` schemas. Every engine gets the same
@@ -37,8 +37,7 @@ built and warmed with a trivial schema, so one pathological schema (a hang, a cr
 costs that schema only: the worker is killed and forked again. Engines take turns per schema, the
 order rotated, so machine noise hits all alike. codemask exceptions other than ``CodemaskError`` count
 as compile failures and are listed under ``crashes`` in the JSON. Results: ``--out``/
-jsonschema_coverage.json (per subset, per schema, errors), .md (tables) and .png (plot);
-``--update-readme`` puts the summary tables in README.md.
+jsonschema_coverage.json (per subset, per schema, errors), .md (tables) and .png (plot).
 """
 
 from __future__ import annotations
@@ -81,8 +80,11 @@ from engines import (  # noqa: E402
 )
 from mask_speed import fmt_seconds, load_tokenizer, machine_info, relative, run_document, versions  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
+from tests.data_paths import corpora_root  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-JSONSCHEMABENCH = ROOT.parent / "shared" / "data" / "jsonschemabench"
+JSONSCHEMABENCH = corpora_root() / "jsonschemabench"
 TOKENIZER = "llama3"
 WARMUP_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}}
 MAX_ERROR_CHARS = 300
@@ -697,8 +699,8 @@ def subset_full_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def readme_section(report: dict[str, Any]) -> str:
-    """The README text: set-up line, totals, per-subset coverage, the plot."""
+def summary_section(report: dict[str, Any]) -> str:
+    """The summary: set-up line, totals, per-subset coverage, the plot."""
     machine, v, settings = report["machine"], report["versions"], report["settings"]
     engines = settings["engines"]
     return (
@@ -723,7 +725,7 @@ def readme_section(report: dict[str, Any]) -> str:
 
 
 def markdown_report(report: dict[str, Any]) -> str:
-    return (readme_section(report) + "\n#### Per subset and engine\n\n" + subset_full_table(report["summary"])
+    return (summary_section(report) + "\n#### Per subset and engine\n\n" + subset_full_table(report["summary"])
             + "\n\n#### Notes\n\n" + "\n".join(f"- {note}" for note in NOTES) + "\n")
 
 
@@ -808,7 +810,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the schema sample")
     p.add_argument("--quick", action="store_true", help="smoke test: 1 schema per subset")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
-    p.add_argument("--update-readme", action="store_true", help="put the tables in README.md")
     args = p.parse_args(argv)
     if args.max_schemas_per_subset is None:
         args.max_schemas_per_subset = 1 if args.quick else 4
@@ -874,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_outputs(report: dict[str, Any], args: argparse.Namespace) -> None:
-    """JSON, markdown and plot under ``--out``; the README section with ``--update-readme``."""
+    """JSON, markdown and plot under ``--out``."""
     args.out.mkdir(parents=True, exist_ok=True)
     engines = report["settings"]["engines"]
     (args.out / "jsonschema_coverage.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
@@ -885,10 +886,6 @@ def write_outputs(report: dict[str, Any], args: argparse.Namespace) -> None:
     print(subset_coverage_table(report["summary"], engines))
     for crash in report["crashes"]:
         print(f"\ncrash: {crash['engine']} {crash['schema']} ({crash['phase']}): {crash['error']}")
-    if args.update_readme:
-        from update_readme import README, update_section
-
-        update_section(README, "jsonschema_coverage", readme_section(report))
     log(f"wrote {relative(args.out)}/jsonschema_coverage.json, .md, .png in {report['wall_s']:.0f} s")
 
 

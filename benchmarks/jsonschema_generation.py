@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -36,8 +37,11 @@ from typing import Any
 import jsonschema
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
+from tests.data_paths import corpora_root
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("CODEMASK_DATA", ROOT.parent / "shared" / "data"))
+DATA = corpora_root()  # jsonschemabench: $CODEMASK_DATA
 RESULTS = ROOT / "benchmarks" / "results"
 ENGINES = ("codemask", "codemask_hf", "xgrammar", "llguidance")
 PROMPT = ("Write one JSON value that follows this JSON Schema. Answer with the JSON only.\n\n"

@@ -8,7 +8,7 @@ Run in the benchmarks' own environment (``bash benchmarks/setup.sh`` creates it)
 Workloads, the same token ids for every engine:
 
 - ``json``: each engine's builtin JSON grammar (top-level object or array), fed the ``valid`` test
-  instances of ``../shared/data/jsonschemabench`` that are objects or arrays, serialised compactly
+  instances of ``$CODEMASK_DATA/jsonschemabench`` that are objects or arrays, serialised compactly
   (``json.dumps(separators=(",", ":"), ensure_ascii=False)``), a seeded sample of ``--max-docs``.
 - ``c``: llama.cpp's C GBNF (a small C subset) fed the functions in ``benchmarks/data/c_subset``,
   written within that subset and accepted by XGrammar and llguidance.
@@ -24,8 +24,7 @@ where the engine offers it). Engines run single-threaded where they allow it (``
 Correctness cross-check: a token refused by an engine, a token the mask forbids but ``accept`` takes,
 and EOS refused at the end are reported per engine; documents one engine accepts and another refuses,
 and steps where two context-free engines (same language) produce different masks, are reported as
-disagreements, with examples. Results: ``--out``/mask_speed.json, mask_speed.png, mask_speed.md;
-``--update-readme`` puts the table in README.md.
+disagreements, with examples. Results: ``--out``/mask_speed.json, mask_speed.png, mask_speed.md.
 """
 
 from __future__ import annotations
@@ -54,10 +53,12 @@ import numpy as np  # noqa: E402
 from crosscheck import TokenTable, acceptance_disagreements, mask_disagreements  # noqa: E402
 from engines import ENGINES, EngineAdapter, Unsupported, byte_level_token_bytes  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
+from tests.data_paths import TEST_DATA, corpora_root  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-JSONSCHEMABENCH = DATA / "jsonschemabench"
-C_GRAMMAR = DATA / "grammars" / "gbnf" / "llama.cpp" / "c.gbnf"
+JSONSCHEMABENCH = corpora_root() / "jsonschemabench"
+C_GRAMMAR = TEST_DATA / "grammars" / "gbnf" / "llama.cpp" / "c.gbnf"
 C_CORPUS = ROOT / "benchmarks" / "data" / "c_subset"
 CFG_ENGINES = ("codemask", "xgrammar", "llguidance")  # same language per workload: masks comparable
 MAX_EXAMPLES = 8
@@ -445,7 +446,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-compare-masks", action="store_true", help="skip the mask comparison between engines")
     p.add_argument("--quick", action="store_true", help="smoke test: llama3 only, 20 JSON docs, 5 C files")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
-    p.add_argument("--update-readme", action="store_true", help="put the table in README.md")
     args = p.parse_args(argv)
     args.tokenizers = (args.tokenizers or ("llama3" if args.quick else "llama3,qwen3")).split(",")
     args.max_docs = args.max_docs if args.max_docs is not None else 20 if args.quick else 300
@@ -519,14 +519,10 @@ def main(argv: list[str] | None = None) -> int:
               "results": rows, "disagreements": disagreements}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "mask_speed.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    (args.out / "mask_speed.md").write_text(readme_section(report, table))
+    (args.out / "mask_speed.md").write_text(summary_section(report, table))
     plot(rows, args.out / "mask_speed.png")
     print(table)
     print_disagreements(disagreements)
-    if args.update_readme:
-        from update_readme import update_section
-
-        update_section(ROOT / "README.md", "mask_speed", readme_section(report, table))
     log(f"wrote {args.out}/mask_speed.json, .png, .md in {time.time() - started:.0f} s")
     return 0
 
@@ -584,7 +580,7 @@ def summary_line(row: dict[str, Any]) -> str:
             f"{row['docs_accepted']}/{row['docs']}")
 
 
-def readme_section(report: dict[str, Any], table: str) -> str:
+def summary_section(report: dict[str, Any], table: str) -> str:
     machine = report["machine"]
     v = report["versions"]
     return (

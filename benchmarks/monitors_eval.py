@@ -22,7 +22,7 @@ median round-trip, timeouts; *call arity ok* — of the call tasks, the share wh
 required parameter given, only its keyword names (the signature is jedi's, one signature only).
 Configurations: ``none`` and one per ``--servers`` entry.
 
-Targets (issue 6): 0 bad names when the server answers; match >= 10 points above ``none``; warm
+Targets: 0 bad names when the server answers; match >= 10 points above ``none``; warm
 per-step overhead <= 2 ms (pyrefly, ty) and <= 15 ms (jedi), judged on each configuration's fastest
 of ``--repeats`` rounds (3 by default; see `run_model`).
 
@@ -32,7 +32,7 @@ the rest of the line as the monitors' suffix —, calls, names after ``new``).
 
 Usage: .venv/bin/python benchmarks/monitors_eval.py [--models smollm2,qwen-coder] [--servers pyrefly,jedi]
        [--max-new-tokens 10] [--call-tokens 24] [--kinds member,import,keyword,call] [--every K]
-       [--threads N] [--repeats R] [--merge] [--update-readme] [--render]
+       [--threads N] [--repeats R] [--merge] [--render]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from codemask import constrained_generate
 from codemask.assets import load_model, load_tokenizer
 from codemask.monitors import completion_names, for_workspace, keyword_names, language_spec, shutdown_all
 from codemask.monitors.calls import CallShape, CallSyntax, call_shape
-from update_readme import plot_model_panels, publish
+from publish import plot_model_panels, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -481,7 +481,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     configs = list(dict.fromkeys(c for e in report["models"] for c in e["configs"]))
     plot_model_panels(path, report["models"], configs, panels,
                       lambda entry, c, key: entry["configs"].get(c, {}).get("summary", {}).get(key) or 0.0,
-                      "Monitors: tasks from benchmarks/data/monitors (sizes in the README table)")
+                      "Monitors: tasks from benchmarks/data/monitors (sizes in the table)")
 
 
 def _at_least_one(text: str) -> int:
@@ -509,14 +509,13 @@ def main() -> None:
                         help="rounds of every configuration per task, the fastest run of each kept (default 3: "
                              "one round's added ms/step is mostly machine noise; 1 for a quick look)")
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
-    parser.add_argument("--update-readme", action="store_true")
     parser.add_argument("--render", action="store_true", help="only redo the table and plot of the last results")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     path = RESULTS / f"{args.name}.json"
     if args.render:
-        render(json.loads(path.read_text()), args.update_readme, name=args.name)
+        render(json.loads(path.read_text()), name=args.name)
         return
 
     started = time.time()
@@ -542,13 +541,12 @@ def main() -> None:
         "language": args.language,
     }
     shutdown_all()
-    render(report, args.update_readme, write_json=True, name=args.name)
+    render(report, write_json=True, name=args.name)
 
 
-def render(report: dict[str, Any], update_readme: bool, write_json: bool = False, name: str = "monitors_eval") -> None:
-    """The results files, the printed table, optionally the README section, and the plot."""
-    publish(name, report, markdown(report), plot, alt="monitors", update_readme=update_readme,
-            write_json=write_json)
+def render(report: dict[str, Any], write_json: bool = False, name: str = "monitors_eval") -> None:
+    """The results files, the printed table and the plot."""
+    publish(name, report, markdown(report), plot, write_json=write_json)
 
 
 if __name__ == "__main__":

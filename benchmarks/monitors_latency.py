@@ -4,8 +4,8 @@ Writes the small project of ``tests/monitors`` to a temporary folder, starts eac
 codemask's client (``codemask.monitors.for_workspace``) and times ``textDocument/completion`` after
 ``inv.`` (a class from another module) and ``textDocument/signatureHelp`` in a call, each repeated
 on a document that changes between requests, as during decoding. Prints a table and writes
-``benchmarks/results/monitors_latency.json``. These are the figures behind docs/monitors.md's
-"Servers" paragraph; ``benchmarks/monitors_eval.py`` measures the same in generation.
+``benchmarks/results/monitors_latency.json``. These are the figures behind the "Servers" section of the
+monitors guide (docs/guides/monitors.md); ``benchmarks/monitors_eval.py`` measures the same in generation.
 
 Usage: .venv/bin/python benchmarks/monitors_latency.py [--servers pyrefly,ty,jedi] [--repeat 20]
 """

@@ -26,7 +26,7 @@ from codemask.engine.automaton import RTN
 from codemask.engine.parser import ParserCore
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT.parent / "shared" / "data" / "jsonschemabench" / "Kubernetes---kb_474_Normalized.json"
+SCHEMA = ROOT / "tests" / "data" / "jsonschemabench" / "Kubernetes---kb_474_Normalized.json"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

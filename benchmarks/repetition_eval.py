@@ -8,7 +8,7 @@ Same model, same prompts, one process. Configurations:
 - ``rpg``: ``constrained_generate(repetition=codemask.RPG())`` (λ = 0.9), greedy;
 - ``rpg@λ`` (e.g. ``rpg@0.5``): the same with ``RPG(penalty=λ)``, for a sweep of the decay.
 
-On CodeRepetEval's code-generation prompts (``../shared/data/coderepeteval``: prompts on which greedy
+On CodeRepetEval's code-generation prompts (``$CODEMASK_DATA/coderepeteval``: prompts on which greedy
 decoding repeats itself; every ``--stride``-th distinct prompt, ``--prompts`` of them) it reports the
 paper's metrics from :mod:`codemask.metrics` on the completion's code — the completion up to a
 Markdown fence line, where a chat-tuned model leaves its code for prose (:func:`codemask.metrics.code_part`;
@@ -20,17 +20,17 @@ completion cut at the first of HumanEval's stop sequences, as the HumanEval prot
 ``adadec_eval`` do: a model that writes on after the function is judged on the function). The
 RPG row also gives the stage's CPU time per decoding step (its analysis runs beside the forward pass).
 
-Targets (issue 7; RPG vs greedy, same model): EGP +50 points, TR-S -30% relative, CCP up, pass@1 not
+Targets (RPG vs greedy, same model): EGP +50 points, TR-S -30% relative, CCP up, pass@1 not
 below greedy, time per sample down, stage overhead <= 1 ms per step.
 
 Usage: benchmarks/.venv/bin/python benchmarks/repetition_eval.py [--models smollm2,qwen-coder]
-       [--prompts 24] [--max-new-tokens 128] [--humaneval 10] [--threads N] [--merge] [--update-readme]
+       [--prompts 24] [--max-new-tokens 128] [--humaneval 10] [--threads N] [--merge]
        [--configs greedy,hf-rep1.2,t0.8,rpg,rpg@0.5] [--name repetition_eval]
 (``--merge`` keeps what this run does not redo from the last results file: the other models' entries,
 and for a model run again with the same prompts and limits the configurations not in ``--configs`` —
 each row records the date and command that produced it; ``--rescore`` generates nothing and
 recomputes the text metrics of the stored outputs.)
-Time it on an otherwise idle machine (DESIGN §6).
+Time it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -57,11 +57,14 @@ import torch
 from adadec_eval import HUMANEVAL_STOPS, cut_at_stops
 from codemask import RPG, Sampling, constrained_generate, metrics
 from codemask.assets import load_model, load_tokenizer
-from update_readme import plot_model_panels, publish
+from publish import plot_model_panels, publish
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
+from tests.data_paths import corpora_root
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-DATA = ROOT.parent / "shared" / "data"
+DATA = corpora_root()  # CodeRepetEval and HumanEval+: $CODEMASK_DATA
 CONFIGS = ("greedy", "hf-rep1.2", "t0.8", "rpg")
 
 
@@ -265,7 +268,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     configs = list(dict.fromkeys(c for entry in report["models"] for c in entry["configs"]))
     plot_model_panels(path, report["models"], configs, panels,
                       lambda entry, c, key: entry["configs"][c][key] if c in entry["configs"] else 0.0,
-                      "CodeRepetEval subset (see the README table for sizes)", rotation=20)
+                      "CodeRepetEval subset (sizes in the table)", rotation=20)
 
 
 def main() -> None:
@@ -279,7 +282,6 @@ def main() -> None:
     parser.add_argument("--humaneval", type=int, default=10)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
-    parser.add_argument("--update-readme", action="store_true")
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help="decodings to compare: greedy, hf-rep1.2, t0.8, rpg, rpg@λ (RPG with penalty λ)")
     parser.add_argument("--name", default="repetition_eval", help="results file name under benchmarks/results")
@@ -303,8 +305,7 @@ def main() -> None:
             parser.error(f"--rescore: no results file {path}")
         report = json.loads(path.read_text())
         rescore(report)
-        publish(args.name, report, markdown(report, args.name), plot, alt="repetition",
-                update_readme=args.update_readme)
+        publish(args.name, report, markdown(report, args.name), plot)
         return
     fresh = [run_model(name, args) for name in args.models.split(",")]
     previous = json.loads(path.read_text()) if args.merge and path.exists() else {"models": []}
@@ -315,7 +316,7 @@ def main() -> None:
         "models": merged(previous, fresh),
         "wall_s": time.time() - started,
     }
-    publish(args.name, report, markdown(report, args.name), plot, alt="repetition", update_readme=args.update_readme)
+    publish(args.name, report, markdown(report, args.name), plot)
 
 
 if __name__ == "__main__":

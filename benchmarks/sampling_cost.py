@@ -11,7 +11,7 @@ library file (``textwrap.py``), taken in turn — with temperature 0.8 and top-p
 part of both; it looks for its nucleus among the thousand most likely tokens before sorting a
 whole row.)
 
-Usage: .venv/bin/python benchmarks/sampling_cost.py [--repeat 300] [--threads 2] [--device cpu] [--update-readme]
+Usage: .venv/bin/python benchmarks/sampling_cost.py [--repeat 300] [--threads 2] [--device cpu]
 Writes ``benchmarks/results/sampling_cost.{json,md,png}``.
 """
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from codemask.assets import load_model, load_tokenizer
 from codemask.decoding.pipeline import StepLayout
 from codemask.decoding.sampling import SamplingParams, SamplingSelector
-from update_readme import publish
+from publish import publish
 
 MODELS = {"SmolLM2-135M": "smollm2", "Qwen2.5-Coder-0.5B": "qwen-coder"}
 ROWS = (1, 4)
@@ -131,7 +131,6 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=300)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--update-readme", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -142,7 +141,7 @@ def main() -> None:
     report = {"machine": f"{platform.machine()} {args.device.upper()}", "threads": args.threads,
               "repeat": args.repeat, "date": time.strftime("%Y-%m-%d"),
               "command": ".venv/bin/python benchmarks/sampling_cost.py " + " ".join(sys.argv[1:]), "cases": cases}
-    publish("sampling_cost", report, markdown(report), plot, alt="sampling cost", update_readme=args.update_readme)
+    publish("sampling_cost", report, markdown(report), plot)
 
 
 if __name__ == "__main__":

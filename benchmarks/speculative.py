@@ -10,7 +10,7 @@ task all modes run back to back (so that load from other processes hits them ali
 
 Task kinds:
 
-- ``json-schema``: Glaiveai2K function-argument schemas from ``../shared/data/jsonschemabench``
+- ``json-schema``: Glaiveai2K function-argument schemas from ``$CODEMASK_DATA/jsonschemabench``
   (spread evenly over the file names, those that compile), the schema in the prompt, the schema as the grammar;
 - ``code-edit``: a HumanEval+ file (prompt + canonical solution, every 20th task) with an edit
   request whose answer is the whole file again — most of the output copies the context; the
@@ -19,15 +19,15 @@ Task kinds:
 Reported per kind and mode: tokens/s (generated tokens over wall time, summed over tasks), forward
 passes per generated token, drafted and accepted tokens, and whether the speculative outputs are
 token for token those of the plain mode (sampled too: each position's draw is keyed by the seed,
-the row and the position). Targets (issue 9): identical greedy output; code-edit
+the row and the position). Targets: identical greedy output; code-edit
 >= 2x fewer forward passes and >= 1.5x tokens/s than ``constrained``; json-schema
 ``constrained+spec`` >= 1.3x the tokens/s of ``unconstrained``.
 
-Usage: benchmarks/.venv/bin/python benchmarks/speculative.py [--models smollm2 qwen-coder] [--merge] [--update-readme]
+Usage: benchmarks/.venv/bin/python benchmarks/speculative.py [--models smollm2 qwen-coder] [--merge]
        [--temperature 0.7 --seed 0]
 (``--merge`` keeps the other models' results of the last run: one model per process. Sampled runs
 are written as ``speculative_sampled``, beside the greedy ``speculative``.)
-Time it on an otherwise idle machine (DESIGN §6); forward passes per token do not depend on load.
+Time it on an otherwise idle machine; forward passes per token do not depend on load.
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ from codemask.compilers import compiler_for, model_stop_token_ids, model_vocab_s
 from codemask.errors import CodemaskError
 from codemask.grammar.resolve import as_grammar
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
+from tests.data_paths import corpora_root
+
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = corpora_root()  # jsonschemabench: $CODEMASK_DATA
 MODES = ("unconstrained", "unconstrained+spec", "constrained", "constrained+spec")
 EDITS = (
     "Rename the function {name} to {name}_impl everywhere and return the whole updated file.",
@@ -248,7 +251,6 @@ def main() -> None:
     parser.add_argument("--json-tasks", type=int, default=4)
     parser.add_argument("--code-tasks", type=int, default=3)
     parser.add_argument("--merge", action="store_true", help="keep other models' results from the last run")
-    parser.add_argument("--update-readme", action="store_true")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     parser.add_argument("--seed", type=int, default=0, help="the sampling seed (with --temperature)")
     args = parser.parse_args()
@@ -273,10 +275,6 @@ def main() -> None:
     (RESULTS / f"{name}.md").write_text(table + "\n")
     plot(report, RESULTS / f"{name}.png")
     print(table)
-    if args.update_readme:
-        from update_readme import README, update_section
-
-        update_section(README, name, table + f"\n\n![{name}](benchmarks/results/{name}.png)")
 
 
 if __name__ == "__main__":

@@ -29,8 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
+from tests.data_paths import corpora_root
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "../shared/data/jsonschemabench"
+DATA = corpora_root() / "jsonschemabench"
 RESULTS = ROOT / "benchmarks" / "results"
 BACKENDS = ("codemask", "xgrammar", "guidance")
 

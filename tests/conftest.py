@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its threads (DESIGN §6)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its threads: no spinning on a shared CPU
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # tests/integrations need vLLM's modules, installed in .venv-vllm (scripts/test.sh runs them there)

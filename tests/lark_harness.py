@@ -41,7 +41,7 @@ from lark.parsers.lalr_analysis import LALR_Analyzer
 from lark.utils import TextSlice
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_LARK = ROOT / "../shared/data/grammars/lark"
+SHARED_LARK = ROOT / "tests" / "data" / "grammars" / "lark"
 CORPUS_DIR = Path(__file__).resolve().parent / "data" / "lark_corpus"
 
 
@@ -66,7 +66,7 @@ class LarkCase:
 
     @classmethod
     def shared(cls, relpath: str, start: str = "start", indenter: str | None = None) -> LarkCase:
-        """A grammar from ``../shared/data/grammars/lark``; imports resolve next to it first."""
+        """A grammar from ``tests/data/grammars/lark``; imports resolve next to it first."""
         path = (SHARED_LARK / relpath).resolve()
         return cls(relpath.removesuffix(".lark"), path.read_text(encoding="utf-8"), start,
                    (str(path.parent),), indenter)

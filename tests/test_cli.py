@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from codemask.cli import main
+from tests.data_paths import TEST_DATA
 
-SHARED_GBNF = Path(__file__).resolve().parents[2] / "shared" / "data" / "grammars" / "gbnf"
+GBNF = TEST_DATA / "grammars" / "gbnf"
 
 
 def test_check_grammar_accepts_a_real_grammar(capsys: pytest.CaptureFixture[str]) -> None:
-    path = next(SHARED_GBNF.glob("**/arithmetic.gbnf"))
+    path = next(GBNF.glob("**/arithmetic.gbnf"))
     assert main(["check-grammar", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"{path}: ok" in out and "CompiledGrammar(" in out

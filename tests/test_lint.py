@@ -1,4 +1,4 @@
-"""The code base stays `ruff` and `mypy` clean (the standards in DEVELOPERS.md)."""
+"""The code base stays `ruff` and `mypy` clean (the standards in CONTRIBUTING.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean() -> None:
-    done = _run("ruff", "check", "src", "tests", "benchmarks", "examples", "scripts")
+    done = _run("ruff", "check", "src", "tests", "benchmarks", "examples", "scripts", "docs")
     assert done.returncode == 0, done.stdout[-3000:]
 
 

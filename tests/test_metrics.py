@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from codemask import metrics
+from tests.data_paths import corpus_or_skip
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-CODEREPETEVAL = DATA / "coderepeteval" / "CodeGenerationBenchmarks.jsonl"
+CODEREPETEVAL = "coderepeteval/CodeGenerationBenchmarks.jsonl"  # a full corpus (tests/data_paths.py)
 
 
 def test_tr_n_counts_n_grams_seen_before() -> None:
@@ -55,7 +54,7 @@ def test_egp_and_ccp() -> None:
 
 
 def test_the_dataset_samples_repeat_more_than_their_prompts() -> None:
-    rows = [json.loads(line) for line in CODEREPETEVAL.read_text().splitlines()[:40]]
+    rows = [json.loads(line) for line in corpus_or_skip(CODEREPETEVAL).read_text().splitlines()[:40]]
     sample_tr_s = metrics.mean(metrics.tr_s(r["samples"][0]) for r in rows)
     prompt_tr_s = metrics.mean(metrics.tr_s(r["prompt"]) for r in rows)
     assert sample_tr_s > 0.5 and sample_tr_s > prompt_tr_s + 0.15  # greedy outputs that loop, by construction

@@ -1,5 +1,6 @@
 """codemask: constrained and structured code generation with exact token masks."""
 
+from codemask._version import __version__
 from codemask.adadec import AdaDec
 from codemask.decoding.stats import GenerationStats
 from codemask.engine import (
@@ -40,6 +41,7 @@ __all__ = [
     "Sampling",
     "UnsupportedSchemaError",
     "Vocabulary",
+    "__version__",
     "allocate_token_bitmask",
     "apply_token_bitmask_",
     "constrained_generate",

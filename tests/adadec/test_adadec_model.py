@@ -137,13 +137,10 @@ def test_rollouts_respect_the_grammar(smollm2: tuple[Any, Any], monkeypatch: pyt
 
 
 def test_calibration_on_mbpp_train_gives_a_usable_threshold(smollm2: tuple[Any, Any], tmp_path: Any) -> None:
-    from pathlib import Path
-
     from codemask.adadec.calibrate import calibrate, mbpp_examples
+    from tests.data_paths import TEST_DATA
 
-    data = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mbpp" / "mbpp.jsonl"
-    if not data.is_file():
-        pytest.fail(f"MBPP data missing at {data}")
+    data = TEST_DATA / "mbpp" / "mbpp_train_sample.jsonl"  # tasks 601-606 of MBPP's train split
     model, tokenizer = smollm2
     examples = mbpp_examples(data)[:4]
     assert len(examples) == 4 and all("```python" in ref for _, ref in examples)

@@ -15,9 +15,10 @@ from codemask.engine.automaton import BYTE_ALPHABET, DFA, _build_dfa, compile_ex
 from codemask.grammar.ebnf import parse_ebnf
 from codemask.grammar.optimize import optimize
 from codemask.grammar.regex import regex_to_expr
+from tests.data_paths import TEST_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT.parent / "shared" / "data" / "jsonschemabench"
+BENCH = TEST_DATA / "jsonschemabench"
 PYTHON_FUNCTION = ROOT / "grammars" / "python_function.ebnf"
 
 

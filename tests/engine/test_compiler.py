@@ -15,9 +15,10 @@ from codemask.engine import lexer_masks
 from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.mask_cache import LazyPositionMasks, PositionMasks, SharedPositions
 from codemask.engine.token_trie import token_trie
+from tests.data_paths import TEST_DATA
 from tests.engine.conftest import encode, vocabulary
 
-BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
+BENCH = TEST_DATA / "jsonschemabench"
 
 
 def test_memory_keeps_the_most_recently_used_grammars_within_its_size() -> None:

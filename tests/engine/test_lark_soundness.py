@@ -1,4 +1,4 @@
-"""Lark grammars through the engine agree with Lark itself (DESIGN §3, docs/lark-semantics.md).
+"""Lark grammars through the engine agree with Lark itself (docs/lark-semantics.md).
 
 Sentences generated from each shared grammar, hand-written corpora and their mutants are labelled
 by Lark (``parser="lalr"``); each is fed to the matcher token by token through a real tokenizer.

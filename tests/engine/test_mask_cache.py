@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,9 +30,10 @@ from codemask.engine.mask_cache import (
 )
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.token_trie import TokenTrie, token_trie
+from tests.data_paths import TEST_DATA
 from tests.engine.conftest import compiler, vocabulary
 
-BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
+BENCH = TEST_DATA / "jsonschemabench"
 SCHEMA_FILE = BENCH / "Glaiveai2K---calculate_tax_ca6130e8.json"
 SAMPLE_TOKENS = 800
 

@@ -36,9 +36,10 @@ from codemask.engine.mask_cache import PositionClassifier, Uncertain, num_words,
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from codemask.errors import GrammarError
+from tests.data_paths import TEST_DATA
 from tests.engine.conftest import compiler, encode, vocabulary
 
-BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
+BENCH = TEST_DATA / "jsonschemabench"
 PYTHON_FUNCTION = Path(__file__).resolve().parents[2] / "grammars" / "python_function.ebnf"
 CODE = Path(__file__).resolve().parents[1] / "data" / "code"
 
@@ -49,11 +50,12 @@ def test_the_extension_is_built_and_used_by_default() -> None:
 
 
 def grammar_of(source: str) -> Grammar:
-    """A builtin grammar, ``python_function`` (EBNF) or a jsonschemabench schema by file name."""
+    """A builtin grammar, ``python_function`` (EBNF) or a schema of the jsonschemabench sample by file name
+    (generation mode: the grammar a server compiles per request)."""
     if source == "python_function":
         return Grammar.from_ebnf(PYTHON_FUNCTION.read_text())
     if source.endswith(".json"):
-        return Grammar.from_json_schema(json.loads((BENCH / source).read_text())["schema"], mode="validate")
+        return Grammar.from_json_schema(json.loads((BENCH / source).read_text())["schema"])
     return Grammar.builtin(source)
 
 

@@ -1,6 +1,6 @@
 """Soundness of the token masks in both directions, against an independent oracle.
 
-Byte-level grammars (the real GBNF/EBNF grammars of ../shared/data and our builtins, plus regexes)
+Byte-level grammars (the real GBNF/EBNF grammars of tests/data and our builtins, plus regexes)
 are checked with the Earley recognizer of ``tests/oracle.py``, which shares no code with the
 engine. Strings come from the oracle's sampler and from real corpora; they are tokenised by real
 tokenizers and fed one token at a time:
@@ -26,15 +26,15 @@ from codemask import Grammar, GrammarMatcher
 from codemask.engine.compiler import CompiledGrammar
 from codemask.grammar.ir import GrammarIR, Rule
 from tests import oracle
+from tests.data_paths import TEST_DATA
 from tests.engine.conftest import compiler, encode, vocabulary
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / "../shared/data"
-GRAMMARS = SHARED / "grammars"
+GRAMMARS = TEST_DATA / "grammars"
 
 
 def _json_documents(limit: int, seed: int) -> list[str]:
-    files = sorted((SHARED / "jsonschemabench").glob("*.json"))
+    files = sorted((TEST_DATA / "jsonschemabench").glob("*.json"))
     rng = random.Random(seed)
     docs: list[str] = []
     for path in rng.sample(files, 60):

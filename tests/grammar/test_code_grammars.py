@@ -5,7 +5,7 @@ and single-edit mutants of them. A grammar must accept every program the oracle 
 byte through the engine, and token by token through the Llama-3 tokenizer with the mask and
 ``accept_token`` agreeing at every step and EOS allowed at the end — and reject, as a complete
 program, the mutants the oracle rejects. Oracles: tests/grammar/code_oracles.py. Acceptance rates on
-larger samples of real files: docs/code-grammars.md (scripts/code_grammar_rates.py).
+larger samples of real files: docs/guides/code-completion.md (scripts/code_grammar_rates.py).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_mutants_the_oracle_rejects_are_rejected(language: str) -> None:
                 if grammar_ok:
                     false_acceptances.append(mutant)
     assert rejected_by_oracle >= 8, "too few invalid mutants to be a meaningful test"
-    # Over-approximations (docs/code-grammars.md) let a few invalid mutants through; most must not.
+    # Over-approximations (docs/guides/code-completion.md) let a few invalid mutants through; most must not.
     assert len(false_acceptances) <= rejected_by_oracle // 4, false_acceptances[:3]
 
 

@@ -24,8 +24,8 @@ from codemask.grammar.regex import UnsupportedRegexError, regex_grammar, regex_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import oracle  # the reference recognizer lives in tests/
+from data_paths import corpus_or_skip
 
-DATA = Path(__file__).resolve().parents[2] / "../shared/data"
 MAX = 0x10FFFF
 
 
@@ -190,7 +190,7 @@ def jsonschemabench_patterns() -> list[str]:
             for value in node:
                 walk(value)
 
-    for path in sorted((DATA / "jsonschemabench").glob("*.json")):
+    for path in sorted(corpus_or_skip("jsonschemabench").glob("*.json")):
         walk(json.loads(path.read_text(encoding="utf-8"))["schema"])
     return sorted(found)
 

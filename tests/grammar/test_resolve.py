@@ -8,8 +8,9 @@ import pytest
 
 from codemask import Grammar, GrammarError
 from codemask.grammar.resolve import as_grammar
+from tests.data_paths import TEST_DATA
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "grammars"
+GRAMMARS = TEST_DATA / "grammars"
 
 
 def test_grammar_objects_pass_through() -> None:
@@ -19,7 +20,7 @@ def test_grammar_objects_pass_through() -> None:
 
 def test_builtin_names_files_and_ebnf_text() -> None:
     assert as_grammar("json").cache_key == Grammar.builtin("json").cache_key
-    gbnf = next(SHARED.glob("**/json.gbnf"))
+    gbnf = next(GRAMMARS.glob("**/json.gbnf"))
     assert as_grammar(str(gbnf)).cache_key == Grammar.from_file(gbnf).cache_key
     assert as_grammar(gbnf).cache_key == Grammar.from_file(gbnf).cache_key
     assert as_grammar('root ::= "yes" | "no"').kind == Grammar.from_ebnf('root ::= "yes" | "no"').kind

@@ -16,9 +16,9 @@ import pytest
 
 from codemask.errors import GrammarError
 from codemask.grammar.grammar import Grammar
+from tests.data_paths import TEST_DATA, corpus_or_skip
 from tests.integrations.conftest import Engine, Oracle, allowed
 
-DATA = Path(__file__).resolve().parents[2] / "../shared/data"
 TESTS = Path(__file__).resolve().parents[1]
 GRAMMARS = ["gbnf/llama.cpp/arithmetic.gbnf", "gbnf/llama.cpp/chess.gbnf", "gbnf/llama.cpp/list.gbnf",
             "gbnf/llama.cpp/json_arr.gbnf", "gbnf/llguidance/vllm-sql.gbnf", "ebnf/xgrammar/builtin_json.ebnf",
@@ -32,7 +32,7 @@ def held_out_schemas() -> list[tuple[str, str]]:
     and codemask compiles (a schema it refuses is refused at validation, tested elsewhere)."""
     named = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in TESTS.rglob("*.py"))
     out = []
-    for path in sorted((DATA / "jsonschemabench").glob("*.json"))[::97]:
+    for path in sorted(corpus_or_skip("jsonschemabench").glob("*.json"))[::97]:
         if path.name in named:
             continue
         schema = json.dumps(json.loads(path.read_text(encoding="utf-8"))["schema"])
@@ -54,7 +54,7 @@ def test_held_out_schemas_and_grammars_mask_as_codemask_does(engine: Engine) -> 
         oracles[request.request_id] = Oracle(engine, Grammar.from_json_schema(schema),
                                              request.sampling_params.all_stop_token_ids)
     for name in GRAMMARS:
-        text = (DATA / "grammars" / name).read_text(encoding="utf-8")
+        text = (TEST_DATA / "grammars" / name).read_text(encoding="utf-8")
         request = engine.request(f"grammar-{name}", grammar=text)
         requests.append(request)
         grammar = Grammar.from_lark(text) if name.endswith(".lark") else Grammar.from_ebnf(text)
@@ -82,5 +82,5 @@ def test_held_out_schemas_and_grammars_mask_as_codemask_does(engine: Engine) -> 
 
 @pytest.mark.parametrize("name", GRAMMARS)
 def test_each_held_out_grammar_is_validated_by_codemask(engine: Engine, name: str) -> None:
-    text = (DATA / "grammars" / name).read_text(encoding="utf-8")
+    text = (TEST_DATA / "grammars" / name).read_text(encoding="utf-8")
     assert engine.params(grammar=text).structured_outputs._backend == "codemask"

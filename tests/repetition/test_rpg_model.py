@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,20 +12,25 @@ from transformers import LogitsProcessorList
 
 from codemask import RPG, Grammar, constrained_generate, metrics
 from codemask.hf import repetition_logits_processor
+from tests.data_paths import corpus_or_skip
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-CODEREPETEVAL = DATA / "coderepeteval" / "CodeGenerationBenchmarks.jsonl"
+CODEREPETEVAL = "coderepeteval/CodeGenerationBenchmarks.jsonl"  # a full corpus (tests/data_paths.py)
 LOOPING = 278  # ends in a run of print(count_upper(...)) lines; SmolLM2 greedy prints count_upper('A') forever
 REDEFINED = 366  # split_words defined three times; Qwen2.5-Coder writes it again and again
 REWRITTEN = 406  # ends inside a second compare_one; SmolLM2 greedy finishes it, then defines compare_one again
 TEMPLATED = 133  # ends at `def vowels_count2(s):`; SmolLM2 greedy goes on to vowels_count3, 4, 5 with one docstring
 
 
+def coderepeteval_prompt(index: int) -> str:
+    """The prompt of CodeRepetEval's row ``index``."""
+    return str(json.loads(corpus_or_skip(CODEREPETEVAL).read_text().splitlines()[index])["prompt"])
+
+
 @pytest.fixture(scope="module")
 def prompt() -> str:
-    return str(json.loads(CODEREPETEVAL.read_text().splitlines()[LOOPING])["prompt"])
+    return coderepeteval_prompt(LOOPING)
 
 
 def test_rpg_ends_where_greedy_loops(smollm2: tuple[Any, Any], prompt: str) -> None:
@@ -44,7 +48,7 @@ def test_a_function_written_again_under_its_name_ends_the_completion(smollm2: tu
     finished it, RPG ends the completion at the next top-level statement (94 tokens when measured), where
     greedy decoding defines ``compare_one`` yet again."""
     model, tokenizer = smollm2
-    prompt = str(json.loads(CODEREPETEVAL.read_text().splitlines()[REWRITTEN])["prompt"])
+    prompt = coderepeteval_prompt(REWRITTEN)
     greedy = constrained_generate(model, tokenizer, prompt, max_new_tokens=160)
     rpg = constrained_generate(model, tokenizer, prompt, max_new_tokens=160, repetition=RPG())
     assert greedy.finish_reason == "length" and "def compare_one" in greedy.text, greedy.text
@@ -57,7 +61,7 @@ def test_a_function_that_copies_the_docstring_before_it_ends_the_completion(smol
     ``vowels_count2`` and greedy decoding goes on to ``vowels_count3``, the same docstring again. RPG counts the
     copy like a redefinition and ends the completion once ``vowels_count2`` is written."""
     model, tokenizer = smollm2
-    prompt = str(json.loads(CODEREPETEVAL.read_text().splitlines()[TEMPLATED])["prompt"])
+    prompt = coderepeteval_prompt(TEMPLATED)
     greedy = constrained_generate(model, tokenizer, prompt, max_new_tokens=200)
     rpg = constrained_generate(model, tokenizer, prompt, max_new_tokens=200, repetition=RPG())
     off = constrained_generate(model, tokenizer, prompt, max_new_tokens=200, repetition=RPG(copied_docstring=None))
@@ -97,7 +101,7 @@ def test_decayed_probability_moved_to_the_end_stops_a_loop_the_decay_alone_does_
     from codemask.assets import load_model, load_tokenizer
 
     model, tokenizer = load_model("qwen-coder"), load_tokenizer("qwen-coder")
-    prompt = str(json.loads(CODEREPETEVAL.read_text().splitlines()[REDEFINED])["prompt"])
+    prompt = coderepeteval_prompt(REDEFINED)
     ended = constrained_generate(model, tokenizer, prompt, max_new_tokens=160, repetition=RPG())
     looping = constrained_generate(model, tokenizer, prompt, max_new_tokens=160, repetition=RPG(eos_transfer=False))
     assert ended.finish_reason == "stop" and metrics.compiles(prompt + ended.text), ended.text

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from codemask.repetition.units import LANGUAGES, StatementUnits, statement_units, ts_language
+from tests.data_paths import corpus_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
-CODEREPETEVAL = ROOT.parent / "shared" / "data" / "coderepeteval" / "CodeGenerationBenchmarks.jsonl"
+CODEREPETEVAL = "coderepeteval/CodeGenerationBenchmarks.jsonl"  # a full corpus (tests/data_paths.py)
 GO_FILES = sorted((ROOT / "tests" / "data" / "code" / "go").glob("*.go"))
 
 PYTHON = '''import math
@@ -29,7 +30,7 @@ def area(shape, size):
 
 
 def _coderepeteval(indices: list[int]) -> list[str]:
-    rows = CODEREPETEVAL.read_text().splitlines()
+    rows = corpus_or_skip(CODEREPETEVAL).read_text().splitlines()
     return [(lambda r: r["prompt"] + r["samples"][0])(json.loads(rows[i])) for i in indices]
 
 

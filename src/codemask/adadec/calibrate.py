@@ -148,8 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="smollm2 | qwen-coder | gemma3 | a model folder")
-    parser.add_argument("--data", type=Path, default=Path("../shared/data/mbpp/mbpp.jsonl"),
-                        help="MBPP JSON lines (its train split, tasks 601-974, is used)")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="MBPP JSON lines, e.g. $CODEMASK_DATA/mbpp/mbpp.jsonl (its train split is used)")
     parser.add_argument("--limit", type=int, default=0, help="use only the first N train tasks (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="threshold file (default $CODEMASK_HOME/adadec_thresholds.json)")

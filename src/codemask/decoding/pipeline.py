@@ -16,8 +16,8 @@ The interface is shaped by what must plug into it:
 - **Vetoes and re-ranking.** Stages only edit logits; the choice itself is a :class:`Selector`, which
   may look ahead (AdaDec rolls candidates out through a callback the decoding loop provides) and
   may use any logits the stages produced.
-- **External state.** A stage owns whatever it needs (a matcher per sequence, a language-server
-  session): it learns every accepted token through ``commit`` and every undone one through
+- **External state.** A stage owns whatever it needs (a matcher per sequence, a connection to a
+  language server): it learns every accepted token through ``commit`` and every undone one through
   ``rollback``, and decides itself when to degrade (a monitor whose server stalls applies nothing).
 - **Sequences come and go.** Sequences join the batch between steps (``admit``) and leave it
   (``retire``, after ``record`` wrote the stage's section of their stats): a stage keeps its

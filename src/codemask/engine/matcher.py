@@ -6,7 +6,7 @@ pops entries; forking copies a short list of ints. Masks come from the compiled 
 `MaskComputer`, so matchers of the same grammar (the rows of a batch, the K+1 positions of a
 speculative step) reuse each other's work.
 
-Code completion (docs/code-grammars.md): ``prefix=`` is the text before the cursor, accepted
+Code completion (docs/guides/code-completion.md): ``prefix=`` is the text before the cursor, accepted
 before anything else (the matcher starts, and resets to, the state after it); ``until=`` scopes
 the completion to a unit (``"line"``, ``"statement"``, ``"block"``, ``"function"``) for grammars
 with Python-style indentation, so that EOS is allowed where that unit is complete and nothing

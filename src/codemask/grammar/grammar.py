@@ -83,7 +83,7 @@ class Grammar:
         for what cannot be compiled exactly; ``strict=False`` warns once per keyword and accepts a
         superset. ``item_penalty`` (generation): when an array ends with ``n >= 2`` identical items,
         the tokens starting one more are decayed by ``item_penalty ** (n - 1)`` and what they lose goes
-        to closing the array where the schema allows it (None: off). See docs/json-schema.md for what
+        to closing the array where the schema allows it (None: off). See docs/guides/json-schema.md for what
         is exact in each mode.
         """
         from codemask.grammar.json_schema import json_schema_ir
@@ -118,7 +118,7 @@ class Grammar:
         or tool calls between ``<tool_call>`` and ``</tool_call>``. Triggers default to the tags'
         begins; after a tag the text is free again (or ends, ``stop_after_first``); with
         ``at_least_one`` the output cannot end before a tag, and with ``text_first=False`` it begins
-        with one (a required tool call). See docs/json-schema.md."""
+        with one (a required tool call). See docs/guides/json-schema.md."""
         from codemask.grammar.structural import structural_ir
 
         return cls(structural_ir(list(tags), triggers, at_least_one=at_least_one,
@@ -151,7 +151,7 @@ class Grammar:
 
     def for_completion(self, *, until: str | None = None, prefix: str | bytes = b"",
                        suffix: str | bytes | None = None) -> Grammar:
-        """This grammar for completing code at a cursor (docs/code-grammars.md, Python).
+        """This grammar for completing code at a cursor (docs/guides/code-completion.md).
 
         ``prefix``: the file up to the cursor, accepted before the completion starts. ``until``:
         ``"line"``, ``"statement"``, ``"block"`` or ``"function"`` — the completion may end (EOS)

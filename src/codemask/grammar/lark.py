@@ -27,7 +27,7 @@ Conventions of the produced IR (until the IR has fields for them):
   one has a regex body that differs from ``Literal(literal)``.
 - A comment line ``//! codemask reserved: if else ...`` (a codemask extension Lark ignores)
   marks the string terminals with those texts ``Terminal.reserved``: reserved words, as a
-  language's own tokenizer treats its hard keywords (docs/code-grammars.md).
+  language's own tokenizer treats its hard keywords (docs/guides/code-completion.md).
 """
 
 from __future__ import annotations

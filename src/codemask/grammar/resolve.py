@@ -1,4 +1,4 @@
-"""Turning what a user passes as ``grammar=`` into a :class:`Grammar` (DESIGN §1)."""
+"""Turning what a user passes as ``grammar=`` into a :class:`Grammar`."""
 
 from __future__ import annotations
 

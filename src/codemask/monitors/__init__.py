@@ -1,11 +1,11 @@
-"""Monitor-guided decoding: a language server's static analysis as token masks (DESIGN §4).
+"""Monitor-guided decoding: a language server's static analysis as token masks.
 
 ``for_workspace(workspace, file)`` gives the default monitors for a file being generated into —
 member access after ``.`` (enum members, ``case`` patterns), keyword names and arity in calls,
 names after ``from m import`` / in ``import { }``, constructors after ``new`` — all backed by
 one language-server process per workspace; pass them as ``constrained_generate(..., monitors=...)``
 or to :func:`codemask.hf.monitor_logits_processor`. What is exact and how to add a language:
-``docs/monitors.md``.
+``docs/guides/monitors.md``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def for_workspace(workspace_dir: str | os.PathLike[str], file_path: str | os.Pat
     """The default monitors for ``file_path`` (relative to ``workspace_dir`` or absolute): one per
     trigger the language defines (member access, call arguments, imported names, ``new``).
 
-    The workspace's server (``server``: a name from ``servers/<language>.toml``, default the
+    The workspace's server (``server``: a name from ``monitors/<language>.toml``, default the
     language's default) is started once per process and shared. ``prefix`` is the file's text
     before the generated part (None: the prompt is that text); ``suffix`` the text after it.
     ``timeout_s`` bounds each request (default: the server's ``request_timeout_s``). With ``wait``

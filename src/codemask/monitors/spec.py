@@ -1,9 +1,9 @@
-"""Languages and their servers as data: ``codemask/monitors/servers/<language>.toml``.
+"""Languages and their servers as data: ``monitors/<language>.toml`` (package data, ``codemask.shipped``).
 
 A language file says how to read its code (string and comment syntax, identifier break characters,
 keywords), where each monitor triggers (regexes on the text before the cursor), and which language
 servers can answer (command, how to install it, initialisation options, settings, timeouts). Adding
-a language is adding a file; ``docs/monitors.md`` describes the keys.
+a language is adding a file; the monitors guide (``docs/guides/monitors.md``) describes the keys.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from codemask.shipped import data_dirs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,15 +73,15 @@ class LanguageSpec:
 
 def languages() -> list[str]:
     """The languages with a definition file."""
-    folder = resources.files("codemask.monitors") / "servers"
-    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return sorted({path.stem for folder in data_dirs("monitors") for path in folder.glob("*.toml")})
 
 
 @cache
 def language_spec(language: str) -> LanguageSpec:
-    """The parsed ``servers/<language>.toml``."""
-    path = resources.files("codemask.monitors") / "servers" / f"{language}.toml"
-    if not path.is_file():
+    """The parsed ``monitors/<language>.toml``."""
+    found = [folder / f"{language}.toml" for folder in data_dirs("monitors") if language.isidentifier()]
+    path = next((candidate for candidate in found if candidate.is_file()), None)
+    if path is None:
         raise ValueError(f"no monitor definition for {language!r}; known: {languages()}")
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     data.setdefault("language_id", language)

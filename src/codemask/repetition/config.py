@@ -33,9 +33,8 @@ class RPG:
     ``min_content_tokens`` tokens; there ``count`` is in tokens: how many tokens in a row repeat the
     span (each token of a verbatim loop is one more repetition), or, if more, the span's length times
     its earlier occurrences in the generated tokens, adjacent or not (a loop that strays for a token and
-    resumes keeps its count). Counted in copies, a confident small model's loop needed tens of copies
-    before the decayed token lost the argmax (SmolLM2, CodeRepetEval, 2026-11-23, before the transfer:
-    EGP 33% → 42%, TR-S 51% → 40% with the count in tokens).
+    resumes keeps its count). Counted in copies, a confident small model's loop needs tens of copies
+    before the decayed token loses the argmax.
 
     Attributes:
         penalty: λ, the decay per repetition (0 < λ <= 1; the paper's 0.9).

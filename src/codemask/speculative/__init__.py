@@ -1,4 +1,4 @@
-"""Speculative verification: drafted tokens confirmed by the target model in one forward pass (DESIGN §4).
+"""Speculative verification: drafted tokens confirmed by the target model in one forward pass.
 
 ``constrained_generate(..., speculative="auto")`` drafts from the grammar's forced text and from
 the context (a suffix automaton and n-grams over prompt + output) and keeps exactly what plain

@@ -2,8 +2,8 @@
 
 A test group (one schema with its instances) passes when the schema compiles and every ``valid``
 instance is accepted and every invalid one rejected, each serialised compactly and indented.
-Shared by the tests and by ``benchmarks/jsonschema_suite_report.py``, which writes the per-keyword
-table in ``docs/json-schema.md``.
+Shared by the tests and by ``python -m tests.grammar.json_schema.suite``, which prints the per-keyword
+table of the JSON Schema guide (``docs/guides/json-schema.md``) from the full Test Suite (``CODEMASK_DATA``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from codemask.engine.recognizer import Recognizer
 from codemask.errors import CodemaskError, UnsupportedSchemaError
 from codemask.grammar.grammar import Grammar
 
-SUITE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "json-schema-test-suite" / "tests"
 DRAFTS = {"draft2020-12": "https://json-schema.org/draft/2020-12/schema",
           "draft7": "http://json-schema.org/draft-07/schema#"}
 EXCLUDED = {"format", "refRemote", "vocabulary"}
@@ -46,9 +45,11 @@ class Outcome:
     detail: str = ""
 
 
-def groups(draft: str) -> Iterator[Group]:
-    """The required test groups of one draft (not ``optional/``), excluded files aside."""
-    for path in sorted((SUITE / draft).glob("*.json")):
+def groups(draft: str, suite: Path) -> Iterator[Group]:
+    """The required test groups of one draft (not ``optional/``) in ``suite``, excluded files aside.
+
+    ``suite`` holds a folder per draft: the Test Suite's ``tests/``, or the sample in ``tests/data``."""
+    for path in sorted((suite / draft).glob("*.json")):
         if path.stem in EXCLUDED:
             continue
         for raw in json.loads(path.read_text()):
@@ -81,11 +82,11 @@ def run_group(group: Group) -> Outcome:
     return Outcome(group, "passed")
 
 
-def keyword_table(drafts: tuple[str, ...] = ("draft2020-12", "draft7")) -> str:
-    """A markdown table of test-group pass rates per keyword file, for docs/json-schema.md."""
+def keyword_table(suite: Path, drafts: tuple[str, ...] = ("draft2020-12", "draft7")) -> str:
+    """A markdown table of test-group pass rates per keyword file, for the JSON Schema guide."""
     rows: dict[str, dict[str, tuple[int, int]]] = {}
     for draft in drafts:
-        for outcome in map(run_group, groups(draft)):
+        for outcome in map(run_group, groups(draft, suite)):
             passed, total = rows.setdefault(outcome.group.keyword, {}).get(draft, (0, 0))
             rows[outcome.group.keyword][draft] = (passed + (outcome.status == "passed"), total + 1)
     lines = ["| keyword | " + " | ".join(drafts) + " |", "|---|" + "---:|" * len(drafts)]
@@ -104,4 +105,6 @@ def keyword_table(drafts: tuple[str, ...] = ("draft2020-12", "draft7")) -> str:
 
 
 if __name__ == "__main__":
-    print(keyword_table())
+    from tests.data_paths import corpus
+
+    print(keyword_table(corpus("json-schema-test-suite") / "tests"))

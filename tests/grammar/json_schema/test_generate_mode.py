@@ -21,7 +21,7 @@ from codemask.engine.recognizer import Recognizer
 from codemask.errors import UnsupportedSchemaError
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.json_schema import strings
-from tests.data_paths import shared_data
+from tests.data_paths import corpus_or_skip
 
 KEYS = "abcdefghij"
 MANY_REQUIRED = {"type": "object", "properties": {k: {"type": "integer"} for k in KEYS}, "required": list(KEYS[:8])}
@@ -138,7 +138,7 @@ def reordered(schema: Any, value: Any) -> Any:
 def test_valid_documents_in_schema_order_are_accepted_and_invalid_ones_never() -> None:
     """JSONSchemaBench: each valid instance rewritten in the schema's key order (when it uses declared
     keys only) is accepted in generation mode, compact and indented; no invalid instance is."""
-    bench = shared_data("jsonschemabench")
+    bench = corpus_or_skip("jsonschemabench")
     files = sorted(bench.glob("*.json"))
     random.Random(3).shuffle(files)
     accepted = rejected = 0

@@ -89,7 +89,7 @@ def test_object_members_may_come_in_any_order_but_required_ones_must_come() -> N
 
 
 def test_escaped_spellings_of_keys_and_values_are_the_same_string() -> None:
-    """Non-ASCII and control characters in any spelling; printable ASCII raw (docs/json-schema.md)."""
+    """Non-ASCII and control characters in any spelling; printable ASCII raw (docs/guides/json-schema.md)."""
     schema = {"type": "object", "properties": {"é": {"const": "tab\there"}}, "required": ["é"],
               "additionalProperties": False}
     recognizer = Recognizer(Grammar.from_json_schema(schema, mode="validate"))

@@ -4,7 +4,7 @@ The pieces: :mod:`.nodes` (subschemas with their base URI, draft and pointer), :
 (``allOf``/``anyOf``/``not``/``if`` rewritten to alternatives of plain constraints),
 :mod:`.constraints` (keyword-wise conjunction), :mod:`.builder` (rules per type), :mod:`.numbers`
 and :mod:`.strings` (exact ranges, multiples, escapes, patterns, formats) and :mod:`.layout`
-(whitespace). See ``docs/json-schema.md`` for what is exact and what is approximated.
+(whitespace). See ``docs/guides/json-schema.md`` for what is exact and what is approximated.
 """
 
 from __future__ import annotations
