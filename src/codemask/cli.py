@@ -1,4 +1,5 @@
-"""The ``codemask`` command: ``demo``, ``generate``, ``check-grammar``, ``warm`` and ``calibrate-adadec``."""
+"""The ``codemask`` command: ``demo``, ``generate``, ``serve``, ``check-grammar``, ``warm`` and
+``calibrate-adadec``."""
 
 from __future__ import annotations
 
@@ -66,6 +67,14 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--raw", action="store_true", help="send the prompt as is, without the model's chat template")
     gen.add_argument("--no-jump-forward", action="store_true", help="one forward pass per token, even when forced")
     gen.set_defaults(run=_run_generate)
+
+    serve = commands.add_parser("serve", help="an HTTP completion server: OpenAI completions and chat, /infill")
+    serve.add_argument("--model", default="smollm2", help="smollm2 | qwen-coder | gemma3 | a model folder")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-batch", type=int, default=8, help="sequences decoded together in one forward pass")
+    serve.add_argument("--max-queued", type=int, default=64, help="waiting requests beyond which the server says 503")
+    serve.set_defaults(run=_run_serve)
 
     check = commands.add_parser("check-grammar", help="parse and compile a grammar file, reporting errors")
     check.add_argument("file")
@@ -135,6 +144,23 @@ def _run_generate(args: argparse.Namespace) -> int:
                                   sampling=sampling, stop=args.stop, on_token=stream,
                                   jump_forward=not args.no_jump_forward)
     print(f"\n-- finished: {result.finish_reason}; {_timing(result)}", file=sys.stderr)
+    return 0
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from codemask.server import ServingEngine, create_app
+
+    if not 0 < args.port < 65536 or args.max_batch < 1 or args.max_queued < 1:
+        raise CodemaskError("--port must be 1-65535, --max-batch and --max-queued at least 1")
+    model, tokenizer = _load(args.model)
+    engine = ServingEngine(model, tokenizer, Path(args.model).name, max_batch=args.max_batch,
+                           max_queued=args.max_queued)
+    try:
+        uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="info")
+    finally:
+        engine.close()
     return 0
 
 

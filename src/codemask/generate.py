@@ -160,7 +160,7 @@ def constrained_generate(
     options = RowOptions(max_new_tokens, stops, jump_forward, on_token)
     if not items:
         return []
-    compiler = compiler or compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
+    compiler = compiler or compiler_of(model, tokenizer)
     grammars = [None if spec is None else as_grammar(spec) for spec in _grammar_per_row(grammar, len(items), single)]
     encoded = _encode_prompts(tokenizer, texts, [not isinstance(p, str) for p in items])
     rows = [Row(ids, None if g is None else GrammarMatcher(compiler.compile(g), **g.completion), options,
@@ -186,19 +186,23 @@ def decoding_loop(model: Any, tokenizer: Any, *, compiler: GrammarCompiler | Non
     """A loop to admit sequences into while it runs (continuous batching; :func:`new_row` makes them):
     grammar masks per row, RPG where a row does not set ``extra["repetition"] = False``, and the
     ``sampling`` of rows that bring none of their own (``extra["sampling"]``)."""
-    compiler = compiler or compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
+    compiler = compiler or compiler_of(model, tokenizer)
     loop, _, _ = _build_loop(model, tokenizer, compiler, sampling or Sampling(), repetition, None, None, defer=False)
     return loop
 
 
-def new_row(loop: DecodingLoop, prompt: Prompt, grammar: Any = None, options: RowOptions | None = None,
-            compiler: GrammarCompiler | None = None, **extra: Any) -> Row:
-    """A row for ``loop``: the prompt (text or chat messages) encoded, the grammar compiled for the
-    loop's vocabulary (``compiler``: the one the loop was built with, or the shared one for its
-    tokenizer), its JSON repeated-item decay, and ``extra`` settings for the stages."""
-    compiler = compiler or compiler_for(loop.tokenizer, model_vocab_size(loop.model), model_stop_token_ids(loop.model))
-    text = render_prompt(loop.tokenizer, prompt)
-    (ids,) = _encode_prompts(loop.tokenizer, [text], [not isinstance(prompt, str)])
+def compiler_of(model: Any, tokenizer: Any) -> GrammarCompiler:
+    """The shared compiler for ``model``'s logits (their width, its stop tokens) and ``tokenizer``."""
+    return compiler_for(tokenizer, model_vocab_size(model), model_stop_token_ids(model))
+
+
+def new_row(tokenizer: Any, compiler: GrammarCompiler, prompt: Prompt, grammar: Any = None,
+            options: RowOptions | None = None, **extra: Any) -> Row:
+    """A row for a loop: the prompt (text or chat messages) encoded, the grammar compiled with
+    ``compiler`` (:func:`compiler_of` the loop's model), its JSON repeated-item decay, and ``extra``
+    settings for the stages (``repetition``, ``sampling``, ``prompt_text``...)."""
+    text = render_prompt(tokenizer, prompt)
+    (ids,) = _encode_prompts(tokenizer, [text], [not isinstance(prompt, str)])
     resolved = None if grammar is None else as_grammar(grammar)
     matcher = None if resolved is None else GrammarMatcher(compiler.compile(resolved), **resolved.completion)
     return Row(ids, matcher, options or RowOptions(), item_penalty=None if resolved is None else resolved.item_penalty,

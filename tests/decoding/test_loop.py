@@ -8,7 +8,7 @@ import pytest
 
 from codemask.decoding.loop import DecodingLoop
 from codemask.decoding.row import Row, RowOptions
-from codemask.generate import decoding_loop, new_row
+from codemask.generate import compiler_of, decoding_loop, new_row
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +18,8 @@ GRAMMARS = [None, "json"]
 
 def alone(model: Any, tokenizer: Any, index: int, tokens: int) -> list[int]:
     loop = decoding_loop(model, tokenizer)
-    row = new_row(loop, [{"role": "user", "content": PROMPTS[index]}], GRAMMARS[index], RowOptions(tokens))
+    row = new_row(tokenizer, compiler_of(model, tokenizer), [{"role": "user", "content": PROMPTS[index]}],
+                  GRAMMARS[index], RowOptions(tokens))
     loop.admit([row])
     loop.run()
     return row.token_ids
@@ -30,8 +31,9 @@ def test_a_sequence_joining_halfway_leaves_both_outputs_unchanged(smollm2: tuple
     model, tokenizer = smollm2
     expected = [alone(model, tokenizer, i, 30) for i in range(2)]
     loop = decoding_loop(model, tokenizer)
-    first = new_row(loop, [{"role": "user", "content": PROMPTS[0]}], GRAMMARS[0], RowOptions(30))
-    second = new_row(loop, [{"role": "user", "content": PROMPTS[1]}], GRAMMARS[1], RowOptions(30))
+    compiler = compiler_of(model, tokenizer)
+    first = new_row(tokenizer, compiler, [{"role": "user", "content": PROMPTS[0]}], GRAMMARS[0], RowOptions(30))
+    second = new_row(tokenizer, compiler, [{"role": "user", "content": PROMPTS[1]}], GRAMMARS[1], RowOptions(30))
     loop.admit([first])
     while len(first.token_ids) < 12:
         loop.step()
@@ -50,8 +52,9 @@ def test_a_cancelled_sequence_leaves_at_the_next_step(smollm2: tuple[Any, Any]) 
     model, tokenizer = smollm2
     expected = alone(model, tokenizer, 0, 24)
     loop = decoding_loop(model, tokenizer)
-    keep = new_row(loop, [{"role": "user", "content": PROMPTS[0]}], None, RowOptions(24))
-    drop = new_row(loop, [{"role": "user", "content": PROMPTS[1]}], "json", RowOptions(24))
+    compiler = compiler_of(model, tokenizer)
+    keep = new_row(tokenizer, compiler, [{"role": "user", "content": PROMPTS[0]}], None, RowOptions(24))
+    drop = new_row(tokenizer, compiler, [{"role": "user", "content": PROMPTS[1]}], "json", RowOptions(24))
     loop.admit([keep, drop])
     for _ in range(3):
         loop.step()
@@ -76,12 +79,13 @@ def test_rows_bring_their_own_sampling(smollm2: tuple[Any, Any]) -> None:
         loop.admit(list(rows))
         loop.run()
 
+    compiler = compiler_of(model, tokenizer)
     loop = decoding_loop(model, tokenizer)
-    solo = new_row(loop, PROMPTS[1], None, RowOptions(16), **sampled)
+    solo = new_row(tokenizer, compiler, PROMPTS[1], None, RowOptions(16), **sampled)
     run(solo)
     loop = decoding_loop(model, tokenizer)
-    greedy = new_row(loop, PROMPTS[0], None, RowOptions(16))
-    shared = new_row(loop, PROMPTS[1], None, RowOptions(16), **sampled)
+    greedy = new_row(tokenizer, compiler, PROMPTS[0], None, RowOptions(16))
+    shared = new_row(tokenizer, compiler, PROMPTS[1], None, RowOptions(16), **sampled)
     run(greedy, shared)
     assert shared.token_ids == solo.token_ids
     assert isinstance(loop, DecodingLoop)

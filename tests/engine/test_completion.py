@@ -97,3 +97,14 @@ def test_reset_returns_to_the_cursor() -> None:
     matcher.reset()
     assert not matcher.can_terminate()
     assert matcher.accept_string("2\n") and matcher.can_terminate()
+
+
+def test_a_line_completed_in_the_middle_ends_where_the_rest_of_the_line_closes_it() -> None:
+    """The cursor inside ``if name.endswith(`` with ``):`` after it: EOS once the argument is
+    written (the rest of the line then closes it), not before, and not after a second ``)``."""
+    prefix = "def f(names):\n    for name in names:\n        if name.endswith("
+    suffix = "):\n            print(name)\n"
+    assert outcome(prefix, "'.py'", "line", suffix=suffix) == "end"
+    assert outcome(prefix, "'.py", "line", suffix=suffix) == "open"
+    assert outcome(prefix, "'.py')", "line", suffix=suffix) == "open"
+    assert outcome("x = ", "1", "line", suffix="\ny = 2\n") == "end"  # a cursor at the end of its line

@@ -68,9 +68,20 @@ class GrammarMatcher:
         return found
 
     def _suffix_fits(self, state: int) -> bool:
+        """The suffix follows and completes the input; with ``until``, the unit is complete too.
+
+        A cursor in the middle of a line has the rest of that line in the suffix: the unit (the
+        line, in ``until="line"``) is then complete where the completion followed by that rest
+        completes it (``name.endswith('.py'`` before ``):``), not where the completion alone would.
+        The other units must be complete where the completion ends.
+        """
         assert self._suffix is not None
         if self._until is not None:
-            if not self._core.can_end(state):
+            rest_of_line = self._suffix.split(b"\n", 1)[0]
+            unit_end = state
+            if self._until == "line" and rest_of_line.strip():
+                unit_end = self._core.walk(state, rest_of_line)
+            if unit_end == DEAD or not self._core.can_end(unit_end):
                 return False  # the scoped unit is not complete yet
             state = self._core.scoped(state, None)  # type: ignore[union-attr]
         end = self._core.walk(state, self._suffix)
