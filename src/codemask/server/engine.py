@@ -109,6 +109,38 @@ class StopTokenBan(Stage):
             logits[torch.tensor(rows, device=logits.device).unsqueeze(1), ids] = float("-inf")
 
 
+class LineEnd(Stage):
+    """A line completion (``until="line"`` with a code grammar) ends on its line. Where the grammar
+    may end (the line, and the file with its suffix, parse): if the completion has already broken the
+    line, only a stop token is left; if not, tokens holding a line break are masked, so the model
+    ends or adds to the same line. Python's grammar folds comment lines into the line's NEWLINE, so
+    without this a model may write comment after comment where it should have stopped."""
+
+    def __init__(self, token_bytes: Sequence[bytes], stop_token_ids: Iterable[int]) -> None:
+        self.breaking = torch.tensor([i for i, t in enumerate(token_bytes) if b"\n" in t], dtype=torch.long)
+        self.stops = torch.tensor(sorted(stop_token_ids), dtype=torch.long)
+        self.rows: list[Row | None] = []
+
+    def admit(self, rows: Sequence[Row]) -> None:
+        self.rows += [row if row.extra.get("end_line") and row.matcher is not None else None for row in rows]
+
+    def retire(self, sequences: Sequence[int]) -> None:
+        self.rows = without(self.rows, sequences)
+
+    def apply(self, logits: torch.Tensor, layout: StepLayout) -> None:
+        for r, (seq, offset) in enumerate(zip(layout.sequences, layout.offsets, strict=True)):
+            row = self.rows[seq]
+            if row is None or offset or not row.token_ids or row.matcher is None or not row.matcher.can_terminate():
+                continue
+            if b"\n" in row.text:
+                stops = self.stops[self.stops < logits.shape[-1]].to(logits.device)
+                kept = logits[r, stops].clone()
+                logits[r] = float("-inf")
+                logits[r, stops] = kept
+            else:
+                logits[r, self.breaking[self.breaking < logits.shape[-1]].to(logits.device)] = float("-inf")
+
+
 class ServingEngine:
     """Owns the model; decodes submitted jobs in its own thread until :meth:`close`."""
 
@@ -138,7 +170,8 @@ class ServingEngine:
 
     def _batch_lane(self) -> Lane:
         loop = self._new_batch_loop()
-        loop.pipeline.stages.append(StopTokenBan(loop.vocab.stop_token_ids))
+        stops = loop.vocab.stop_token_ids
+        loop.pipeline.stages += [StopTokenBan(stops), LineEnd(loop.vocab.token_bytes, stops)]
         return Lane(loop)
 
     # -- the HTTP side -----------------------------------------------------------------------

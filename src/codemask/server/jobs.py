@@ -21,6 +21,8 @@ from codemask.server.fim import completion_prompt, fim_format
 from codemask.server.protocol import ChatRequest, CodemaskFields, CompletionRequest, InfillRequest
 
 MAX_CHAT_TOKENS = 1024  # a chat request that sets no limit
+CONTEXT_BEFORE, CONTEXT_AFTER = 6000, 2000  # characters of the file around a cursor that the model reads
+MIN_ECHO = 4  # a suffix line shorter than this (a lone bracket) is too common to cut a completion at
 
 
 class BadRequest(CodemaskError):
@@ -40,7 +42,7 @@ class Prompt:
 
 def completion_job(engine: ServingEngine, request: CompletionRequest, loop: asyncio.AbstractEventLoop) -> Job:
     """``/v1/completions``: the prompt is the code before the cursor; a ``suffix`` makes it FIM."""
-    fed = completion_prompt(engine.tokenizer, request.text, request.suffix)
+    fed = completion_prompt(engine.tokenizer, *_window(request.text, request.suffix))
     prompt = Prompt(fed, request.text, request.suffix)
     return _job(engine, request, prompt, _grammar(request, prompt), request.max_tokens or 16, request.stop,
                 (request.temperature, request.top_k, request.top_p, request.seed), request.n, loop)
@@ -50,9 +52,10 @@ def infill_job(engine: ServingEngine, request: InfillRequest, loop: asyncio.Abst
     """llama.cpp's ``/infill``: prefix, suffix and other files; ``prompt`` is typed text at the cursor."""
     extra = [(f.filename, f.text) for f in request.input_extra]
     if fim_format(engine.tokenizer) is not None:  # the text typed on the cursor's line opens the middle
-        fed = completion_prompt(engine.tokenizer, request.input_prefix, request.input_suffix, extra) + request.prompt
+        head, tail = _window(request.input_prefix, request.input_suffix)
+        fed = completion_prompt(engine.tokenizer, head, tail, extra) + request.prompt
     else:
-        fed = completion_prompt(engine.tokenizer, request.input_prefix + request.prompt, request.input_suffix, extra)
+        fed = completion_prompt(engine.tokenizer, *_window(request.input_prefix + request.prompt, None), extra)
     prompt = Prompt(fed, request.input_prefix + request.prompt, request.input_suffix)
     return _job(engine, request, prompt, _grammar(request, prompt), request.n_predict, request.stop or None,
                 (request.temperature, request.top_k, request.top_p, request.seed), 1, loop)
@@ -69,6 +72,31 @@ def chat_job(engine: ServingEngine, request: ChatRequest, loop: asyncio.Abstract
 
 
 # -- the pieces ----------------------------------------------------------------------------------
+
+
+def _suffix_echo(suffix: str | None) -> list[str]:
+    """Where a completion has reached the text after the cursor: a FIM model that writes the next
+    line of the suffix (the rest of the cursor's line, or the line after it) instead of ending is
+    cut there, as editors trim a completion's overlap with the suffix."""
+    if not suffix:
+        return []
+    for line in suffix.splitlines()[:2]:
+        if len(line.strip()) >= MIN_ECHO:
+            return [line.rstrip()]
+    return []
+
+
+def _window(prefix: str, suffix: str | None) -> tuple[str, str | None]:
+    """The part of the file around the cursor the model reads: the last `CONTEXT_BEFORE` characters
+    before it and the first `CONTEXT_AFTER` after it, cut at line starts. A code grammar still gets the
+    whole prefix and suffix (it must parse the file); the model needs the neighbourhood."""
+    if len(prefix) > CONTEXT_BEFORE:
+        cut = prefix.find("\n", len(prefix) - CONTEXT_BEFORE)
+        prefix = prefix[cut + 1:] if 0 <= cut < len(prefix) - 1 else prefix[-CONTEXT_BEFORE:]
+    if suffix is not None and len(suffix) > CONTEXT_AFTER:
+        cut = suffix.rfind("\n", 0, CONTEXT_AFTER)
+        suffix = suffix[: cut + 1] if cut > 0 else suffix[:CONTEXT_AFTER]
+    return prefix, suffix
 
 
 def _grammar(fields: CodemaskFields, prompt: Prompt) -> Grammar | None:
@@ -138,6 +166,7 @@ def _job(engine: ServingEngine, fields: CodemaskFields, prompt: Prompt, grammar:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if fields.until == "line" and fields.language is None:
         stops.append("\n")  # a line ends at its newline where no code grammar says more
+    stops += _suffix_echo(prompt.code_suffix)
     temperature, top_k, top_p, seed = sampling
     params = SamplingParams(temperature, top_k, top_p)
     fed: Any = prompt.fed
@@ -147,7 +176,8 @@ def _job(engine: ServingEngine, fields: CodemaskFields, prompt: Prompt, grammar:
     rows: list[Row] = []
     for index in range(n):
         options = RowOptions(max_tokens, [s.encode("utf-8") for s in stops])
-        extra = {"repetition": fields.repetition, "ignore_eos": fields.ignore_eos, "sampling": (params, seed, index)}
+        extra = {"repetition": fields.repetition, "ignore_eos": fields.ignore_eos, "sampling": (params, seed, index),
+                 "end_line": fields.until == "line" and fields.language is not None}
         try:
             row = new_row(engine.tokenizer, engine.compiler, fed, grammar, options, **extra)
         except (CodemaskError, ValueError, TypeError) as exc:
