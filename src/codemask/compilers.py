@@ -1,22 +1,36 @@
 """One `GrammarCompiler` per (tokenizer, model vocabulary, stop tokens), shared by every entry point.
 
 Reading a tokenizer's vocabulary takes a noticeable fraction of a second on a 150k vocabulary and
-compiled grammars are cached per compiler, so `constrained_generate`, the Hugging Face processor and
-the CLI all go through :func:`compiler_for` rather than building their own.
+compiled grammars are cached per compiler, so `constrained_generate`, the Hugging Face processors,
+the server and the CLI all go through :func:`compiler_for` rather than building their own. The
+registry keeps the `MAX_COMPILERS` most recently used, and never one for a tokenizer that is gone
+(it holds tokenizers weakly where they allow it), so a process that loads tokenizers one after
+another does not keep every vocabulary it ever read.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from codemask.engine.compiler import GrammarCompiler
 from codemask.vocab import Vocabulary
 
+MAX_COMPILERS = 8
 _LOCK = threading.Lock()
-# key -> (tokenizer kept alive so that its id is not reused, compiler)
-_COMPILERS: dict[tuple[int, int | None, frozenset[int]], tuple[Any, GrammarCompiler]] = {}
+# key -> (a reference to the tokenizer, so that its id is not reused while the entry lives; the compiler)
+_COMPILERS: OrderedDict[tuple[int, int | None, frozenset[int]], tuple[Any, GrammarCompiler]] = OrderedDict()
+
+
+def _reference(tokenizer: Any) -> Any:
+    """A weak reference where the tokenizer allows one (its entry then dies with it), else the object."""
+    try:
+        return weakref.ref(tokenizer)
+    except TypeError:
+        return lambda: tokenizer
 
 
 def compiler_for(tokenizer: Any, vocab_size: int | None = None, extra_stop_ids: Iterable[int] = ()) -> GrammarCompiler:
@@ -24,15 +38,20 @@ def compiler_for(tokenizer: Any, vocab_size: int | None = None, extra_stop_ids: 
     extra = frozenset(int(i) for i in extra_stop_ids)
     key = (id(tokenizer), vocab_size, extra)
     with _LOCK:
+        for stale in [k for k, (ref, _) in _COMPILERS.items() if ref() is None]:
+            del _COMPILERS[stale]
         found = _COMPILERS.get(key)
-        if found is not None and found[0] is tokenizer:
+        if found is not None and found[0]() is tokenizer:
+            _COMPILERS.move_to_end(key)
             return found[1]
         vocab = Vocabulary.from_tokenizer(tokenizer, vocab_size=vocab_size)
         if not extra <= vocab.stop_token_ids:
             vocab = Vocabulary.from_tokenizer(tokenizer, vocab_size=vocab_size,
                                               stop_token_ids=vocab.stop_token_ids | extra)
         compiler = GrammarCompiler(vocab)
-        _COMPILERS[key] = (tokenizer, compiler)
+        _COMPILERS[key] = (_reference(tokenizer), compiler)
+        while len(_COMPILERS) > MAX_COMPILERS:
+            _COMPILERS.popitem(last=False)
         return compiler
 
 
