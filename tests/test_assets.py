@@ -114,3 +114,36 @@ def test_smollm2_continues_code_sensibly() -> None:
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=4, do_sample=False)
     assert tokenizer.decode(out[0, ids.shape[1] :]).startswith(" a + b")
+
+
+def test_loading_leaves_the_environment_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`load_tokenizer` set ``HF_HUB_OFFLINE=1`` for the whole process, cutting every other part
+    of it off the hub; the packaged assets load with ``local_files_only`` instead."""
+    import torch  # noqa: F401  (importing torch sets variables of its own)
+    import transformers  # noqa: F401
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    before = dict(os.environ)
+    assets.load_tokenizer("llama3")
+    assets.load_tokenizer("gpt2")
+    assets.load_model("smollm2")
+    assert dict(os.environ) == before
+
+
+def test_a_model_loads_from_a_local_folder_onto_a_device(tmp_path: Path) -> None:
+    """`load_model` takes a local folder (a path) as well as a packaged name, and a device."""
+    import torch
+
+    folder = assets.model_dir("smollm2")
+    model = assets.load_model(folder, device="cpu", dtype=torch.float32)
+    tokenizer = assets.load_tokenizer(folder)
+    assert next(model.parameters()).device == torch.device("cpu") and not model.training
+    assert tokenizer.decode(tokenizer.encode(TEXT, add_special_tokens=False)) == TEXT
+    with pytest.raises(ValueError, match="device 'warp-drive' is not a torch device"):
+        assets.load_model("smollm2", device="warp-drive")
+    with pytest.raises(CodemaskError, match=r"model folder '.*missing' does not exist"):
+        assets.load_model(tmp_path / "missing")
+    with pytest.raises(CodemaskError, match=f"cannot load a model from {tmp_path}"):
+        assets.load_model(tmp_path)
+    with pytest.raises(CodemaskError, match=f"cannot load a tokenizer from {tmp_path}"):
+        assets.load_tokenizer(tmp_path)

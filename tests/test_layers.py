@@ -17,7 +17,8 @@ PACKAGE = SRC / "codemask"
 LAYERS = [
     ("codemask.errors", "codemask._version", "codemask.shipped"),
     ("codemask.grammar.ir",),  # the IR every front-end produces
-    ("codemask.engine.token_trie", "codemask.engine.automaton", "codemask.vocab"),  # IR -> automata
+    # IR -> automata
+    ("codemask.engine.collection", "codemask.engine.token_trie", "codemask.engine.automaton", "codemask.vocab"),
     ("codemask.grammar",),  # front-ends
     ("codemask.engine", "codemask.assets"),
     ("codemask.decoding", "codemask.compilers"),

@@ -71,28 +71,66 @@ def model_dir(name: str) -> Path:
     return folder
 
 
-def load_tokenizer(name: str) -> Any:
-    """Load a packaged tokenizer by codemask name (see :data:`TOKENIZER_NAMES`), offline."""
-    folder = tokenizer_dir(name)
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    if _canonical_tokenizer(name) == "gpt2":
-        from transformers import GPT2Tokenizer
+def load_tokenizer(name: str | os.PathLike[str]) -> Any:
+    """Load a tokenizer offline: a packaged one by codemask name (see :data:`TOKENIZER_NAMES`) or
+    a local Hugging Face tokenizer folder. Only local files are read (``local_files_only``); the
+    process's environment is left as it was (``HF_HUB_OFFLINE`` is not set for others)."""
+    folder = _local_folder(name, "tokenizer")
+    if folder is None:
+        folder = tokenizer_dir(str(name))
+        if _canonical_tokenizer(str(name)) == "gpt2":
+            from transformers import GPT2Tokenizer
 
-        return GPT2Tokenizer(vocab=str(folder / "encoder.json"), merges=str(folder / "vocab.bpe"))
+            return GPT2Tokenizer(vocab=str(folder / "encoder.json"), merges=str(folder / "vocab.bpe"))
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CodemaskError(f"cannot load a tokenizer from {folder}: {_first_line(error)}") from error
 
 
-def load_model(name: str, dtype: torch.dtype | None = None) -> Any:
-    """Load a packaged causal LM (float32 unless ``dtype`` says otherwise) in eval mode, offline."""
-    folder = model_dir(name)
-    os.environ["HF_HUB_OFFLINE"] = "1"
+def load_model(name: str | os.PathLike[str], dtype: torch.dtype | None = None,
+               device: str | torch.device | None = None) -> Any:
+    """Load a causal LM offline, in eval mode: a packaged one by codemask name (see
+    :data:`MODEL_NAMES`) or a local Hugging Face model folder; float32 unless ``dtype`` says
+    otherwise, on ``device`` (default the CPU). Only local files are read."""
     import torch
+
+    try:
+        target = torch.device(device) if device is not None else None
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise ValueError(f"device {device!r} is not a torch device: {_first_line(error)}") from None
+    folder = _local_folder(name, "model") or model_dir(str(name))
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or torch.float32, local_files_only=True)
+    try:
+        model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or torch.float32, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CodemaskError(f"cannot load a model from {folder}: {_first_line(error)}") from error
+    if target is not None:
+        model = model.to(target)
     return model.eval()
+
+
+def _local_folder(name: str | os.PathLike[str], what: str) -> Path | None:
+    """``name`` as a local folder when it is a path (not a packaged name); a path that is no
+    folder is an error naming it."""
+    text = os.fspath(name)
+    known = MODEL_NAMES if what == "model" else (*TOKENIZER_NAMES, *_ALIASES)
+    if isinstance(name, str) and text in known:
+        return None
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return path
+    if isinstance(name, os.PathLike) or os.sep in text or text.startswith("."):
+        raise CodemaskError(f"{what} folder {text!r} does not exist" if not path.exists()
+                            else f"{what} path {text!r} is not a folder")
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _canonical_tokenizer(name: str) -> str:

@@ -1,11 +1,12 @@
-"""The ``codemask`` command: ``demo``, ``generate``, ``serve``, ``check-grammar``, ``warm`` and
-``calibrate-adadec``."""
+"""The ``codemask`` command: ``demo``, ``generate``, ``serve``, ``check-grammar``, ``warm``, ``cache``
+and ``calibrate-adadec``."""
 
 from __future__ import annotations
 
 import argparse
 import ast
 import json
+import math
 import os
 import sys
 import time
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="generate a JSON object and a Python function with a packaged model")
     demo.add_argument("--model", default="smollm2", help="smollm2 | qwen-coder | gemma3 | a model folder")
-    demo.add_argument("--max-new-tokens", type=int, default=128)
+    demo.add_argument("--max-new-tokens", type=_positive_int, default=128)
     demo.set_defaults(run=_run_demo)
 
     gen = commands.add_parser("generate", help="generate text under a grammar, a JSON Schema or a regex")
@@ -58,10 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--mode", choices=("generate", "validate"), default="generate",
                      help="JSON Schema semantics: keys once and in order, closed objects (generate), or exactly "
                      "the schema's documents (validate)")
-    gen.add_argument("--max-new-tokens", type=int, default=256)
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    gen.add_argument("--temperature", type=_non_negative_float, default=0.0)
+    gen.add_argument("--top-p", type=_probability, default=1.0, help="in (0, 1]")
+    gen.add_argument("--top-k", type=_non_negative_int, default=0, help="0: no top-k cut")
     gen.add_argument("--seed", type=int)
     gen.add_argument("--stop", action="append", help="a stop string (repeatable)")
     gen.add_argument("--raw", action="store_true", help="send the prompt as is, without the model's chat template")
@@ -90,12 +91,65 @@ def _parser() -> argparse.ArgumentParser:
     vocabulary.add_argument("--model", help="a packaged model or model folder: its vocabulary, as `generate` has it")
     warm.set_defaults(run=_run_warm)
 
+    cache = commands.add_parser("cache", help="show or clear the disk cache of compiled grammars")
+    cache.add_argument("action", choices=("info", "clear"), help="info: where it is, its entries and cap; "
+                       "clear: remove every entry")
+    cache.add_argument("--dir", type=Path, help="the cache folder (default $CODEMASK_HOME/compiled)")
+    cache.set_defaults(run=_run_cache)
+
     from codemask.adadec import calibrate
 
     adadec = commands.add_parser("calibrate-adadec", help="learn AdaDec's entropy threshold for a model (MBPP train)")
     calibrate.add_arguments(adadec)
     adadec.set_defaults(run=calibrate.run)
     return parser
+
+
+# -- argument types (checked while parsing, before any model loads: a bad one exits with 2) ----
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _non_negative_float(text: str) -> float:
+    value = _float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = _float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -219,34 +273,57 @@ def _run_warm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_cache(args: argparse.Namespace) -> int:
+    """``cache info``: the folder, its entries, size and cap; ``cache clear``: remove them all."""
+    from codemask.engine.compiler import default_cache_dir
+    from codemask.engine.disk_cache import DiskCache, cache_limit_bytes
+
+    try:
+        limit = cache_limit_bytes()
+    except ValueError as error:
+        raise CodemaskError(str(error)) from error
+    cache = DiskCache(args.dir or default_cache_dir(), limit)
+    if args.action == "clear":
+        removed, freed = cache.clear()
+        print(f"{cache.folder}: removed {removed} file(s), {freed / 1e6:.1f} MB")
+        return 0
+    entries = cache.entries()
+    stale = [entry for entry in entries if entry.stale]
+    total = sum(entry.size for entry in entries)
+    print(f"folder: {cache.folder}{'' if cache.folder.is_dir() else ' (not created yet)'}")
+    print(f"entries: {len(entries) - len(stale)}, {total / 1e6:.1f} MB of {limit / 1e6:.0f} MB "
+          f"(cap: $CODEMASK_CACHE_MAX_MB or GrammarCompiler(max_cache_mb=...))")
+    if stale:
+        print(f"stale files (older versions, interrupted writes): {len(stale)}, "
+              f"{sum(entry.size for entry in stale) / 1e6:.1f} MB, removed at the next write")
+    if entries:
+        newest = max(entry.used for entry in entries)
+        print(f"last used: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(newest))}")
+    return 0
+
+
 # -- helpers ---------------------------------------------------------------------------------
 
 def _load(name: str) -> tuple[Any, Any]:
-    from codemask.assets import MODEL_NAMES, load_model
+    """A packaged model or a local model folder, with its tokenizer (a folder that holds no model
+    is a `CodemaskError` naming it)."""
+    from codemask.assets import MODEL_NAMES, load_model, load_tokenizer
 
+    if name not in MODEL_NAMES and not os.path.isdir(name):
+        raise CodemaskError(f"--model {name!r} is neither a packaged model ({', '.join(MODEL_NAMES)}) nor a folder")
     print(f"loading model {name} ...", file=sys.stderr, flush=True)
     started = time.perf_counter()
-    if name in MODEL_NAMES:
-        model, tokenizer = load_model(name), _load_tokenizer(name)
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if not os.path.isdir(name):
-            raise CodemaskError(f"--model {name!r} is neither a packaged model ({', '.join(MODEL_NAMES)}) nor a folder")
-        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True).eval()
-        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=True)
+    model = load_model(name if name in MODEL_NAMES else Path(name))
+    tokenizer = load_tokenizer(name if name in MODEL_NAMES else Path(name))
     print(f"loaded in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return model, tokenizer
 
 
 def _load_tokenizer(name: str) -> Any:
-    from codemask.assets import TOKENIZER_NAMES, load_tokenizer
+    """A packaged tokenizer or a local tokenizer folder."""
+    from codemask.assets import load_tokenizer
 
-    if name in TOKENIZER_NAMES or not os.path.isdir(name):
-        return load_tokenizer(name)
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(name, local_files_only=True)
+    return load_tokenizer(Path(name) if os.path.isdir(name) else name)
 
 
 def _timed_compile(tokenizer: Any, model: Any, grammar: Any) -> float:

@@ -51,3 +51,7 @@ class MatcherError(CodemaskError, RuntimeError):
 
     The matcher's state is left as it was before the failing call.
     """
+
+
+class WorkspaceError(CodemaskError, ValueError):
+    """A monitors' workspace that cannot be used: a folder that does not exist, or a file."""

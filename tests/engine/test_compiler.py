@@ -128,7 +128,7 @@ def test_a_lexer_grammars_saved_mask_state_comes_back_with_a_later_compile(tmp_p
         other_engine = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=False).compile(grammar)
         assert not other_engine.masks.num_classified  # type: ignore[union-attr]
 
-    path.write_bytes(b"not a pickle")
+    path.write_bytes(b"not a cache entry")
     broken = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=False).compile(grammar)
     assert not broken.masks.num_classified  # type: ignore[union-attr]
     assert (masks_along(broken, text, "smollm2") == want).all()
@@ -160,7 +160,7 @@ def test_a_lexer_grammar_precomputed_on_its_samples_has_the_lazy_masks(tmp_path:
     assert (masks_along(precomputed, text, "smollm2") == masks_along(lazy, text, "smollm2")).all()
 
     GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
-    assert list(tmp_path.glob("*.masks-*.pkl"))
+    assert list(tmp_path.glob("*.masks-*.cmc"))
 
     def refuse(*_args: object) -> None:
         raise AssertionError("the samples ran again")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import pickle
 import sys
 import textwrap
 import threading
@@ -19,9 +18,10 @@ import numpy as np
 import pytest
 
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
-from codemask.engine import native
+from codemask.engine import disk_cache, native
+from codemask.engine.compiler import STATE_TYPES
 from codemask.engine.lexer import LexParserCore
-from codemask.engine.lexer_masks import LexerMaskComputer, Residuals, ResidualSplit
+from codemask.engine.lexer_masks import LexerMaskComputer, LexerMaskState, Residuals, ResidualSplit
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from tests.engine.conftest import compiler, encode, vocabulary
@@ -393,13 +393,20 @@ def _masks_along(masks: LexerMaskComputer, matcher: GrammarMatcher, text: str) -
     return found
 
 
+def _through_disk(state: LexerMaskState) -> LexerMaskState:
+    """The state as a later process reads it from the disk cache."""
+    back = disk_cache.decode(bytearray(disk_cache.encode(state, "state", STATE_TYPES)), "state", STATE_TYPES)
+    assert isinstance(back, LexerMaskState)
+    return back
+
+
 def test_a_saved_mask_state_gives_a_new_computer_the_same_masks_with_fewer_classifications() -> None:
-    """A state saved after one file (pickled, as the disk cache stores it) and loaded into a new
+    """A state saved after one file (encoded as the disk cache stores it) and loaded into a new
     grammar's masks: on another file, every mask equals both a fresh grammar's and the byte walk
     of every token, and the lexer states the first file had met are not classified again."""
     trained, matcher = _fresh_python()
     _masks_along(trained, matcher, SOURCES["python"])
-    state = pickle.loads(pickle.dumps(trained.save_state()))
+    state = _through_disk(trained.save_state())
     assert len(state.positions) > 10 and state.sets
 
     loaded, loaded_matcher = _fresh_python()
@@ -449,18 +456,18 @@ def test_a_mask_state_is_refused_where_it_cannot_fit() -> None:
 
 
 def test_a_saved_state_is_left_as_it_was_by_later_masks() -> None:
-    """A server saves while it serves: the state taken before another file's masks pickles to the
+    """A server saves while it serves: the state taken before another file's masks encodes to the
     same bytes after them (it holds copies of the sets, whose splits grow), and loaded, it gives a
     new grammar the masks of a fresh one."""
     trained, matcher = _fresh_python()
     _masks_along(trained, matcher, SOURCES["python"])
     state = trained.save_state()
-    before = pickle.dumps(state)
+    before = disk_cache.encode(state, "state", STATE_TYPES)
     _masks_along(trained, GrammarMatcher(matcher.compiled), textwrap.dedent(inspect.getsource(textwrap.dedent)))
-    assert pickle.dumps(state) == before
+    assert disk_cache.encode(state, "state", STATE_TYPES) == before
 
     loaded, loaded_matcher = _fresh_python()
-    loaded.load_state(pickle.loads(before))
+    loaded.load_state(disk_cache.decode(bytearray(before), "state", STATE_TYPES))  # type: ignore[arg-type]
     fresh, fresh_matcher = _fresh_python()
     other = textwrap.dedent(inspect.getsource(textwrap.TextWrapper._wrap_chunks))
     for index, (mine, theirs) in enumerate(zip(_masks_along(loaded, loaded_matcher, other),

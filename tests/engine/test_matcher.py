@@ -146,3 +146,40 @@ def test_fill_into_torch_bitmask_rows(greeting):
     np.testing.assert_array_equal(bitmask[0].numpy(), first.next_token_bitmask())
     np.testing.assert_array_equal(bitmask[1].numpy(), second.next_token_bitmask())
     assert not torch.equal(bitmask[0], bitmask[1])
+
+
+def test_misuse_of_the_matcher_api_is_a_clear_error() -> None:
+    """Each of these raised a raw AttributeError or IndexError, or was silently wrong (a 1-D
+    bitmask ignored ``row``): an uncompiled grammar, bitmasks that are not int32 arrays or
+    tensors of one or two dimensions, rows that are not ints or out of range, and a rollback
+    count that is not an int."""
+    from codemask import Grammar
+
+    with pytest.raises(TypeError, match=r"GrammarMatcher takes a CompiledGrammar, got Grammar \(compile it first"):
+        GrammarMatcher(Grammar.builtin("json"))  # type: ignore[arg-type]
+    matcher = GrammarMatcher(compile_ebnf('root ::= "hi"', "gpt2"))
+    words = (vocabulary("gpt2").vocab_size + 31) // 32
+    cases: list[tuple[object, object, type[Exception], str]] = [
+        ([[0] * words], 0, TypeError, "bitmask must be an int32 numpy array or torch tensor, got list"),
+        (np.array(3, dtype=np.int32), 0, ValueError, "bitmask must be 1-D .* got 0-D"),
+        (np.zeros((1, 1, words), dtype=np.int32), 0, ValueError, "got 3-D"),
+        (np.zeros((2, words), dtype=np.int32), 1.0, TypeError, "row must be an int, got float"),
+        (np.zeros((2, words), dtype=np.int32), True, TypeError, "row must be an int, got bool"),
+        (np.zeros((2, words), dtype=np.int32), 2, ValueError, "row 2 is out of range: the bitmask has 2 rows"),
+        (np.zeros((2, words), dtype=np.int32), -1, ValueError, "row -1 is out of range"),
+        (np.zeros(words, dtype=np.int32), 1, ValueError, r"a 1-D bitmask holds one row \(row 0\)"),
+        (torch.zeros((2, words), dtype=torch.int32), 5, ValueError, "row 5 is out of range"),
+        (np.zeros((1, words), dtype=np.int64), 0, ValueError, "bitmask must be int32, got int64"),
+    ]
+    for bitmask, row, error, message in cases:
+        with pytest.raises(error, match=message):
+            matcher.fill_next_token_bitmask(bitmask, row)  # type: ignore[arg-type]
+    row = np.zeros((3, words), dtype=np.int32)
+    matcher.fill_next_token_bitmask(row, np.int64(2))  # numpy integers are rows too
+    assert row[2].any() and not row[:2].any()
+    assert matcher.accept_bytes("hi")
+    for count, message in (("1", "got str"), (1.0, "got float"), (True, "got bool")):
+        with pytest.raises(MatcherError, match=rf"rollback takes a number of tokens \(an int\), {message}"):
+            matcher.rollback(count)  # type: ignore[arg-type]
+    matcher.rollback(np.int32(1))
+    assert matcher.num_accepted == 0

@@ -128,3 +128,19 @@ def test_keyword_argument_only_matches_a_brute_force_definition(
                        for t in targets)
         assert bool(typed[token]) == expected, spelling
     assert masks.keyword_argument_only(["count"], b"3") is None  # a positional argument: left alone
+
+
+def test_stop_and_special_tokens_wait_for_a_whole_name(vocab_masks: tuple[dict[bytes, int], NameMasks]) -> None:
+    """End-of-sequence (and any special token) ends no name: forbidden right after a complete
+    trigger and inside a partial name, allowed once the name is whole, and left alone where
+    nothing constrains the step yet (the merged-dot probe)."""
+    _ids, masks = vocab_masks
+    stops = masks.not_names
+    assert len(stops) >= 1
+    after_trigger = masks.allowed(["opening_balance", "open"], b"", free=b"")
+    partial = masks.allowed(["opening_balance", "open"], b"opening_")
+    whole = masks.allowed(["opening_balance", "open"], b"open")
+    probe = masks.allowed(["opening_balance"], b"", b".")
+    assert after_trigger is not None and partial is not None and whole is not None and probe is not None
+    assert not after_trigger[stops].any() and not partial[stops].any()
+    assert whole[stops].all() and probe[stops].all()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from codemask.assets import load_tokenizer
-from codemask.monitors import stage
+from codemask.monitors import for_workspace, stage
 from codemask.monitors.stage import MonitorSet, MonitorUsage, apply_unless_empty
 from codemask.vocab import Vocabulary
+from tests.monitors.conftest import require_server
 
 
 def _case(dtype: torch.dtype) -> tuple[torch.Tensor, list[int], list[np.ndarray], int]:
@@ -91,3 +94,41 @@ def test_a_deferred_mask_resolved_from_the_cache_counts_its_step(monitors: list,
     assert mask is not None and mask.any() and not mask.all()
     step.deferred[0].resolve()
     assert (usage.steps, usage.queries, usage.timeouts) == (1, 0, 0)
+
+
+
+def _stage_logits(monitors: list, vocab: Vocabulary, text: str, favourite: int) -> torch.Tensor:
+    """One step of the real monitor stage after ``text``, on logits whose highest is ``favourite``."""
+    from codemask.decoding.pipeline import StepLayout
+    from codemask.monitors.stage import MonitorStage
+
+    monitor_stage = MonitorStage.for_generation(monitors, vocab, [text], overlap=False)
+    logits = torch.zeros((1, vocab.vocab_size))
+    logits[0, favourite] = 10.0
+    layout = StepLayout.one_row_per_sequence([0])
+    monitor_stage.prepare(layout)
+    monitor_stage.apply(logits, layout)
+    monitor_stage.close()
+    return logits[0]
+
+
+@pytest.mark.parametrize("server", ["pyrefly", "jedi"])
+def test_no_end_of_sequence_until_the_member_name_is_complete(project: Path, main_prefix: str, server: str) -> None:
+    """Guards the held-out finding: Qwen2.5-Coder with pyrefly wrote ``ok = ledger.opening_`` and
+    then end-of-sequence, and after ``found = wh.`` end-of-sequence at once (an empty completion):
+    the monitor had masked the model's choice but left EOS open. With EOS the model's favourite,
+    the real stage over a real server forbids it after ``x = inv.`` and after the partial
+    ``x = inv.restock_`` (the best token left then goes on with a member), and lets it be once the
+    name is whole (``x = inv.total_quantity``)."""
+    require_server("python", server)
+    vocab = Vocabulary.from_tokenizer(load_tokenizer("qwen3"))
+    eos = min(vocab.stop_token_ids)
+    monitors = for_workspace(project, "main.py", server=server)
+    members = ("restock_shelf", "total_quantity", "capacity", "shelves")
+    for typed in ("", "restock_"):
+        logits = _stage_logits(monitors, vocab, main_prefix + "x = inv." + typed, eos)
+        assert logits[eos] == float("-inf"), typed
+        written = typed + bytes(vocab.token_bytes[int(logits.argmax())]).decode()
+        assert any(written.startswith(n) or n.startswith(written) for n in members) or written.startswith("_"), \
+            written
+    assert _stage_logits(monitors, vocab, main_prefix + "x = inv.total_quantity", eos)[eos] == 10.0

@@ -23,10 +23,12 @@ from itertools import pairwise
 
 import numpy as np
 
+from codemask.engine.collection import collection_paused
 from codemask.engine.token_trie import expand_ranges
 from codemask.errors import GrammarError
 from codemask.grammar.ir import (
     MAX_CODE_POINT,
+    SURROGATES,
     ByteClass,
     CharClass,
     Choice,
@@ -45,7 +47,11 @@ BYTE_ALPHABET = 256
 # A bounded repetition is unrolled into copies; beyond this many automaton states we refuse
 # rather than build something that would take minutes to compile.
 MAX_NFA_STATES = 400_000
-SURROGATES = (0xD800, 0xDFFF)
+# A rule's deterministic automaton is a dense [states, alphabet] table (1 KB a state over bytes)
+# that minimisation sorts: beyond this many states (100 MB, seconds to build) we refuse.
+MAX_DFA_STATES = 100_000
+TOO_LARGE_HINT = ("an enum or alternation of tens of thousands of distinct strings, or a large bounded "
+                  "repetition like x{0,100000}, is the usual cause")
 
 
 # ----------------------------------------------------------------------------- UTF-8
@@ -113,10 +119,8 @@ class NFA:
 
     def new_state(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
-            raise GrammarError(
-                f"grammar is too large to compile (over {MAX_NFA_STATES} automaton states); "
-                "large bounded repetitions like x{0,100000} are the usual cause"
-            )
+            raise GrammarError(f"grammar is too large to compile (over {MAX_NFA_STATES:,} automaton states); "
+                               f"{TOO_LARGE_HINT}")
         self.eps.append([])
         self.edges.append([])
         self.calls.append([])
@@ -160,8 +164,12 @@ class NFABuilder:
             if not expr.items:
                 nfa.eps[src].append(dst)
         elif isinstance(expr, Choice):
+            literals = [alt.value for alt in expr.alternatives if isinstance(alt, Literal)]
+            if len(literals) > 1 and self.terminal_index is None:
+                self._literal_set(literals, src, dst)
             for alt in expr.alternatives:
-                self.build(alt, src, dst)
+                if not (isinstance(alt, Literal) and len(literals) > 1 and self.terminal_index is None):
+                    self.build(alt, src, dst)
         elif isinstance(expr, Repeat):
             self._repeat(expr, src, dst)
         else:
@@ -189,6 +197,20 @@ class NFABuilder:
             self.nfa.edges[cur].append((lo, hi, nxt))
             cur = nxt
 
+    def _literal_set(self, words: list[bytes], src: int, dst: int) -> None:
+        """Alternative byte strings as their minimal acyclic automaton (`minimal_word_automaton`)
+        between ``src`` and ``dst``: a chain per alternative made an enum of 35,000 values
+        400,000 states that the subset construction then walked one by one."""
+        trans, final = minimal_word_automaton(words)
+        nfa = self.nfa
+        state_of = [src] + [nfa.new_state() for _ in range(len(trans) - 1)]
+        for state, edges in enumerate(trans):
+            here = state_of[state]
+            for byte, target in edges.items():
+                nfa.edges[here].append((byte, byte, state_of[target]))
+            if final[state]:
+                nfa.eps[here].append(dst)
+
     def _repeat(self, expr: Repeat, src: int, dst: int) -> None:
         nfa = self.nfa
         cur = src
@@ -212,6 +234,51 @@ class NFABuilder:
             self.build(expr.item, cur, nxt)
             nfa.eps[nxt].append(dst)
             cur = nxt
+
+
+def minimal_word_automaton(words: list[bytes]) -> tuple[list[dict[int, int]], list[bool]]:
+    """The minimal deterministic automaton of a finite set of byte strings (state 0 the start):
+    per state its transitions (byte -> state) and whether it is final.
+
+    Daciuk et al.'s incremental construction over the sorted words: the states of the previous
+    word past its common prefix with the next are final in shape and are merged with an equal
+    registered state (same finality, same transitions) or registered, deepest first. Linear in
+    the total length; iterative, so a long word is no recursion."""
+    trans: list[dict[int, int]] = [{}]
+    final = [False]
+    register: dict[tuple[bool, tuple[tuple[int, int], ...]], int] = {}
+    path = [0]  # the states along the previous word
+    previous = b""
+
+    def settle(depth: int) -> None:
+        """Merge or register the previous word's states below ``path[depth]``, deepest first."""
+        while len(path) - 1 > depth:
+            child = path.pop()
+            parent, byte = path[-1], previous[len(path) - 1]
+            signature = (final[child], tuple(sorted(trans[child].items())))
+            found = register.get(signature)
+            if found is None:
+                register[signature] = child
+            else:
+                trans[parent][byte] = found
+
+    for word in sorted(set(words)):
+        common = 0
+        limit = min(len(word), len(previous))
+        while common < limit and word[common] == previous[common]:
+            common += 1
+        settle(common)
+        for byte in word[common:]:
+            trans.append({})
+            final.append(False)
+            trans[path[-1]][byte] = len(trans) - 1
+            path.append(len(trans) - 1)
+        final[path[-1]] = True
+        previous = word
+    settle(0)
+    used = sorted({0} | {t for edges in trans for t in edges.values()})
+    renumber = {old: new for new, old in enumerate(used)}
+    return [{b: renumber[t] for b, t in trans[old].items()} for old in used], [final[old] for old in used]
 
 
 def _merge_single_byte_paths(paths: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
@@ -258,6 +325,9 @@ def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
     rows: list[np.ndarray] = []
     calls: list[dict[int, int]] = []
     for subset in order:
+        if len(order) > MAX_DFA_STATES:
+            raise GrammarError(f"grammar is too large to compile (over {MAX_DFA_STATES:,} deterministic automaton "
+                               f"states in one rule); {TOO_LARGE_HINT}")
         row = np.full(alphabet, -1, dtype=np.int32)
         for lo, hi, targets in _partition_edges([e for s in subset for e in nfa.edges[s]]):
             row[lo : hi + 1] = _intern(closure(targets), index, order)
@@ -378,11 +448,15 @@ def _acyclic_classes(accepting: np.ndarray, targets: np.ndarray) -> tuple[np.nda
     frontier = np.flatnonzero(remaining == 0)
     count = done = 0
     while len(frontier):
-        rows = targets[frontier]
-        rows = np.where(rows >= 0, classes[np.maximum(rows, 0)], -1)
-        _, local = distinct_rows(np.concatenate([accepting[frontier, None].astype(np.int64), rows], axis=1))
-        classes[frontier] = count + local
-        count += int(local.max()) + 1
+        if len(frontier) == 1:  # (a chain's levels: one state, a class of its own)
+            classes[frontier] = count
+            count += 1
+        else:
+            rows = targets[frontier]
+            rows = np.where(rows >= 0, classes[np.maximum(rows, 0)], -1)
+            _, local = distinct_rows(np.concatenate([accepting[frontier, None].astype(np.int64), rows], axis=1))
+            classes[frontier] = count + local
+            count += int(local.max()) + 1
         done += len(frontier)
         before = predecessors[expand_ranges(bounds[frontier], bounds[frontier + 1])]
         np.subtract.at(remaining, before, 1)
@@ -485,10 +559,11 @@ def compile_expr(expr: Expr, rule_index: dict[str, int], alphabet: int,
 
 
 def _build_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_index: dict[str, int] | None) -> DFA:
-    nfa = NFA()
-    start, final = nfa.new_state(), nfa.new_state()
-    NFABuilder(nfa, rule_index, terminal_index).build(expr, start, final)
-    return minimize(trim(determinize(nfa, start, final, alphabet)))
+    with collection_paused():  # (`collection`: the NFA's lists and the subsets all live to the end)
+        nfa = NFA()
+        start, final = nfa.new_state(), nfa.new_state()
+        NFABuilder(nfa, rule_index, terminal_index).build(expr, start, final)
+        return minimize(trim(determinize(nfa, start, final, alphabet)))
 
 
 # Rule automata kept for reuse across compilations (bodies with their callee indices).
@@ -589,12 +664,21 @@ class RTN:
         return found
 
 
+def _rule_dfa(name: str, body: Expr, rule_index: dict[str, int], alphabet: int,
+              terminal_index: dict[str, int] | None) -> DFA:
+    """`compile_expr` of one rule, a refusal naming the rule."""
+    try:
+        return compile_expr(body, rule_index, alphabet, terminal_index)
+    except GrammarError as error:
+        raise GrammarError(f"rule {name!r}: {error}") from None
+
+
 def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
               terminal_index: dict[str, int] | None = None, shared: frozenset[str] = frozenset()) -> RTN:
     """Compile every rule body and number all states globally (``shared``: `Rule.shared` rules)."""
     names = list(rules)
     rule_index = {name: i for i, name in enumerate(names)}
-    dfas = [compile_expr(rules[name], rule_index, alphabet, terminal_index) for name in names]
+    dfas = [_rule_dfa(name, rules[name], rule_index, alphabet, terminal_index) for name in names]
     offsets = np.cumsum([0] + [len(d.accepting) for d in dfas])
     trans_parts: list[np.ndarray] = []
     calls: list[tuple[tuple[int, int], ...]] = []

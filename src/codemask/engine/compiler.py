@@ -5,7 +5,8 @@ at each automaton position (the adaptive mask cache) for every position at compi
 grammar is small (``precompute="auto"``, the default) or always (``precompute=True``), otherwise
 when a parser state first needs it. The result depends only on the grammar's
 canonical text and the vocabulary's fingerprint, so it is kept in memory for the process and
-pickled to a cache folder, from which a later process loads it in milliseconds. Lexer-mode
+written to a cache folder (`disk_cache`: data only, checked on load, capped in size), from which
+a later process loads it in milliseconds. Lexer-mode
 grammars have no finite list of positions: what their masks learn (`LexerMaskState`) is saved
 beside the compiled form instead, after sample code of the language where there is some
 (`samples`, the precompute) or whenever asked (`save_mask_state`, ``codemask warm``).
@@ -18,7 +19,6 @@ import functools
 import gc
 import hashlib
 import os
-import pickle
 import tempfile
 import threading
 import warnings
@@ -32,9 +32,24 @@ import numpy as np
 from tqdm import tqdm
 
 from codemask.engine.automaton import RTN, build_rtn
+from codemask.engine.disk_cache import DiskCache, cache_limit_bytes
 from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, build_terminal_automata
-from codemask.engine.lexer_masks import LexerMaskComputer, LexerMaskState
-from codemask.engine.mask_cache import LazyPositionMasks, MaskComputer, PositionMasks, build_position_masks, num_words
+from codemask.engine.lexer_masks import (
+    LexerMaskComputer,
+    LexerMaskState,
+    LexerPosition,
+    Residuals,
+    ResidualSplit,
+    UncertainTokens,
+)
+from codemask.engine.mask_cache import (
+    LazyPositionMasks,
+    MaskComputer,
+    PositionMasks,
+    Uncertain,
+    build_position_masks,
+    num_words,
+)
 from codemask.engine.parser import ParserCore
 from codemask.engine.samples import has_samples, sample_tokens
 from codemask.engine.token_trie import ByteVocabulary, token_trie
@@ -48,6 +63,11 @@ from codemask.grammar.optimize import optimize
 # it), after which no mask pays for a first visit (5-15 ms each for a wide position); a server
 # compiling large schemas per request may prefer ``precompute=False``.
 AUTO_PRECOMPUTE_POSITIONS = 20000
+
+# A compiled grammar starts a new generation of parser states past this many (`CompiledGrammar`):
+# about 1.5 KB each with their transition row and stack nodes, so ~75 MB, plus the generation's
+# masks (at most `MaskComputer`'s capacity).
+DEFAULT_MAX_PARSER_STATES = 50_000
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
 ENGINE_VERSION = "3"
@@ -97,25 +117,71 @@ class CompiledArtifacts:
 
 @dataclass
 class CompiledGrammar:
-    """A grammar compiled for one vocabulary; matchers created from it share its caches."""
+    """A grammar compiled for one vocabulary; matchers created from it share its caches.
+
+    Parser states are interned as matchers meet them and never forgotten while a matcher may
+    still name them, so a grammar shared by many requests (a server's) would grow without bound
+    (nested JSON makes tens of new states per document, each with a 1 KB transition row and its
+    masks). The states and their memos therefore live in a *generation* (a parser core and its
+    mask computer): once the current one holds more than ``max_states`` states, the next matcher
+    (or `GrammarMatcher.reset`) starts a fresh generation, and the old one is freed with the last
+    matcher that uses it. What does not depend on parser states is shared by every generation and
+    kept: the position masks of byte-level grammars, and in lexer mode the lexer's states, their
+    classifications and residual sets. A generation's masks are exactly the masks of a fresh
+    compile, whichever generation computes them.
+    """
 
     grammar: Grammar
     vocab: ByteVocabulary
     artifacts: CompiledArtifacts
-    core: ParserCore | LexParserCore = field(init=False)
-    masks: MaskComputer | LexerMaskComputer = field(init=False)
+    max_states: int = field(default=DEFAULT_MAX_PARSER_STATES, kw_only=True)
+    generations: int = field(default=0, init=False)  # how many generations were started (the first is 1)
+    _current: tuple[ParserCore | LexParserCore, MaskComputer | LexerMaskComputer] = field(init=False, repr=False)
+    _positions: PositionMasks | LazyPositionMasks | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.max_states, bool) or not isinstance(self.max_states, int) or self.max_states < 1:
+            raise ValueError(f"max_states must be a positive int, got {self.max_states!r}")
         artifacts = self.artifacts
+        if artifacts.terminals is None:
+            # Lazy positions are classified over a core of their own (frame states only), so that
+            # their walks outlive the generations whose masks read them.
+            self._positions = artifacts.masks if artifacts.masks is not None else LazyPositionMasks(
+                ParserCore(artifacts.rtn), token_trie(self.vocab), self.vocab.vocab_size)
+        self._current = self._start_generation(None)
+
+    @property
+    def core(self) -> ParserCore | LexParserCore:
+        """The current generation's parser core (a matcher keeps the one it started with)."""
+        return self._current[0]
+
+    @property
+    def masks(self) -> MaskComputer | LexerMaskComputer:
+        """The current generation's mask computer (a matcher keeps the one it started with)."""
+        return self._current[1]
+
+    def generation(self) -> tuple[ParserCore | LexParserCore, MaskComputer | LexerMaskComputer]:
+        """The core and masks a new matcher starts with: the current generation's, or a fresh
+        generation's where the current one has outgrown `max_states`."""
+        with self._lock:
+            if _num_states(self._current[0]) > self.max_states:
+                self._current = self._start_generation(self._current[1])
+            return self._current
+
+    def _start_generation(self, previous: MaskComputer | LexerMaskComputer | None
+                          ) -> tuple[ParserCore | LexParserCore, MaskComputer | LexerMaskComputer]:
+        artifacts, vocab = self.artifacts, self.vocab
+        self.generations += 1
         if artifacts.terminals is not None:
-            self.core = LexParserCore(ParserCore(artifacts.rtn, lazy=True), LexerCore(artifacts.terminals))
-            self.masks = LexerMaskComputer(self.core, self.vocab)
-            return
-        core = self.core = ParserCore(artifacts.rtn)
-        trie = token_trie(self.vocab)
-        positions = artifacts.masks if artifacts.masks is not None else LazyPositionMasks(
-            core, trie, self.vocab.vocab_size)
-        self.masks = MaskComputer(core, positions, trie, self.vocab.vocab_size, self.vocab.stop_token_ids)
+            lexer = previous.core.lexer if isinstance(previous, LexerMaskComputer) else LexerCore(artifacts.terminals)
+            lex_core = LexParserCore(ParserCore(artifacts.rtn, lazy=True), lexer)
+            if isinstance(previous, LexerMaskComputer):
+                return lex_core, previous.renewed(lex_core)
+            return lex_core, LexerMaskComputer(lex_core, vocab)
+        assert self._positions is not None
+        core = ParserCore(artifacts.rtn)
+        return core, MaskComputer(core, self._positions, token_trie(vocab), vocab.vocab_size, vocab.stop_token_ids)
 
     @property
     def vocab_size(self) -> int:
@@ -151,12 +217,18 @@ class GrammarCompiler:
     vocabulary); other lexer states are classified when met.
     ``progress`` shows a progress bar when a precomputation takes more than a second. The
     ``memory_size`` most recently used grammars stay compiled in memory (a server compiling a
-    schema per request must not grow without bound); older ones come back from disk.
+    schema per request must not grow without bound); older ones come back from disk. The disk
+    cache holds at most ``max_cache_mb`` megabytes (default ``$CODEMASK_CACHE_MAX_MB``, else
+    `disk_cache.DEFAULT_MAX_MB`), least recently used entries going first; an entry that fails
+    its checks, or from which the grammar does not build, is rebuilt and overwritten. A compiled
+    grammar keeps at most about ``max_parser_states`` interned parser states for new matchers
+    (`CompiledGrammar`'s generations), so one grammar serving request after request stays bounded.
     """
 
     def __init__(self, vocab: ByteVocabulary, *, cache_dir: str | Path | bool | None = None,
                  progress: bool = True, memory_size: int = 128,
-                 precompute: bool | Literal["auto"] = "auto") -> None:
+                 precompute: bool | Literal["auto"] = "auto", max_cache_mb: float | None = None,
+                 max_parser_states: int = DEFAULT_MAX_PARSER_STATES) -> None:
         self.vocab = vocab
         self.cache_dir: Path | None
         if cache_dir is False:
@@ -165,6 +237,10 @@ class GrammarCompiler:
             self.cache_dir = default_cache_dir()
         else:
             self.cache_dir = Path(cache_dir)
+        if isinstance(max_parser_states, bool) or not isinstance(max_parser_states, int) or max_parser_states < 1:
+            raise ValueError(f"max_parser_states must be a positive int, got {max_parser_states!r}")
+        self.max_parser_states = max_parser_states
+        self.disk = DiskCache(self.cache_dir, cache_limit_bytes(max_cache_mb)) if self.cache_dir is not None else None
         if precompute not in (True, False, "auto"):
             raise ValueError(f"precompute must be True, False or 'auto', got {precompute!r}")
         self.progress = progress
@@ -209,17 +285,30 @@ class GrammarCompiler:
             pending.set()
 
     def _compile(self, key: str, grammar: Grammar) -> CompiledGrammar:
-        artifacts = self._load(key)
-        if artifacts is None or self._lacks_masks(artifacts):
+        compiled = self._from_disk(key, grammar)
+        if compiled is None:
             artifacts = self._build(grammar)
             self._store(key, artifacts)
-        compiled = CompiledGrammar(grammar, self.vocab, artifacts)
+            compiled = CompiledGrammar(grammar, self.vocab, artifacts, max_states=self.max_parser_states)
         loaded = self._load_mask_state(key, compiled)
         if not loaded and self._precomputes_lexer(compiled):
             self._precompute_lexer(compiled)
         if isinstance(compiled.masks, LexerMaskComputer) and (loaded or self.precompute is not False):
             compiled.masks.prepare()  # (else the first mask builds the vocabulary's trie: 0.5-0.7 s with Llama-3)
         return compiled
+
+    def _from_disk(self, key: str, grammar: Grammar) -> CompiledGrammar | None:
+        """The grammar built from its disk cache entry, or None where there is none, it lacks the
+        masks this compiler precomputes, or building from it fails: an entry that passed its
+        checksum but does not build (written by a faulty version, or planted) must not make every
+        later compile fail, so it is rebuilt and overwritten instead."""
+        artifacts = self._load(key)
+        if artifacts is None or self._lacks_masks(artifacts):
+            return None
+        try:
+            return CompiledGrammar(grammar, self.vocab, artifacts, max_states=self.max_parser_states)
+        except Exception:  # (whatever an unsound entry makes the engine raise: rebuilding is the answer)
+            return None
 
     def _lacks_masks(self, artifacts: CompiledArtifacts) -> bool:
         """A lazily compiled grammar from the disk cache that this compiler would precompute."""
@@ -244,11 +333,9 @@ class GrammarCompiler:
         only worth its seconds where its result is kept for later processes."""
         if self._writable is None:
             self._writable = False
-            if self.cache_dir is not None:
-                with contextlib.suppress(OSError):
-                    self.cache_dir.mkdir(parents=True, exist_ok=True)
-                    with tempfile.TemporaryFile(dir=self.cache_dir):
-                        self._writable = True
+            if self.disk is not None and self.disk.writable():
+                with contextlib.suppress(OSError), tempfile.TemporaryFile(dir=self.disk.folder):
+                    self._writable = True
         return self._writable
 
     def _precompute_lexer(self, compiled: CompiledGrammar) -> None:
@@ -311,12 +398,9 @@ class GrammarCompiler:
         masks = build_position_masks(ParserCore(rtn), token_trie(self.vocab), self.vocab.vocab_size, label)
         return CompiledArtifacts(rtn=rtn, masks=masks)
 
-    def _path(self, key: str, kind: str = "") -> Path | None:
-        return None if self.cache_dir is None else self.cache_dir / f"{key}{kind}.pkl"
-
-    def _state_path(self, key: str) -> Path | None:
-        """Where a grammar's mask state lies: beside its compiled form, named by the engine's build."""
-        return self._path(key, f"{MASK_STATE_SUFFIX}-{engine_fingerprint()}")
+    def _state_name(self, key: str) -> str:
+        """A grammar's mask state lies beside its compiled form, named by the engine's build."""
+        return f"{key}{MASK_STATE_SUFFIX}-{engine_fingerprint()}"
 
     def save_mask_state(self, compiled: CompiledGrammar) -> Path | None:
         """Save what a lexer-mode grammar's masks have learnt so far (`LexerMaskState`: lexer
@@ -330,68 +414,42 @@ class GrammarCompiler:
         if compiled.vocab.fingerprint != self.vocab.fingerprint:
             raise ValueError("this grammar was compiled for another vocabulary than this compiler's")
         key = self._key(compiled.grammar)
-        path = self._state_path(key)
-        if path is None or not isinstance(compiled.masks, LexerMaskComputer):
+        if self.disk is None or not isinstance(compiled.masks, LexerMaskComputer):
             return None
-        if not _write_pickle(path, compiled.masks.save_state()):
-            return None
-        for stale in path.parent.glob(f"{key}{MASK_STATE_SUFFIX}-*.pkl"):
-            if stale != path:
-                with contextlib.suppress(OSError):
-                    stale.unlink()
+        path = self.disk.write(self._state_name(key), compiled.masks.save_state(), STATE_TYPES)
+        if path is not None:
+            self.disk.remove(f"{key}{MASK_STATE_SUFFIX}-*", keep=path)
         return path
 
     def _load_mask_state(self, key: str, compiled: CompiledGrammar) -> bool:
         """Start a lexer-mode grammar's masks from a saved state, if there is one that fits, and
         say whether it did. The file is a cache: one that cannot be read or does not fit
         (`load_state` checks it all before taking anything) leaves the masks to start from scratch."""
-        path = self._state_path(key)
-        if path is None or not isinstance(compiled.masks, LexerMaskComputer) or not path.exists():
+        if self.disk is None or not isinstance(compiled.masks, LexerMaskComputer):
             return False
-        state = _read_pickle(path)
-        if isinstance(state, LexerMaskState):
-            with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError, KeyError):
-                compiled.masks.load_state(state)  # (it checks the format, vocabulary, automata, references)
-                return True
-        return False
+        state = self.disk.read(self._state_name(key), LexerMaskState, STATE_TYPES)
+        if state is None:
+            return False
+        try:
+            compiled.masks.load_state(state)  # (it checks the format, vocabulary, automata, references)
+        except Exception:  # (an entry the checks let through but the engine refuses: start from scratch)
+            return False
+        return True
 
     def _load(self, key: str) -> CompiledArtifacts | None:
-        path = self._path(key)
-        loaded = _read_pickle(path) if path is not None and path.exists() else None
-        return loaded if isinstance(loaded, CompiledArtifacts) else None  # a corrupt or stale file is rebuilt
+        """The entry's artifacts; None where there is none or it fails its checks (then rebuilt)."""
+        return self.disk.read(key, CompiledArtifacts, ARTIFACT_TYPES) if self.disk is not None else None
 
     def _store(self, key: str, artifacts: CompiledArtifacts) -> None:
-        path = self._path(key)
-        if path is not None:
-            _write_pickle(path, artifacts)
+        if self.disk is not None:
+            self.disk.write(key, artifacts, ARTIFACT_TYPES)
 
 
-def _read_pickle(path: Path) -> object:
-    """A cache file's object, or None where it cannot be read (corrupt, truncated, stale classes)."""
-    try:
-        with path.open("rb") as f:
-            return pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
-        return None
-
-
-def _write_pickle(path: Path, value: object) -> bool:
-    """Write a cache file atomically (a reader never sees half a file) and say whether it was
-    written; a read-only home is no error: the disk cache is an optimisation and must not break
-    compiling. A half-written temporary file is removed."""
-    temporary: str | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
-            temporary = f.name
-            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(temporary, path)
-        return True
-    except (OSError, pickle.PicklingError):
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-        return False
+def _num_states(core: ParserCore | LexParserCore) -> int:
+    """The parser states a generation holds (in lexer mode, combined and parser states)."""
+    if isinstance(core, LexParserCore):
+        return len(core.keys) + core.parser.num_states
+    return core.num_states
 
 
 def _build_lexer_mode(ir: GrammarIR) -> CompiledArtifacts:
@@ -401,3 +459,8 @@ def _build_lexer_mode(ir: GrammarIR) -> CompiledArtifacts:
     rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start,
                     alphabet=max(len(terminals), 1), terminal_index=index)
     return CompiledArtifacts(rtn=rtn, terminals=automata)
+
+
+# The classes a disk cache entry may hold (`disk_cache`: built from their saved fields, nothing else).
+ARTIFACT_TYPES: tuple[type, ...] = (CompiledArtifacts, RTN, PositionMasks, Uncertain, TerminalAutomata)
+STATE_TYPES: tuple[type, ...] = (LexerMaskState, LexerPosition, UncertainTokens, Residuals, ResidualSplit)

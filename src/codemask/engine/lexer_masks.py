@@ -516,6 +516,20 @@ class LexerMaskComputer:
         # residual sets from `load_state`, adopted when the sets are made (they need the trie)
         self._adopted: tuple[dict[bytes, Residuals], dict[bytes, UncertainTokens]] | None = None
 
+    def renewed(self, core: LexParserCore) -> LexerMaskComputer:
+        """A computer for a fresh generation of parser states (`CompiledGrammar.generation`) over
+        the same lexer: it shares what depends only on the lexer and the vocabulary (classified
+        lexer states, residual sets and their splits, the trie) and starts the memos keyed by
+        parser states (whole masks, residual results, the C walker's) empty. The residual sets
+        are made first: both computers must number them alike, as the positions name them."""
+        if core.lexer is not self.core.lexer:
+            raise ValueError("a renewed mask computer must share the lexer of the one it renews")
+        renewed = LexerMaskComputer(core, self.vocab, self._capacity)
+        renewed._positions = self._positions
+        renewed._trie = self.trie
+        renewed._residual_sets = self.residual_sets
+        return renewed
+
     @property
     def trie(self) -> TokenTrie:
         """The vocabulary's trie, built (or taken from the process cache) when first needed."""

@@ -33,18 +33,24 @@ class GrammarMatcher:
 
     def __init__(self, compiled: CompiledGrammar, *, prefix: bytes | str = b"", until: str | None = None,
                  suffix: bytes | str | None = None) -> None:
+        if not isinstance(compiled, CompiledGrammar):
+            hint = " (compile it first: GrammarCompiler(vocab).compile(grammar))" \
+                if type(compiled).__name__ == "Grammar" else ""
+            raise TypeError(f"GrammarMatcher takes a CompiledGrammar, got {type(compiled).__name__}{hint}")
         self.compiled = compiled
-        self._core = compiled.core
-        self._masks = compiled.masks
+        self._core, self._masks = compiled.generation()
         self._vocab = compiled.vocab
         self._stop_ids = compiled.vocab.stop_token_ids
         self._until = until
-        self._history: list[int] = [self._start(_as_bytes(prefix), until)]
+        self._prefix = _as_bytes(prefix)
+        self._history: list[int] = [self._start(self._prefix, until)]
         self._suffix = None if suffix is None else _as_bytes(suffix)
         self._suffix_ok: dict[int, bool] = {}
 
     def _start(self, prefix: bytes, until: str | None) -> int:
         """The state after the prefix, with the completion scope (if any) beginning there."""
+        if self._core.initial == DEAD:
+            raise MatcherError("the grammar accepts no text at all (its language is empty)")
         state = self._core.walk(self._core.initial, prefix) if prefix else self._core.initial
         if state == DEAD:
             raise MatcherError("prefix= is not a prefix of any text the grammar accepts")
@@ -123,7 +129,7 @@ class GrammarMatcher:
 
     def accept_string(self, text: str) -> bool:
         """`accept_bytes` of a text's UTF-8 encoding."""
-        return self.accept_bytes(text.encode("utf-8"))
+        return self.accept_bytes(_as_bytes(text))
 
     # -- masks -------------------------------------------------------------------------------
 
@@ -172,14 +178,24 @@ class GrammarMatcher:
 
     def rollback(self, num_tokens: int) -> None:
         """Undo the last ``num_tokens`` accepted tokens (termination included)."""
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int | np.integer):
+            raise MatcherError(f"rollback takes a number of tokens (an int), got {type(num_tokens).__name__}")
+        num_tokens = int(num_tokens)
         if num_tokens < 0 or num_tokens > self.num_accepted:
             raise MatcherError(f"cannot roll back {num_tokens} tokens: {self.num_accepted} accepted")
         if num_tokens:
             del self._history[-num_tokens:]
 
     def reset(self) -> None:
-        """Back to the initial state."""
-        del self._history[1:]
+        """Back to the initial state, in the compiled grammar's current generation of parser
+        states (`CompiledGrammar.generation`): a matcher reused for request after request does not
+        hold an outgrown generation alive."""
+        core, masks = self.compiled.generation()
+        if core is self._core:
+            del self._history[1:]
+            return
+        self._core, self._masks, self._suffix_ok = core, masks, {}
+        self._history = [self._start(self._prefix, self._until)]  # (the prefix was accepted before: no error)
 
     def fork(self) -> GrammarMatcher:
         """An independent matcher in the same state (cheap: the history is a list of ints)."""
@@ -223,17 +239,39 @@ class GrammarMatcher:
 
 
 def _as_bytes(data: bytes | bytearray | str) -> bytes:
-    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    """Text as UTF-8, or bytes. Anything else is a `TypeError`: ``bytes(n)`` of an int would be
+    ``n`` zero bytes (a fuzzed ``accept_bytes(10**10)`` allocated 10 GB)."""
+    if isinstance(data, str):
+        try:
+            return data.encode("utf-8")
+        except UnicodeEncodeError:  # (lone surrogates)
+            raise ValueError(f"text is not encodable as UTF-8: {data!r:.60}") from None
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"expected bytes or str, got {type(data).__name__}")
 
 
 def _row_view(bitmask: Any, row: int) -> np.ndarray:
-    """A writable numpy view of one row of a CPU bitmask (torch tensor or numpy array)."""
+    """A writable numpy view of one row of a CPU bitmask (torch tensor or numpy array): a 2-D
+    ``[batch, words]`` one and a row in it, or one 1-D row (``row`` 0)."""
     if isinstance(bitmask, np.ndarray):
         arr = bitmask
-    else:
-        if getattr(bitmask, "device", None) is not None and bitmask.device.type != "cpu":
+    elif callable(getattr(bitmask, "numpy", None)) and hasattr(bitmask, "device"):
+        if bitmask.device.type != "cpu":
             raise ValueError("fill the bitmask on the CPU (allocate_token_bitmask) and copy it to the device")
         arr = bitmask.numpy()
+    else:
+        raise TypeError(f"bitmask must be an int32 numpy array or torch tensor, got {type(bitmask).__name__}")
     if arr.dtype != np.int32:
         raise ValueError(f"bitmask must be int32, got {arr.dtype}")
-    return arr[row] if arr.ndim == 2 else arr
+    if isinstance(row, bool) or not isinstance(row, int | np.integer):
+        raise TypeError(f"row must be an int, got {type(row).__name__}")
+    if arr.ndim not in (1, 2):
+        raise ValueError(f"bitmask must be 1-D (one row) or 2-D ([batch, words]), got {arr.ndim}-D")
+    rows = arr.shape[0] if arr.ndim == 2 else 1
+    if not 0 <= row < rows:
+        what = "a 1-D bitmask holds one row (row 0)" if arr.ndim == 1 else f"the bitmask has {rows} rows"
+        raise ValueError(f"row {int(row)} is out of range: {what}")
+    if not arr.flags.writeable:
+        raise ValueError("bitmask is read-only")
+    return arr[int(row)] if arr.ndim == 2 else arr

@@ -34,6 +34,8 @@ from codemask.errors import GrammarError, GrammarSyntaxError
 from codemask.grammar.ir import (
     EMPTY,
     MAX_CODE_POINT,
+    MAX_NESTING,
+    MAX_REPEAT,
     Expr,
     GrammarIR,
     Repeat,
@@ -88,6 +90,7 @@ class _Parser:
         self.pos = 0
         self.rule_name = ""
         self.references: list[_Reference] = []
+        self.depth = 0  # groups open at `pos` (`MAX_NESTING`)
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -142,7 +145,9 @@ class _Parser:
         self.pos += 2
         self._skip_space()
         inner_at = self.pos
+        self._enter(open_at)
         body = self._alternatives(nested=True)
+        self.depth -= 1
         self._skip_space()
         if self.pos >= len(self.text) or self.text[self.pos] != ")":
             raise self._error("unclosed lookahead assertion '(='", open_at)
@@ -204,12 +209,20 @@ class _Parser:
     def _group(self) -> Expr:
         open_at = self.pos
         self.pos += 1
+        self._enter(open_at)
         body = self._alternatives(nested=True)
+        self.depth -= 1
         self._skip_space()
         if self.pos >= len(self.text) or self.text[self.pos] != ")":
             raise self._error("unclosed '('", open_at)
         self.pos += 1
         return body
+
+    def _enter(self, open_at: int) -> None:
+        """One group deeper, within `MAX_NESTING` (the parser and later stages recurse per level)."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self._error(f"nesting deeper than {MAX_NESTING} groups", open_at)
 
     def _reference(self) -> Expr:
         offset = self.pos
@@ -256,7 +269,12 @@ class _Parser:
         start = self.pos
         while self.pos < len(self.text) and self.text[self.pos] in _DIGITS:
             self.pos += 1
-        return int(self.text[start:self.pos]) if self.pos > start else None
+        if self.pos == start:
+            return None
+        if self.pos - start > len(str(MAX_REPEAT)) or int(self.text[start:self.pos]) > MAX_REPEAT:
+            raise self._error(f"repetition count {self.text[start:self.pos]} is too large (at most {MAX_REPEAT})",
+                              start)
+        return int(self.text[start:self.pos])
 
     # -- terminals --------------------------------------------------------------------------
 

@@ -93,6 +93,8 @@ class Grammar:
                 schema = json.loads(schema)
             except json.JSONDecodeError as exc:
                 raise InvalidSchemaError(f"the schema is not valid JSON: {exc}") from None
+            except RecursionError:
+                raise InvalidSchemaError("the schema nests too deep to read") from None
         grammar = cls(json_schema_ir(schema, mode=mode, strict=strict, whitespace=whitespace), "json_schema")
         grammar.output = "json"
         grammar.item_penalty = item_penalty if mode == "generate" else None
@@ -176,6 +178,10 @@ class Grammar:
             text = file.read_text(encoding="utf-8")
         except OSError as exc:
             raise GrammarError(f"cannot read grammar file {file}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            line = exc.object.count(b"\n", 0, exc.start) + 1
+            raise GrammarError(f"{file}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line}, "
+                               f"offset {exc.start}); grammar files are read as UTF-8") from None
         if file.suffix == ".lark":
             return cls.from_lark(text, start=start or "start", source=str(file))
         if file.suffix in {".gbnf", ".ebnf", ".bnf"}:

@@ -20,7 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeAlias, Union
 
+from codemask.errors import GrammarError
+
 MAX_CODE_POINT = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)  # UTF-16 halves: no UTF-8 text holds them
+# Grammar texts nesting groups deeper than this are refused ("nesting deeper than N at line:col"):
+# the front-ends, the optimiser and the automaton construction walk expressions recursively.
+MAX_NESTING = 64
+# The largest repetition count (`Repeat`): counters are machine integers past the front-ends.
+MAX_REPEAT = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +96,10 @@ class Repeat:
     item: Expr
     min: int = 0
     max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.min > MAX_REPEAT or (self.max is not None and self.max > MAX_REPEAT):
+            raise GrammarError(f"repetition count {max(self.min, self.max or 0)} is too large (at most {MAX_REPEAT})")
 
 
 Expr: TypeAlias = Union[Literal, CharClass, ByteClass, RuleRef, TerminalRef, Sequence, Choice, Repeat]  # noqa: UP007
@@ -171,13 +183,23 @@ def seq(*items: Expr) -> Expr:
 
 
 def choice(*alternatives: Expr) -> Expr:
-    """An alternation, flattening nested choices and dropping duplicates (order kept)."""
-    flat: list[Expr] = []
-    for alt in alternatives:
-        for part in alt.alternatives if isinstance(alt, Choice) else (alt,):
-            if part not in flat:
-                flat.append(part)
-    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+    """An alternation, flattening nested choices and dropping duplicates (order kept). Many
+    alternatives are deduplicated by hashing (a scan of the list so far made 100,000 of them
+    take minutes), a few by that scan (a hash walks a whole expression, a comparison stops at
+    the first difference)."""
+    parts = [part for alt in alternatives for part in (alt.alternatives if isinstance(alt, Choice) else (alt,))]
+    if len(parts) > SMALL_CHOICE:
+        unique = tuple(dict.fromkeys(parts))
+    else:
+        kept: list[Expr] = []
+        for part in parts:
+            if part not in kept:
+                kept.append(part)
+        unique = tuple(kept)
+    return unique[0] if len(unique) == 1 else Choice(unique)
+
+
+SMALL_CHOICE = 16
 
 
 def normalize_ranges(ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:

@@ -44,6 +44,7 @@ from lark.load_grammar import load_grammar
 
 from codemask.errors import CodemaskError, GrammarError, GrammarSyntaxError
 from codemask.grammar.ir import (
+    MAX_NESTING,
     NOTHING,
     Choice,
     Expr,
@@ -133,8 +134,34 @@ def lexer_order(terminal_defs: Iterable[TerminalDef]) -> list[TerminalDef]:
                   key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name))
 
 
+def _check_nesting(text: str, source: str) -> None:
+    """Refuse groups (``( )``, ``[ ]``) nested deeper than `MAX_NESTING` before Lark's loader,
+    whose parser and tree transformers recurse per level, sees them; strings, regular expressions
+    and comments are skipped."""
+    depth = 0
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if text.startswith("//", index):
+            end = text.find("\n", index)
+            index = len(text) if end < 0 else end
+            continue
+        if char in "\"/":  # a string or a regular expression: to its unescaped end on the line
+            index += 1
+            while index < len(text) and text[index] not in (char, "\n"):
+                index += 2 if text[index] == "\\" else 1
+        elif char in "([":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise GrammarSyntaxError(f"nesting deeper than {MAX_NESTING} groups", text, index, source)
+        elif char in ")]":
+            depth -= 1
+        index += 1
+
+
 def _load(text: str, source: str, import_paths: list[str]) -> LarkGrammar:
     """Lark's grammar loader, with its errors turned into codemask's."""
+    _check_nesting(text, source)
     try:
         grammar, _used_files = load_grammar(text, source, import_paths, False)
     except LarkGrammarError as exc:

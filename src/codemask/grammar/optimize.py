@@ -24,6 +24,7 @@ from codemask.errors import GrammarError
 from codemask.grammar.counting import count_large_repeats
 from codemask.grammar.ir import (
     NOTHING,
+    SURROGATES,
     ByteClass,
     CharClass,
     Choice,
@@ -36,6 +37,8 @@ from codemask.grammar.ir import (
     Sequence,
     TerminalRef,
     choice,
+    complement_ranges,
+    normalize_ranges,
     references,
     seq,
 )
@@ -49,6 +52,10 @@ SHARED_INLINE_WEIGHT_LIMIT = 500
 # ... and above this total weight of all its copies (a JSON Schema object's member, referenced from
 # every required-keys state, would otherwise be copied into each of them).
 SHARED_INLINE_TOTAL_LIMIT = 400
+# A rule whose inlined body would nest deeper than this stays separate: a chain of rules each
+# calling the next, inlined, nested a thousand levels deep, past what the recursive walks over
+# expressions (and their hashes) can take.
+INLINE_DEPTH_LIMIT = 64
 
 
 def optimize(ir: GrammarIR) -> GrammarIR:
@@ -103,16 +110,28 @@ def reachable_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     return {name: rules[name] for name in order}
 
 
+def _least_fixed_point(rules: dict[str, Rule], holds: Callable[[Expr, set[str]], bool]) -> set[str]:
+    """The least set of rules whose body ``holds`` given the set (productive, nullable): a
+    worklist that looks at a rule again only when a rule it references joins the set. Sweeping
+    every rule until nothing changed took one sweep per link of a chain of rules (quadratic: a
+    chain of 100,000 rules did not finish in five minutes)."""
+    users: dict[str, list[str]] = {}
+    for name, rule in rules.items():
+        for ref in references(rule.body):
+            users.setdefault(ref, []).append(name)
+    found: set[str] = set()
+    todo = list(rules)
+    while todo:
+        name = todo.pop()
+        if name not in found and holds(rules[name].body, found):
+            found.add(name)
+            todo.extend(user for user in users.get(name, ()) if user not in found)
+    return found
+
+
 def drop_unproductive(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     """Replace references to rules that derive no finite string by the empty choice."""
-    productive: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, rule in rules.items():
-            if name not in productive and _productive(rule.body, productive):
-                productive.add(name)
-                changed = True
+    productive = _least_fixed_point(rules, _productive)
     if start not in productive:
         raise GrammarError(f"the start rule {start!r} matches no finite string")
     if len(productive) == len(rules):
@@ -133,8 +152,9 @@ def _productive(expr: Expr, productive: set[str]) -> bool:
         return any(_productive(alt, productive) for alt in expr.alternatives)
     if isinstance(expr, Repeat):
         return expr.min == 0 or _productive(expr.item, productive)
-    if isinstance(expr, CharClass):
-        return bool(expr.ranges) or expr.negated
+    if isinstance(expr, CharClass):  # (a class of nothing but surrogates matches no UTF-8 either)
+        ranges = complement_ranges(normalize_ranges(expr.ranges)) if expr.negated else normalize_ranges(expr.ranges)
+        return any(lo < SURROGATES[0] or hi > SURROGATES[1] for lo, hi in ranges)
     if isinstance(expr, ByteClass):
         return bool(expr.ranges)
     return True
@@ -163,15 +183,7 @@ def _substitute(expr: Expr, replace: Callable[[str], Expr | None]) -> Expr:
 
 def nullable_rules(rules: dict[str, Rule]) -> set[str]:
     """Rules that derive the empty string."""
-    nullable: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, rule in rules.items():
-            if name not in nullable and is_nullable(rule.body, nullable):
-                nullable.add(name)
-                changed = True
-    return nullable
+    return _least_fixed_point(rules, is_nullable)
 
 
 def is_nullable(expr: Expr, nullable: set[str]) -> bool:
@@ -370,6 +382,25 @@ def recursive_rules(rules: dict[str, Rule]) -> set[str]:
     return found
 
 
+def expr_size(expr: Expr, inlined: dict[str, tuple[int, int, type]]) -> tuple[int, int, type]:
+    """`expr_weight`, nesting depth and top node type of ``expr`` once the rules of ``inlined``
+    (name -> the same of their bodies) are inlined into it; other references weigh 1. A sequence
+    inlined into a sequence (a choice into a choice) is spliced into it, as `seq` and `choice` do,
+    so it adds no level."""
+    if isinstance(expr, RuleRef):
+        return inlined.get(expr.name, (1, 1, RuleRef))
+    if isinstance(expr, Sequence | Choice):
+        kind = type(expr)
+        parts = [expr_size(item, inlined) for item in (expr.items if isinstance(expr, Sequence) else expr.alternatives)]
+        depth = max((d - 1 if k is kind else d for _w, d, k in parts), default=0)
+        return 1 + sum(w for w, _d, _k in parts), 1 + depth, kind
+    if isinstance(expr, Repeat):
+        weight, depth, _kind = expr_size(expr.item, inlined)
+        copies = max(expr.min, 1) if expr.max is None else max(expr.max, 1)
+        return 1 + copies * weight, 1 + depth, Repeat
+    return expr_weight(expr), 1, type(expr)
+
+
 def expr_weight(expr: Expr) -> int:
     """A rough size of the automaton an expression turns into."""
     if isinstance(expr, Literal):
@@ -400,14 +431,22 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     def inlined(name: str) -> Expr | None:
         return None if name in keep else bodies[name]
 
+    sizes: dict[str, tuple[int, int, type]] = {}  # an inlined rule's body: `expr_size`
     for name in order:
         body = _substitute(rules[name].body, inlined)
         bodies[name] = body
         limit = INLINE_WEIGHT_LIMIT
         if uses[name] > 1:
             limit = min(SHARED_INLINE_WEIGHT_LIMIT, SHARED_INLINE_TOTAL_LIMIT // uses[name])
-        if name not in keep and expr_weight(body) > limit:
+        # measured on the rule's own body with each inlined callee's size: measuring the inlined
+        # body walked every callee again (quadratic along a chain of rules)
+        if name in keep:
+            continue
+        size = expr_size(rules[name].body, sizes)
+        if size[0] > limit or size[1] > INLINE_DEPTH_LIMIT:
             keep.add(name)
+        else:
+            sizes[name] = size
     return {name: replace(rules[name], body=bodies[name]) for name in rules if name in keep}
 
 

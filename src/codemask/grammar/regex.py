@@ -50,6 +50,7 @@ from codemask.errors import GrammarError, GrammarSyntaxError
 from codemask.grammar.ir import (
     EMPTY,
     MAX_CODE_POINT,
+    MAX_NESTING,
     NOTHING,
     Expr,
     GrammarIR,
@@ -112,6 +113,7 @@ def _regex_to_expr(pattern: str, flags: int, search: bool) -> Expr:
 
 def _validate(pattern: str, flags: int) -> int:
     """Compile with ``re`` (the judge of what is valid); return the flags of the whole pattern."""
+    _check_nesting(pattern)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -122,6 +124,33 @@ def _validate(pattern: str, flags: int) -> int:
         except (ValueError, TypeError, OverflowError) as exc:
             raise GrammarError(f"invalid regular expression {pattern!r}: {exc}") from exc
     return int(compiled.flags)
+
+
+def _check_nesting(pattern: str) -> None:
+    """Refuse groups nested deeper than `MAX_NESTING` before ``re`` (whose parser recurses per
+    group) or this module's parser see them."""
+    depth = 0
+    index = 0
+    in_class = False
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            if pattern.startswith("]", index + 1) or pattern.startswith("^]", index + 1):
+                index += 2 if pattern[index + 1] == "]" else 3  # (a leading "]" is a member)
+                continue
+        elif char == "(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise GrammarSyntaxError(f"nesting deeper than {MAX_NESTING} groups", pattern, index, _SOURCE)
+        elif char == ")":
+            depth -= 1
+        index += 1
 
 
 # ------------------------------------------------------------------------------------------

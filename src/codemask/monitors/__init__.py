@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from codemask.monitors.lsp import LanguageServer, ServerUnavailable, server_for, shutdown_all
+from codemask.monitors.lsp import LanguageServer, ServerUnavailable, server_for, shutdown_all, workspace_folder
 from codemask.monitors.masks import NameMasks
 from codemask.monitors.monitor import (
     Answer,
@@ -68,10 +68,11 @@ def for_workspace(workspace_dir: str | os.PathLike[str], file_path: str | os.Pat
     ``timeout_s`` bounds each request (default: the server's ``request_timeout_s``). With ``wait``
     this returns once the server is ready (or its start-up timeout passed: monitors then stay silent
     until it is); without, it returns at once and early steps go unconstrained. A server that is
-    not installed raises :class:`ServerUnavailable` with its install hint.
+    not installed raises :class:`ServerUnavailable` with its install hint, a workspace folder that does
+    not exist :class:`~codemask.errors.WorkspaceError`.
     """
     spec = language_spec(language)
-    workspace = Path(workspace_dir).resolve()
+    workspace = workspace_folder(workspace_dir)
     path = Path(file_path)
     path = path if path.is_absolute() else workspace / path
     server_spec = spec.server(server)

@@ -12,6 +12,14 @@ Guarantees the decoding loop relies on: a request never blocks longer than its t
 that dies fails every pending request at once (the reader sees end-of-file); a server that stalls
 answers nothing until it catches up, and requests made meanwhile fail immediately instead of each
 waiting out its own timeout.
+
+Every server process is signalled and reaped on every path: a start that fails or times out
+(a server that never answers ``initialize``), a crash (the reader reaps it at end-of-file), a
+`LanguageServer.close` while it is still starting, and the interpreter's exit (an `atexit` hook
+ends every process still running). A server runs in a process group of its own, so helpers it
+spawned (tsserver under typescript-language-server) are signalled with it: ``SIGTERM``, then
+``SIGKILL`` after `TERMINATE_GRACE_S`. The reader thread is never waited on while it may hold a
+pipe: the process is signalled first, its pipes closed only once the reader has finished.
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ import contextlib
 import itertools
 import json
 import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -32,12 +42,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from codemask.errors import CodemaskError, WorkspaceError
 from codemask.monitors.spec import ServerSpec
 from codemask.monitors.text import minimal_edit, position_of
 
 
-class ServerUnavailable(RuntimeError):
-    """The server is not running, not ready, crashed, or did not answer in time."""
+class ServerUnavailable(CodemaskError, RuntimeError):
+    """The server is not installed, not running, not ready, crashed, or did not answer in time."""
+
+
+# How long a server has to exit after SIGTERM before it (and its process group) gets SIGKILL.
+TERMINATE_GRACE_S = 2.0
+_POSIX = sys.platform != "win32"
 
 
 _AHEAD_LIMIT = 16  # requests sent ahead and not taken yet, per server
@@ -95,10 +111,13 @@ class JsonRpcConnection:
         self._pending: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
         self.closed = threading.Event()
+        self.ended = False  # the output ended (set before `on_close` is called)
         self.input_broken = False  # a write failed: the server closed its input (it is exiting)
         self._reader = threading.Thread(target=self._read_loop, name="codemask-lsp-reader", daemon=True)
         self._reader.start()
         threading.Thread(target=self._drain_stderr, name="codemask-lsp-stderr", daemon=True).start()
+        if _POSIX:
+            threading.Thread(target=self._watch_exit, name="codemask-lsp-exit", daemon=True).start()
 
     def request(self, method: str, params: Any) -> tuple[int, Future[Any]]:
         """Send a request; its answer (or failure) arrives in the returned future."""
@@ -157,6 +176,7 @@ class JsonRpcConnection:
         finally:
             # Before marking the connection closed and failing its requests: whoever sees either
             # sees the restart begun.
+            self.ended = True
             self._on_close(self)
             self.closed.set()
             with self._lock:
@@ -164,6 +184,11 @@ class JsonRpcConnection:
             for future in pending.values():
                 if not future.done():
                     future.set_exception(ServerUnavailable("the server exited"))
+            # The server closed its output: it crashed, exits, or was ended. Reap it (signalling
+            # it first should it still run), so that no process is left behind, not even a zombie.
+            _terminate(self.process)
+            with contextlib.suppress(OSError, ValueError):
+                stdout.close()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "method" not in message:  # a response
@@ -181,6 +206,14 @@ class JsonRpcConnection:
         else:
             self._on_notification(message["method"], message.get("params"))
 
+    def _watch_exit(self) -> None:
+        """When the server process exits, end its process group: helpers it spawned may hold its
+        output open, and the reader would never see the end-of-file that reaps it and restarts
+        it. (Waits without reaping, so the group's id stays reserved until the reader reaps.)"""
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
+            _signal(self.process, signal.SIGKILL)
+
     def _drain_stderr(self) -> None:
         """Keep reading the server's log so that a chatty server never blocks on a full pipe."""
         stderr = self.process.stderr
@@ -189,6 +222,7 @@ class JsonRpcConnection:
         with contextlib.suppress(OSError, ValueError):
             while stderr.read(65536):
                 pass
+            stderr.close()
 
 
 def _read_message(stream: Any) -> dict[str, Any] | None:
@@ -228,7 +262,7 @@ class LanguageServer:
 
     def __init__(self, spec: ServerSpec, workspace: Path) -> None:
         self.spec = spec
-        self.workspace = workspace.resolve()
+        self.workspace = workspace_folder(workspace)
         self.ready = threading.Event()
         self._settled = threading.Event()  # the last start finished, ready or failed
         self.start_error: str | None = None
@@ -247,7 +281,9 @@ class LanguageServer:
         self._progress_seen = threading.Event()
         self._stalled: tuple[float, Future[Any]] | None = None  # (when, a ping after a timeout)
         self._closed = False
-        self._starting: threading.Thread | None = None
+        self._launching: subprocess.Popen[bytes] | None = None  # a process between spawn and `initialize`
+        self._starting = False  # a start is under way (its thread has not finished)
+        self._restart_wanted = False  # the server a start made died before that start finished
         self._restart_times: list[float] = []
 
     # -- life cycle --------------------------------------------------------------------------
@@ -255,14 +291,14 @@ class LanguageServer:
     def start(self) -> None:
         """Start the server in the background (idempotent while it runs or starts)."""
         with self._lock:
-            if self._closed or (self._starting is not None and self._starting.is_alive()):
+            if self._closed or self._starting:
                 return
             if self._connection is not None and not self._connection.closed.is_set():
                 return
             self.ready.clear()
             self._settled.clear()
-            self._starting = threading.Thread(target=self._start, name="codemask-lsp-start", daemon=True)
-            self._starting.start()
+            self._starting = True
+        threading.Thread(target=self._start, name="codemask-lsp-start", daemon=True).start()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until the server can answer (False when its start failed or took longer than ``timeout``).
@@ -288,25 +324,42 @@ class LanguageServer:
         try:
             self._launch()
         finally:
+            with self._lock:
+                self._starting = False
+                wanted, self._restart_wanted = self._restart_wanted, False
             self._settled.set()
+        if wanted:
+            self._restart()
 
     def _launch(self) -> None:
-        try:
-            process = subprocess.Popen(self.spec.command, cwd=self.workspace, stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       env={**os.environ, **self.spec.env})
-        except OSError as error:
-            self.start_error = f"cannot start {self.spec.command[0]}: {error}. {self.spec.install}"
-            return
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                process = _spawn(self.spec.command, self.workspace, {**os.environ, **self.spec.env})
+            except OSError as error:
+                self.start_error = f"cannot start {self.spec.command[0]}: {error}. {self.spec.install}"
+                return
+            self._launching = process  # (`close` ends it, should it come during the start)
         connection = JsonRpcConnection(process, self._answer_server_request, self._on_notification,
                                        self._on_exit)
         try:
             self._initialize(connection)
-        except (ServerUnavailable, FutureTimeout) as error:
+        except Exception as error:  # (timeouts, an exited server, a malformed answer: the start failed)
             self.start_error = f"{self.spec.name} did not start: {error!r}"
             _terminate(process)
             return
+        finally:
+            with self._lock:
+                self._launching = None
         with self._lock:
+            if self._closed:  # closed while it started
+                _terminate(process)
+                return
+            if connection.ended:  # it died as it started: `_on_exit` did not know it yet
+                self.ready.clear()
+                self._restart_wanted = True
+                return
             self._connection = connection
             self._stalled = None
             for uri, (text, version) in list(self._documents.items()):
@@ -399,11 +452,16 @@ class LanguageServer:
 
     def _on_exit(self, connection: JsonRpcConnection) -> None:
         """A server's output ended. If it was the live one (it crashed or was killed), restart it."""
-        if connection is not self._connection:
-            return  # a server that failed to start, or one already replaced
-        self.ready.clear()
-        if not self._closed:
-            self._restart()
+        with self._lock:
+            if connection is not self._connection:
+                return  # a server that failed to start, or one already replaced (a start sees `ended`)
+            self.ready.clear()
+            if self._closed:
+                return
+            if self._starting:  # (its start is finishing: it restarts when done)
+                self._restart_wanted = True
+                return
+        self._restart()
 
     def _ensure_running(self) -> JsonRpcConnection:
         """The live connection, or :class:`ServerUnavailable` (this step goes unconstrained)."""
@@ -415,7 +473,7 @@ class LanguageServer:
     def _restart(self) -> None:
         """Restart in the background, at most ``max_restarts`` times a minute (no crash loops)."""
         with self._lock:
-            if self._closed or (self._starting is not None and self._starting.is_alive()):
+            if self._closed or self._starting:
                 return
             now = time.monotonic()
             self._restart_times = [t for t in self._restart_times if now - t < 60.0]
@@ -427,10 +485,14 @@ class LanguageServer:
         self.start()
 
     def close(self) -> None:
-        """``shutdown`` + ``exit``, then terminate the process if it lingers."""
+        """``shutdown`` + ``exit``, then terminate the process if it lingers; a server still
+        starting is terminated at once."""
         with self._lock:
             self._closed = True
             connection, self._connection = self._connection, None
+            launching = self._launching
+        if launching is not None:
+            _terminate(launching)
         if connection is None:
             return
         if not connection.closed.is_set():
@@ -438,6 +500,7 @@ class LanguageServer:
             with contextlib.suppress(Exception):
                 answer.result(timeout=1.0)
             connection.notify("exit", None)
+            _wait_exit(connection.process, 0.5)  # (a server exits by itself after `exit`)
         _terminate(connection.process)
 
     # -- documents and requests --------------------------------------------------------------
@@ -536,18 +599,86 @@ class LanguageServer:
         self._stalled = None
 
 
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    for stream in (process.stdin, process.stdout, process.stderr):
+def workspace_folder(workspace: str | os.PathLike[str]) -> Path:
+    """The workspace as an absolute folder; one that does not exist is an error, not a server
+    that silently fails to start."""
+    folder = Path(workspace).resolve()
+    if not folder.is_dir():
+        raise WorkspaceError(f"workspace folder {str(workspace)!r} does not exist"
+                             if not folder.exists() else f"workspace {str(workspace)!r} is not a folder")
+    return folder
+
+
+# Every server process started and not reaped yet: the interpreter's exit ends them (`shutdown_all`).
+_PROCESSES: set[subprocess.Popen[bytes]] = set()
+_PROCESSES_LOCK = threading.Lock()
+
+
+def _spawn(command: tuple[str, ...], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start a server in a process group of its own (POSIX), registered until it is reaped."""
+    with _PROCESSES_LOCK:
+        process = subprocess.Popen(command, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=env, start_new_session=_POSIX)
+        _PROCESSES.add(process)
+    return process
+
+
+def _terminate(process: subprocess.Popen[bytes], grace_s: float = TERMINATE_GRACE_S) -> None:
+    """Signal a server (and its process group) and reap it, then close its pipes.
+
+    The order matters: the reader thread blocks inside ``stdout.readline()`` holding the stream's
+    lock, so closing the stream first waited forever on a server that never wrote (one that never
+    answered ``initialize``) and the process was never signalled. Signalled first, the process
+    exits, the reader reads end-of-file and lets go. Standard input is closed here, the output
+    and the log by the threads that read them, once they have read to the end. The group gets
+    ``SIGKILL`` before the leader is reaped, while its id cannot have been reused."""
+    if _exited(process) is None:
+        _signal(process, signal.SIGTERM)
+        _wait_exit(process, grace_s)
+    _signal(process, signal.SIGKILL)  # (helpers left in its group; the leader itself if it lingers)
+    with contextlib.suppress(ChildProcessError):
+        process.wait()
+    with _PROCESSES_LOCK:
+        _PROCESSES.discard(process)
+    if process.stdin is not None:  # (a write blocked on a full pipe failed when the process died)
         with contextlib.suppress(OSError, ValueError):
-            if stream is not None:
-                stream.close()
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
+            process.stdin.close()
+
+
+def _wait_exit(process: subprocess.Popen[bytes], seconds: float) -> bool:
+    """Wait up to ``seconds`` for the process to exit (without reaping it); whether it did."""
+    deadline = time.monotonic() + seconds
+    while _exited(process) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _exited(process: subprocess.Popen[bytes]) -> int | None:
+    """The process's exit status once it has exited, without reaping it (its id stays reserved)."""
+    if process.returncode is not None:
+        return process.returncode
+    if not _POSIX:
+        return process.poll()
+    try:
+        found = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped meanwhile by another caller
+        return process.poll() if process.returncode is None else process.returncode
+    return None if found is None else found.si_status
+
+
+def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Send ``signum`` to the process's group (POSIX) or to the process, unless it was reaped."""
+    if process.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        if _POSIX:
+            os.killpg(process.pid, signum)
+        elif signum == signal.SIGTERM:
+            process.terminate()
+        else:
             process.kill()
-            process.wait()
 
 
 _SERVERS: dict[tuple[str, Path], LanguageServer] = {}
@@ -568,9 +699,14 @@ def server_for(spec: ServerSpec, workspace: str | os.PathLike[str]) -> LanguageS
 
 @atexit.register
 def shutdown_all() -> None:
-    """Shut every server down (registered with :mod:`atexit`; also usable by tests)."""
+    """Shut every shared server down, then end every server process still running, whoever
+    started it (registered with :mod:`atexit`; also usable by tests)."""
     with _SERVERS_LOCK:
         servers = list(_SERVERS.values())
         _SERVERS.clear()
     for server in servers:
         server.close()
+    with _PROCESSES_LOCK:
+        left = list(_PROCESSES)
+    for process in left:
+        _terminate(process)

@@ -46,6 +46,9 @@ class NameMasks:
         self.breaks[list(break_characters.encode("utf-8"))] = True
         self._all_rows = np.arange(self.trie.num_tokens)
         self._break_first = np.flatnonzero(self.breaks[self.matrix[:, 0]])
+        # stop and special tokens: no part of a name, so no way to finish one (see `allowed`)
+        self.not_names = np.array(sorted(i for i in vocab.stop_token_ids | vocab.special_ids if i < self.width),
+                                   dtype=np.int64)
         self._scopes: dict[bytes, np.ndarray] = {}
         self._keyword_forms: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
         self._top_level: dict[int, np.ndarray] = {}
@@ -65,6 +68,10 @@ class NameMasks:
         ``free`` (with no ``lead``): the trigger is complete and only a name may follow, so every
         token is constrained except those whose first byte is in ``free`` (``b"("`` after
         ``import``). Without it, nothing typed yet constrains only tokens that start a name.
+
+        Where every token is constrained (the trigger typed, or part of the name), stop and special
+        tokens are forbidden until what is typed is a whole name: end-of-sequence after ``obj.``
+        would leave an empty completion, and after ``ledger.opening_`` a name no member has.
         """
         targets = {lead + n.encode("utf-8") for n in names if n}
         rests = sorted(t[len(typed):] for t in targets if t.startswith(typed))
@@ -75,9 +82,11 @@ class NameMasks:
         mask[self.trie.token_ids(rows)] = True  # a row found twice is set twice: no np.unique
         if len(typed) > len(lead) or (free is not None and not lead):
             scope = self._scope(None, b"" if typed else free or b"")  # free only before the name starts
-        else:
-            scope = self._scope(lead)
-        mask |= ~scope
+            mask |= ~scope
+            if b"" not in rests:  # (the name is not complete yet)
+                mask[self.not_names] = False
+            return mask
+        mask |= ~self._scope(lead)
         return mask
 
     def _prefix_rows(self, rests: list[bytes]) -> np.ndarray:

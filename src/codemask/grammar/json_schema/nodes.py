@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,34 @@ ANNOTATIONS = frozenset([
 """Keywords that never constrain an instance (``discriminator`` is OpenAPI's, a hint only)."""
 
 
+# Schemas nesting objects and arrays deeper than this are refused: validation and compilation
+# recurse per level (a real schema of jsonschemabench nests 63 deep, the next 34).
+MAX_SCHEMA_DEPTH = 96
+
+
+def check_json_values(value: Any) -> None:
+    """Refuse what JSON cannot hold or the compiler cannot take, before anything recurses into
+    it: nesting deeper than `MAX_SCHEMA_DEPTH`, and numbers that are not finite (``inf`` or
+    ``nan`` from Python; JSON has neither). Iterative: the point is to get no `RecursionError`."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    while stack:
+        item, depth, pointer = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InvalidSchemaError(f"invalid JSON Schema at {pointer or '/'}: {item} is not a JSON number")
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth > MAX_SCHEMA_DEPTH:
+            where = pointer if len(pointer) <= 80 else pointer[:80] + "..."
+            raise InvalidSchemaError(f"invalid JSON Schema at {where}: nesting deeper than "
+                                     f"{MAX_SCHEMA_DEPTH} levels of objects and arrays")
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        stack.extend((child, depth + 1, f"{pointer}/{_escape(str(key))}") for key, child in children)
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
 @dataclass
 class Document:
     """The root schema, its draft, and the registry its references resolve in."""
@@ -59,6 +88,7 @@ class Document:
     def load(cls, schema: Any, strict: bool) -> Document:
         if not isinstance(schema, (dict, bool)):
             raise InvalidSchemaError(f"a JSON Schema is an object or a boolean, not {type(schema).__name__}")
+        check_json_values(schema)
         validator_class = validator_for(schema, default=jsonschema.Draft202012Validator)
         # The meta-schema without format assertions: a pattern Python's re cannot read (``\\p{L}``)
         # is a valid schema, refused later as unsupported, not reported as an invalid schema.
