@@ -15,7 +15,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality, bui
 from codemask.compilers import compiler_for, ordered_stop_token_ids
 from codemask.integrations.vllm import CodemaskLogitsProcessor, request_options
 from codemask.monitors import for_workspace, shutdown_all
-from codemask.monitors.stage import MonitorSet, MonitorUsage
+from codemask.monitors.stage import MonitorSet, MonitorStats
 from codemask.repetition.config import RPG
 from codemask.repetition.stage import apply_penalties_
 from codemask.repetition.state import RepetitionState
@@ -92,7 +92,7 @@ def test_monitors_mask_a_request_that_names_a_workspace(engine: Engine, tmp_path
         lp.update_state(add((0, params, [1, 2, 3], []), size=1))
         vocab = compiler_for(engine.tokenizer, engine.vocab_size).vocab
         monitors = MonitorSet(for_workspace(project, "main.py", prefix=prefix, timeout_s=30), vocab, engine.vocab_size)
-        mask = monitors.mask(prefix, "", MonitorUsage())
+        mask = monitors.mask(prefix, "", MonitorStats())
         assert mask is not None
         logits = logits_like(engine, 1)
         got = lp.apply(logits.clone())[0]

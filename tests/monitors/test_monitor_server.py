@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from codemask.monitors import MonitorUsage, ServerUnavailable, for_workspace, language_spec, server_for
+from codemask.monitors import MonitorStats, ServerUnavailable, for_workspace, language_spec, server_for
 from codemask.monitors.monitor import completion_names, keyword_names
 from tests.monitors.conftest import require_server
 
@@ -101,7 +101,7 @@ def test_utf16_positions_with_characters_beyond_the_bmp(monitors: list, main_pre
     text = main_prefix + line
     assert {"restock_shelf", "total_quantity"} <= set(names_at(monitors, text))
     # incremental edits after the wide characters keep the server's copy exact
-    usage = MonitorUsage()
+    usage = MonitorStats()
     mask = monitors[0].masks(text + "res", _masks())
     assert mask and usage.timeouts == 0
     server = monitors[0].file.server

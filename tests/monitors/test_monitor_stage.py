@@ -10,7 +10,7 @@ import torch
 
 from codemask.assets import load_tokenizer
 from codemask.monitors import for_workspace, stage
-from codemask.monitors.stage import MonitorSet, MonitorUsage, apply_unless_empty
+from codemask.monitors.stage import MonitorSet, MonitorStats, apply_unless_empty
 from codemask.vocab import Vocabulary
 from tests.monitors.conftest import require_server
 
@@ -87,7 +87,7 @@ def test_a_deferred_mask_resolved_from_the_cache_counts_its_step(monitors: list,
     monitor_set = MonitorSet(monitors, Vocabulary.from_tokenizer(load_tokenizer("smollm2")))
     member = next(m for m in monitors if type(m).__name__ == "MemberAccessMonitor")
     assert member.ask("textDocument/completion", main_prefix + "inv.", "", member._parse) is not None
-    usage = MonitorUsage()
+    usage = MonitorStats()
     step = monitor_set.step_masks(main_prefix + "inv", "", usage)
     assert step.mask is None and len(step.deferred) == 1 and usage.steps == 0
     mask = step.deferred[0].resolve()

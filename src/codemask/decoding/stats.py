@@ -29,8 +29,8 @@ class RepetitionStats:
 @dataclass
 class MonitorStats:
     """``steps`` a monitor triggered at, language-server ``queries``, ``timeouts`` (the step went
-    unconstrained), the monitors' wall ``time_s`` (overlapped with the forward pass) and how long
-    decoding waited for them (``wait_s``)."""
+    unconstrained), the monitors' own wall ``time_s`` (server round-trips and masks, mostly overlapped
+    with the forward pass) and how long decoding waited for them after it (``wait_s``)."""
 
     steps: int = 0
     queries: int = 0

@@ -60,7 +60,7 @@ from codemask.errors import CodemaskError
 from codemask.integrations.matching import RequestMatcher
 from codemask.integrations.specs import JsonOptions, grammar_for
 from codemask.monitors import for_workspace
-from codemask.monitors.stage import MonitorSet, MonitorUsage, apply_unless_empty, decode_text
+from codemask.monitors.stage import MonitorSet, MonitorStats, apply_unless_empty, decode_text
 from codemask.repetition.config import RPG
 from codemask.repetition.stage import apply_penalties_
 from codemask.repetition.state import Penalties, RepetitionState
@@ -388,7 +388,7 @@ class _RequestState:
     prompt_text: str
     generated: bytearray = field(default_factory=bytearray)
     consumed: int = 0
-    usage: MonitorUsage = field(default_factory=MonitorUsage)
+    usage: MonitorStats = field(default_factory=MonitorStats)
 
     def sync(self, token_bytes: list[bytes]) -> None:
         """Take in the output tokens sampled since the last step (up to a not-yet-known placeholder)."""

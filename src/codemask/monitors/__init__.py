@@ -28,7 +28,7 @@ from codemask.monitors.monitor import (
     keyword_names,
 )
 from codemask.monitors.spec import LanguageSpec, ServerSpec, language_spec, languages
-from codemask.monitors.stage import MonitorSet, MonitorStage, MonitorUsage
+from codemask.monitors.stage import MonitorSet, MonitorStage, MonitorStats
 
 __all__ = [
     "Answer",
@@ -41,7 +41,7 @@ __all__ = [
     "Monitor",
     "MonitorSet",
     "MonitorStage",
-    "MonitorUsage",
+    "MonitorStats",
     "NameMasks",
     "ServerSpec",
     "ServerUnavailable",

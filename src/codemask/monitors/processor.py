@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from codemask.decoding.history import HistoryProcessor
-from codemask.monitors.stage import MonitorSet, MonitorUsage, apply_unless_empty, decode_text
+from codemask.monitors.stage import MonitorSet, MonitorStats, apply_unless_empty, decode_text
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class MonitorLogitsProcessor(HistoryProcessor[_Text]):
         super().__init__()
         self.monitors = monitors
         self.token_bytes = monitors.vocab.token_bytes
-        self.usage = MonitorUsage()
+        self.usage = MonitorStats()
 
     def _bytes(self, tokens: list[int]) -> bytes:
         """Special tokens and padding have no bytes in the vocabulary, so they drop out here."""

@@ -26,26 +26,11 @@ import torch
 
 from codemask.decoding.pipeline import Stage, StepLayout, without
 from codemask.decoding.row import Row
-from codemask.decoding.stats import GenerationStats
+from codemask.decoding.stats import GenerationStats, MonitorStats
 from codemask.engine.bitmask import apply_token_bitmask_, pack_bool_mask
 from codemask.engine.token_trie import ByteVocabulary
 from codemask.monitors.masks import NameMasks, name_masks
 from codemask.monitors.monitor import DeferredMask, Monitor, StepMask
-
-
-@dataclass
-class MonitorUsage:
-    """One sequence's monitor costs: steps a trigger fired, server requests, timeouts, time.
-
-    ``time_s`` is the monitors' own wall time (server round-trips and masks, mostly overlapped with
-    the forward pass); ``wait_s`` is how long decoding waited for them after the forward pass.
-    """
-
-    steps: int = 0
-    queries: int = 0
-    timeouts: int = 0
-    time_s: float = 0.0
-    wait_s: float = 0.0
 
 
 @dataclass
@@ -73,12 +58,12 @@ class MonitorSet:
             if chars not in self._masks:
                 self._masks[chars] = name_masks(vocab, chars, self.width)
 
-    def mask(self, prompt: str, generated: str, usage: MonitorUsage) -> np.ndarray | None:
+    def mask(self, prompt: str, generated: str, usage: MonitorStats) -> np.ndarray | None:
         """The AND of every monitor's masks for this text, deferred ones resolved (None: no monitor
         constrains it)."""
         return self.step_masks(prompt, generated, usage).resolved()
 
-    def items_ahead(self, prompt: str, generated: str, usage: MonitorUsage) -> dict[int, list[StepMask]]:
+    def items_ahead(self, prompt: str, generated: str, usage: MonitorStats) -> dict[int, list[StepMask]]:
         """Each monitor's items for this text, by its index, where they need no server request; the
         others' requests are sent, to be answered while the model's forward pass runs
         (:meth:`Monitor.items_ahead`). Pass the result to :meth:`step_masks` for the same text."""
@@ -93,7 +78,7 @@ class MonitorSet:
         usage.time_s += time.perf_counter() - started
         return known
 
-    def step_masks(self, prompt: str, generated: str, usage: MonitorUsage,
+    def step_masks(self, prompt: str, generated: str, usage: MonitorStats,
                    ahead: dict[int, list[StepMask]] | None = None) -> StepMasks:
         """The AND of the masks every monitor knows for this text, and the masks they deferred
         (whose resolution is counted in ``usage`` when it happens). ``ahead``: the items
@@ -125,7 +110,7 @@ class _StepCount:
     mask resolved after the step (after :meth:`close`); the step counts once as monitored, when it
     masked or asked."""
 
-    def __init__(self, usage: MonitorUsage) -> None:
+    def __init__(self, usage: MonitorStats) -> None:
         self.usage = usage
         self.closed = False
         self.asked = False
@@ -182,7 +167,7 @@ class MonitorStage(Stage):
         self.token_bytes = monitors.vocab.token_bytes
         self.prompts = list(prompts)
         self.generated: list[list[bytes]] = [[] for _ in self.prompts]
-        self.usage = [MonitorUsage() for _ in self.prompts]
+        self.usage = [MonitorStats() for _ in self.prompts]
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="codemask-monitor") if overlap else None
         self._pending: Future[list[StepMasks]] | None = None
         self._pending_layout: StepLayout | None = None
@@ -204,10 +189,8 @@ class MonitorStage(Stage):
         return cls(MonitorSet(monitors, vocab), prompts, overlap=overlap, defer=defer)
 
     def record(self, sequence: int, stats: GenerationStats) -> None:
-        """Copy the sequence's usage into its stats' ``monitors`` section."""
-        usage, section = self.usage[sequence], stats.monitors
-        section.steps, section.queries, section.timeouts = usage.steps, usage.queries, usage.timeouts
-        section.time_s, section.wait_s = usage.time_s, usage.wait_s
+        """The sequence's monitor costs are its stats' ``monitors`` section."""
+        stats.monitors = self.usage[sequence]
 
     def admit(self, rows: Sequence[Row]) -> None:
         """Each row is monitored with its prompt's text (``extra["prompt_text"]``) as the file before
@@ -215,7 +198,7 @@ class MonitorStage(Stage):
         for row in rows:
             self.prompts.append(str(row.extra.get("prompt_text", "")))
             self.generated.append([])
-            self.usage.append(MonitorUsage())
+            self.usage.append(MonitorStats())
 
     def retire(self, sequences: Sequence[int]) -> None:
         self.prompts = without(self.prompts, sequences)
