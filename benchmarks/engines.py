@@ -108,6 +108,7 @@ class CodemaskAdapter(EngineAdapter):
         self._api = codemask
         self.vocab = codemask.Vocabulary.from_tokenizer(self.tokenizer, vocab_size=self.vocab_size,
                                                         stop_token_ids=[self.eos_id])
+        codemask.GrammarCompiler(self.vocab, cache_dir=False)  # (its first compiler builds the vocabulary's trie)
         self._cache_root = self._temp_dir()
         self._warm_compiler: Any = None
 
@@ -120,8 +121,11 @@ class CodemaskAdapter(EngineAdapter):
         raise Unsupported(f"unknown grammar kind {kind!r}")
 
     def compile(self, kind: str, text: str | None) -> tuple[Any, float]:
+        from codemask.engine.compiler import forget_shared_work
+
         cache_dir = self._cache_root / kind
         shutil.rmtree(cache_dir, ignore_errors=True)
+        forget_shared_work()  # (rule automata and shared positions of an earlier compile in this process)
         start = time.perf_counter_ns()
         compiler = self._api.GrammarCompiler(self.vocab, cache_dir=cache_dir, progress=False)
         compiled = compiler.compile(self._grammar(kind, text))

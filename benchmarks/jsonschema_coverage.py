@@ -17,20 +17,25 @@ schemas and the same token ids (the Llama-3 tokenizer; instances serialised comp
 Per engine and schema:
 
 - **compile**: the schema to the engine's compiled form for the vocabulary, cold (codemask:
-  ``Grammar.from_json_schema`` + a fresh ``GrammarCompiler`` without disk cache, with its default
-  ``precompute="auto"``: every position classified at compile time when the grammar has at most
-  20,000, else lazily; codemask_lazy: ``precompute=False``, token masks classified position by
-  position as matchers need them; codemask_precompute: ``precompute=True``; XGrammar: a fresh
-  ``GrammarCompiler`` without cache, ``compile_json_schema``; llguidance: ``grammar_from_json_schema``
-  + the first ``LLMatcher``, whose masks are then computed lazily; outlines-core:
-  ``build_regex_from_schema`` + ``Index``). A schema counts as compiled when this finishes without an
-  error within ``--compile-timeout`` seconds (wall clock, killed beyond) and within ``--max-rss-gib``.
+  ``Grammar.from_json_schema(mode="validate")`` + a fresh ``GrammarCompiler`` without disk cache, with
+  its default policy: token masks classified position by position as matchers need them;
+  codemask_precompute: ``precompute=True``, every position at compile time; codemask_generate:
+  ``mode="generate"``, the grammar a server compiles per request (keys once, in schema order, objects
+  closed), timed only: its language is not the schema's, so its instances are not run; XGrammar: a
+  fresh ``GrammarCompiler`` without cache, ``compile_json_schema``; llguidance:
+  ``grammar_from_json_schema`` + the first ``LLMatcher``, whose masks are then computed lazily;
+  outlines-core: ``build_regex_from_schema`` + ``Index``). A schema counts as compiled when this
+  finishes without an error within ``--compile-timeout`` seconds (wall clock, killed beyond) and
+  within ``--max-rss-gib``.
+- **time to first mask**: the compile plus a new matcher and its first mask, what a server's user
+  waits for before the first token of a new schema (what MaskBench reports).
 - **correctness**, over compiled schemas: each test instance is fed token by token through a fresh
   matcher, then EOS. *Accepted*: every token and EOS accepted; *rejected*: some token or EOS refused.
   The rates are valid instances accepted and invalid instances rejected.
 - **mask time**: ``fill_mask`` per token (and the final mask, which must allow EOS), timed with
   ``perf_counter_ns`` on the valid instances the engine accepts, as ``mask_speed.py`` does it (same
-  ``run_document``); a mask that forbids a token the engine then accepts is reported.
+  ``run_document``), after the first mask above; a mask that forbids a token the engine then
+  accepts is reported.
 
 Each engine runs in its own worker process, forked from this one after the engine's vocabulary is
 built and warmed with a trivial schema, so one pathological schema (a hang, a crash, a memory blow-up)
@@ -166,6 +171,8 @@ def interleave(cases: list[SchemaCase]) -> list[SchemaCase]:
 class SchemaEngine(EngineAdapter):
     """An engine adapter that can also compile a JSON Schema (the mask and accept calls are reused)."""
 
+    runs_instances = True  # False: compile and first mask timed, the schema's instances not run
+
     def compile_schema(self, schema: Any) -> tuple[Any, float, list[str]]:
         """A cold compile of ``schema``: the compiled grammar, its seconds and the warnings it emitted."""
         with warnings.catch_warnings(record=True) as caught:
@@ -187,9 +194,10 @@ class CodemaskSchema(SchemaEngine, CodemaskAdapter):
     """codemask, strict (the default): a construct it cannot compile exactly is refused, not widened."""
 
     precompute: bool | str = "auto"
+    mode = "validate"
 
     def _compile_schema(self, schema: Any) -> Any:
-        grammar = self._api.Grammar.from_json_schema(schema, mode="validate")
+        grammar = self._api.Grammar.from_json_schema(schema, mode=self.mode)
         compiler = self._api.GrammarCompiler(self.vocab, cache_dir=False, progress=False, precompute=self.precompute)
         return compiler.compile(grammar)
 
@@ -201,10 +209,11 @@ class CodemaskSchema(SchemaEngine, CodemaskAdapter):
         return "error" if isinstance(exc, CodemaskError) else "crash"
 
 
-class CodemaskLazySchema(CodemaskSchema):
-    """codemask classifying each position the first time a matcher reaches it."""
+class CodemaskGenerateSchema(CodemaskSchema):
+    """codemask's generation grammar (``mode="generate"``), compiled and timed only."""
 
-    precompute = False
+    mode = "generate"
+    runs_instances = False
 
 
 class CodemaskPrecomputeSchema(CodemaskSchema):
@@ -246,8 +255,8 @@ class OutlinesCoreSchema(SchemaEngine, OutlinesCoreAdapter):
 
 
 SCHEMA_ENGINES: dict[str, type[SchemaEngine]] = {
-    "codemask": CodemaskSchema, "codemask_lazy": CodemaskLazySchema, "codemask_precompute": CodemaskPrecomputeSchema,
-    "llguidance": LLGuidanceSchema, "xgrammar": XGrammarSchema,
+    "codemask": CodemaskSchema, "codemask_generate": CodemaskGenerateSchema,
+    "codemask_precompute": CodemaskPrecomputeSchema, "llguidance": LLGuidanceSchema, "xgrammar": XGrammarSchema,
     "outlines_core": OutlinesCoreSchema,
 }
 
@@ -279,10 +288,27 @@ def serve(adapter: SchemaEngine, conn: Connection) -> None:
             conn.send({"status": status, "error": short_error(exc),
                        "traceback": traceback.format_exc()[-2000:] if status == "crash" else None})
             continue
-        conn.send({"status": COMPILED, "seconds": seconds, "warnings": caught})
-        conn.send([run_instance(adapter, compiled, instance) for instance in instances])
+        first_mask_s = first_mask_seconds(adapter, compiled)
+        conn.send({"status": COMPILED, "seconds": seconds, "first_mask_s": first_mask_s, "warnings": caught,
+                   "runs_instances": adapter.runs_instances})
+        conn.send([run_instance(adapter, compiled, instance) for instance in instances]
+                  if adapter.runs_instances else [])
         del compiled
         gc.collect()
+
+
+def first_mask_seconds(adapter: SchemaEngine, compiled: Any) -> float | None:
+    """A new matcher and its first mask, right after the compile (None if the engine fails there:
+    its instances then report the failure)."""
+    import torch
+
+    bitmask = torch.full((1, (adapter.vocab_size + 31) // 32), -1, dtype=torch.int32)
+    try:
+        start = time.perf_counter_ns()
+        adapter.fill_mask(adapter.new_matcher(compiled), bitmask)
+        return (time.perf_counter_ns() - start) / 1e9
+    except Exception:
+        return None
 
 
 def run_instance(adapter: SchemaEngine, compiled: Any, instance: Instance) -> dict[str, Any]:
@@ -379,14 +405,16 @@ class Worker:
 
 
 def build_adapters(names: list[str], tokenizer: Any, log: Any) -> tuple[dict[str, SchemaEngine], dict[str, Any]]:
-    """Each engine's vocabulary, built and warmed (trivial schema) here, so forked workers inherit it."""
+    """Each engine's vocabulary, built and warmed (a trivial schema compiled and its first mask) here, so
+    forked workers inherit it."""
     adapters: dict[str, SchemaEngine] = {}
     setup: dict[str, Any] = {}
     vocab_size, eos = len(tokenizer), int(tokenizer.eos_token_id)
     for name in names:
         try:
             adapter = SCHEMA_ENGINES[name](tokenizer, vocab_size, eos, threads=1)
-            _, warm_s, _ = adapter.compile_schema(WARMUP_SCHEMA)
+            warm, warm_s, _ = adapter.compile_schema(WARMUP_SCHEMA)
+            first_mask_seconds(adapter, warm)  # (what a process does once: imports, lazily built tables)
         except Exception as exc:
             setup[name] = {"error": short_error(exc)}
             log(f"  {name}: unavailable: {setup[name]['error']}")
@@ -420,6 +448,8 @@ def outcome_line(outcome: dict[str, Any]) -> str:
     if outcome["status"] != COMPILED:
         return outcome["status"]
     runs = outcome["instances"]
+    if not outcome.get("runs_instances", True):
+        return f"ok {outcome['seconds'] * 1e3:.0f}ms"
     valid = [r for r in runs if r["valid"]]
     invalid = [r for r in runs if not r["valid"]]
     return (f"ok {outcome['seconds'] * 1e3:.0f}ms {sum(r['accepted'] for r in valid)}/{len(valid)} "
@@ -445,6 +475,8 @@ class Tally:
     mask_ns_common: list[int] = field(default_factory=list)
     mask_cpu_ns: list[int] = field(default_factory=list)  # the calling thread's CPU time: robust to load
     compile_s_common: list[float] = field(default_factory=list)
+    ttfm_s: list[float] = field(default_factory=list)  # compile + a new matcher's first mask
+    ttfm_s_common: list[float] = field(default_factory=list)
     mask_forbade: int = 0
     instance_errors: int = 0
     tests_failed: int = 0
@@ -458,8 +490,13 @@ class Tally:
         if outcome["status"] != COMPILED:
             return
         self.compile_s.append(outcome["seconds"])
+        ttfm = None if outcome.get("first_mask_s") is None else outcome["seconds"] + outcome["first_mask_s"]
+        if ttfm is not None:
+            self.ttfm_s.append(ttfm)
         if common_schema:
             self.compile_s_common.append(outcome["seconds"])
+            if ttfm is not None:
+                self.ttfm_s_common.append(ttfm)
         self.with_warnings += bool(outcome.get("warnings"))
         self.tests_failed += bool(outcome.get("tests_failed"))
         for i, run in enumerate(outcome["instances"]):
@@ -492,7 +529,9 @@ class Tally:
             "valid_accepted_of_all_schemas": rate(self.valid_accepted, self.valid_all),
             "compile_ms": quantiles([s * 1e3 for s in self.compile_s], (50, 99)),
             "compile_ms_common": quantiles([s * 1e3 for s in self.compile_s_common], (50, 99)),
-            "mask_us": quantiles([t / 1e3 for t in self.mask_ns], (50, 99)),
+            "ttfm_ms": quantiles([s * 1e3 for s in self.ttfm_s], (50, 99)),
+            "ttfm_ms_common": quantiles([s * 1e3 for s in self.ttfm_s_common], (50, 99)),
+            "mask_us": quantiles([t / 1e3 for t in self.mask_ns], (50, 99, 100)),
             "mask_us_common": quantiles([t / 1e3 for t in self.mask_ns_common], (50, 99)),
             "mask_cpu_us": quantiles([t / 1e3 for t in self.mask_cpu_ns], (50, 99)),
             "mask_steps": len(self.mask_ns),
@@ -519,7 +558,7 @@ def quantiles(values: list[float], qs: tuple[int, ...]) -> dict[str, float] | No
 def common_sets(record: dict[str, Any]) -> tuple[bool, set[int]]:
     """Whether every engine compiled the schema, and the valid instances every engine accepted:
     the like-for-like set behind the ``*_common`` timings."""
-    outcomes = record["engines"].values()
+    outcomes = [o for o in record["engines"].values() if o.get("runs_instances", True)]
     if not outcomes or any(o["status"] != COMPILED or o.get("tests_failed") for o in outcomes):
         return False, set()
     per_engine = [{i for i, r in enumerate(o["instances"]) if r["valid"] and r["accepted"]} for o in outcomes]
@@ -587,6 +626,7 @@ def slim(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 runs = o["instances"]
                 item.update({
                     "compile_ms": round(o["seconds"] * 1e3, 3),
+                    "first_mask_ms": None if o.get("first_mask_s") is None else round(o["first_mask_s"] * 1e3, 3),
                     "valid_accepted": sum(r["accepted"] for r in runs if r["valid"]),
                     "invalid_rejected": sum(not r["accepted"] for r in runs if not r["valid"]),
                     "wrong": [{"instance": i, "valid": r["valid"], "why": r.get("failure") or r.get("error")}
@@ -625,16 +665,19 @@ def failures_cell(s: dict[str, Any]) -> str:
 
 def totals_table(summary: dict[str, Any]) -> str:
     lines = ["| engine | schemas | compiled | valid accepted | invalid rejected | compile p50 | compile p99 "
-             "| mask median µs | mask p99 µs | mask p99 µs CPU | common: compile p50 · mask median / p99 µs "
-             "| compile failures |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| first mask p50 | first mask p99 | mask median µs | mask p99 µs | mask max µs | mask p99 µs CPU "
+             "| common: compile p50 · mask median / p99 µs | compile failures |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, s in summary["totals"].items():
+        checked = s["valid_instances"] + s["invalid_instances"] > 0
         lines.append(
-            f"| {name} | {s['schemas']} | {pct(s['compile_rate'])} | {pct(s['valid_accept_rate'])} "
-            f"({s['valid_accepted']}/{s['valid_instances']}) | {pct(s['invalid_reject_rate'])} "
-            f"({s['invalid_rejected']}/{s['invalid_instances']}) | {ms(s['compile_ms'], 'p50')} "
-            f"| {ms(s['compile_ms'], 'p99')} | {us(s['mask_us'], 'p50')} | {us(s['mask_us'], 'p99')} "
-            f"| {us(s.get('mask_cpu_us'), 'p99')} "
+            f"| {name} | {s['schemas']} | {pct(s['compile_rate'])} | "
+            + (f"{pct(s['valid_accept_rate'])} ({s['valid_accepted']}/{s['valid_instances']}) | "
+               f"{pct(s['invalid_reject_rate'])} ({s['invalid_rejected']}/{s['invalid_instances']}) | "
+               if checked else "— | — | ")
+            + f"{ms(s['compile_ms'], 'p50')} | {ms(s['compile_ms'], 'p99')} | {ms(s.get('ttfm_ms'), 'p50')} "
+            f"| {ms(s.get('ttfm_ms'), 'p99')} | {us(s['mask_us'], 'p50')} | {us(s['mask_us'], 'p99')} "
+            f"| {us(s['mask_us'], 'p100')} | {us(s.get('mask_cpu_us'), 'p99')} "
             f"| {ms(s['compile_ms_common'], 'p50')} · {us(s['mask_us_common'], 'p50')} / "
             f"{us(s['mask_us_common'], 'p99')} | {failures_cell(s)} |")
     return "\n".join(lines)
@@ -665,7 +708,7 @@ def head_to_head_table(records: list[dict[str, Any]], engines: list[str], peer: 
     lines = [f"| engine | schemas both compiled | valid accepted: engine · {peer} "
              f"| invalid rejected: engine · {peer} |", "|---|---:|---:|---:|"]
     for name in engines:
-        if name == peer:
+        if name == peer or not SCHEMA_ENGINES[name].runs_instances:
             continue
         h = head_to_head(records, name, peer)
         lines.append(f"| {name} | {h['schemas']} | {h['engine_valid_accepted']} · {h['peer_valid_accepted']} "
@@ -739,7 +782,7 @@ def plot(summary: dict[str, Any], engines: list[str], path: Path) -> None:
     subsets = list(summary["subsets"])
     panels = [("compile_rate", "compiled", False), ("valid_accept_rate", "valid accepted", False),
               ("invalid_reject_rate", "invalid rejected", False), ("compile_ms", "compile p50 (ms)", True),
-              ("mask_us", "mask median (µs)", True)]
+              ("ttfm_ms", "first mask p50 (ms)", True), ("mask_us", "mask median (µs)", True)]
     fig, axes = plt.subplots(len(panels), 1, figsize=(max(10.0, 0.62 * len(subsets) + 2), 3.0 * len(panels)),
                              sharex=True)
     x = np.arange(len(subsets))
@@ -778,14 +821,17 @@ NOTES = [
     "the worker is killed); memory (over --max-rss-gib resident); died (the worker process died).",
     "Correctness counts only the schemas the engine compiled; valid_accepted_of_all_schemas in the JSON "
     "counts the others as failures.",
-    "codemask: strict Grammar.from_json_schema, whitespace flexible; xgrammar: compile_json_schema with "
+    "codemask: strict Grammar.from_json_schema(mode='validate'), whitespace flexible, masks classified per "
+    "position when first needed (codemask_precompute: all at compile time; codemask_generate: "
+    "mode='generate', compile and first mask timed, instances not run); xgrammar: compile_json_schema with "
     "strict_mode=False (JSON Schema's default of allowing undeclared properties) and any_whitespace, so "
     "it keeps the declared property order; llguidance: grammar_from_json_schema with its defaults (flexible "
     "whitespace, not lenient) and general \\uXXXX escapes, compile = grammar + first LLMatcher (masks lazy, "
     "so its compile time moves work to the first masks); outlines-core: build_regex_from_schema "
     "(recursion depth 3, whitespace [ ]?) + Index.",
     "Compile time: cold, in a worker forked after the engine's vocabulary set-up and a warm-up compile of a "
-    "trivial schema; p50/p99 over the schemas the engine compiled (common: those every engine compiled).",
+    "trivial schema; p50/p99 over the schemas the engine compiled (common: those every engine compiled). "
+    "First mask (time to first mask): the compile plus a new matcher and its first fill_mask, wall clock.",
     "Mask time: fill_mask per token (and the final EOS mask) on the valid instances the engine accepted, "
     "wall clock; a fresh matcher per instance. The mask's agreement with accept is checked "
     "(instances_mask_forbade_accepted_token).",

@@ -19,7 +19,9 @@ more timed mask, which must allow EOS, and ``accept(EOS)``. Documents are interl
 (engine order rotated per document) so that machine noise hits all engines alike; ``--warmup-docs``
 documents run first, untimed. Compile time: cold (fresh compiler, empty caches, in this process after
 the engine's vocabulary set-up, which is reported separately) and cached (in-memory and on-disk, each
-where the engine offers it). Engines run single-threaded where they allow it (``--threads``).
+where the engine offers it). Time to first mask: a cold compile, a new matcher and its first mask,
+``--compile-repeats`` times (p50 and p99 of those). Engines run single-threaded where they allow it
+(``--threads``).
 
 Correctness cross-check: a token refused by an engine, a token the mask forbids but ``accept`` takes,
 and EOS refused at the end are reported per engine; documents one engine accepts and another refuses,
@@ -206,17 +208,41 @@ class EngineWorkload:
     reason: str | None = None
     compiled: Any = None
     compile_cold_s: float | None = None
+    compiles_s: list[float] = field(default_factory=list)  # every cold compile of the repeats
+    first_masks_s: list[float] = field(default_factory=list)  # the new matcher and first mask after each
     cached: dict[str, float | None] = field(default_factory=dict)
     runs: dict[int, DocRun] = field(default_factory=dict)
 
 
+def first_mask(adapter: EngineAdapter, compiled: Any) -> float:
+    """Seconds for a new matcher and its first mask (after a compile: the rest of the time to first mask)."""
+    import torch
+
+    bitmask = torch.full((1, (adapter.vocab_size + 31) // 32), -1, dtype=torch.int32)
+    start = time.perf_counter_ns()
+    adapter.fill_mask(adapter.new_matcher(compiled), bitmask)
+    return (time.perf_counter_ns() - start) / 1e9
+
+
+def cold_compiles(adapter: EngineAdapter, workload: Workload, repeats: int, result: EngineWorkload) -> None:
+    """``repeats`` cold compiles, each followed by a new matcher's first mask; the first one's
+    compiled grammar is the one measured."""
+    for _ in range(repeats):
+        compiled, seconds = adapter.compile(workload.kind, workload.grammar_text)
+        result.compiles_s.append(seconds)
+        result.first_masks_s.append(first_mask(adapter, compiled))
+        if result.compiled is None:
+            result.compiled, result.compile_cold_s = compiled, seconds
+
+
 def measure_workload(adapters: dict[str, EngineAdapter], workload: Workload, tokenized: list[list[int]],
-                     warmup: list[list[int]], eos: int, compare: bool, log: Any) -> dict[str, EngineWorkload]:
+                     warmup: list[list[int]], eos: int, compare: bool, log: Any,
+                     repeats: int = 1) -> dict[str, EngineWorkload]:
     results: dict[str, EngineWorkload] = {}
     for name, adapter in adapters.items():
         result = results[name] = EngineWorkload(name)
         try:
-            result.compiled, result.compile_cold_s = adapter.compile(workload.kind, workload.grammar_text)
+            cold_compiles(adapter, workload, repeats, result)
             result.cached = {k: v for k, v in adapter.compile_cached(workload.kind, workload.grammar_text).items()}
             for tokens in warmup:
                 run_document(adapter, result.compiled, tokens, eos, keep_masks=False)
@@ -243,6 +269,14 @@ def measure_workload(adapters: dict[str, EngineAdapter], workload: Workload, tok
                 active.remove(name)
     gc.unfreeze()
     return results
+
+
+def quantiles_ms(seconds: list[float]) -> dict[str, float] | None:
+    """p50 and p99 in milliseconds (None without values)."""
+    if not seconds:
+        return None
+    ms = np.asarray(seconds, dtype=np.float64) * 1e3
+    return {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))}
 
 
 def fmt_cached(cached: dict[str, float | None]) -> str:
@@ -280,8 +314,11 @@ def summarise(tokenizer_name: str, tokenizer: Any, workload: Workload, tokenized
             mine = [i for i in common if i in runs and runs[i].accepted]
             common_times = [t for i in mine for t in runs[i].times_ns]
             failures = [{"doc": i, "failure": run.failure} for i, run in runs.items() if not run.accepted]
+            ttfm = [c + f for c, f in zip(result.compiles_s, result.first_masks_s, strict=True)]
             row.update({
                 "compile_cold_s": result.compile_cold_s,
+                "compile_cold_ms": quantiles_ms(result.compiles_s),
+                "ttfm_ms": quantiles_ms(ttfm),
                 "compile_cached_memory_s": result.cached.get("memory"),
                 "compile_cached_disk_s": result.cached.get("disk"),
                 "new_matcher_us_median": float(np.median([r.new_matcher_ns for r in runs.values()]) / 1e3),
@@ -337,18 +374,21 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    head = ("| tokenizer | workload | engine | compile cold | cached mem / disk | mask median µs | p99 µs "
-            "| max µs | tokens | docs accepted | median / fastest peer | p99 / fastest peer |")
-    lines = [head, "|" + "---|" * 12]
+    head = ("| tokenizer | workload | engine | compile cold p50 / p99 | first mask p50 / p99 | cached mem / disk "
+            "| mask median µs | p99 µs | max µs | tokens | docs accepted | median / fastest peer "
+            "| p99 / fastest peer |")
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"| {r['tokenizer']} | {r['workload']} | {r['engine']} | {r['status']}: "
-                         f"{(r['reason'] or '').splitlines()[0][:90]} |  |  |  |  |  |  |  |  |")
+                         f"{(r['reason'] or '').splitlines()[0][:90]} |  |  |  |  |  |  |  |  |  |")
             continue
         m = r["mask_us"] or {"median": float("nan"), "p99": float("nan"), "max": float("nan")}
         cached = " / ".join(fmt_seconds(r[k]) for k in ("compile_cached_memory_s", "compile_cached_disk_s"))
+        compiles, ttfm = (" / ".join(fmt_seconds(q[k] / 1e3) if q else "n/a" for k in ("p50", "p99"))
+                          for q in (r.get("compile_cold_ms"), r.get("ttfm_ms")))
         lines.append(
-            f"| {r['tokenizer']} | {r['workload']} | {r['engine']} | {fmt_seconds(r['compile_cold_s'])} | {cached} "
+            f"| {r['tokenizer']} | {r['workload']} | {r['engine']} | {compiles} | {ttfm} | {cached} "
             f"| {m['median']:.1f} | {m['p99']:.1f} | {m['max']:.0f} | {r['tokens']} "
             f"| {r['docs_accepted']}/{r['docs']} | {fmt_ratio(r.get('median_vs_fastest_peer'))} "
             f"| {fmt_ratio(r.get('p99_vs_fastest_peer'))} |")
@@ -443,6 +483,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup-docs", type=int, default=None, help="untimed documents first (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the JSON document sample")
     p.add_argument("--threads", type=int, default=1, help="threads an engine may use to compile (default 1)")
+    p.add_argument("--compile-repeats", type=int, default=5,
+                   help="cold compiles (each with a first mask) per engine and workload (default 5)")
     p.add_argument("--no-compare-masks", action="store_true", help="skip the mask comparison between engines")
     p.add_argument("--quick", action="store_true", help="smoke test: llama3 only, 20 JSON docs, 5 C files")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
@@ -494,7 +536,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"[{tokenizer_name}] {workload.name}: {len(workload.docs)} documents")
             tokenized = [tokenizer.encode(d, add_special_tokens=False) for d in workload.docs]
             warmup = [tokenizer.encode(d, add_special_tokens=False) for d in workload.warmup]
-            results = measure_workload(adapters, workload, tokenized, warmup, eos, not args.no_compare_masks, log)
+            results = measure_workload(adapters, workload, tokenized, warmup, eos, not args.no_compare_masks, log,
+                                       args.compile_repeats)
             for name, reason in unavailable.items():
                 results[name] = EngineWorkload(name, status="error", reason=f"unavailable: {reason}")
             ordered = {n: results[n] for n in args.engines if n in results}
@@ -540,7 +583,10 @@ NOTES = [
     "engines' masks differ, raw and beyond the known language differences (crosscheck.py: added tokens; JSON "
     "'\\/' and DEL; the JSON top level).",
     "compile_cold_s: fresh compiler and empty caches in a process that already built the engine's vocabulary "
-    "(vocab_setup_s); the first workload of a tokenizer is the coldest.",
+    "(vocab_setup_s); the first of --compile-repeats (compile_cold_ms: p50/p99 of all, codemask's process-wide "
+    "rule automata and shared positions forgotten before each).",
+    "ttfm_ms (time to first mask): a cold compile plus a new matcher and its first mask, p50/p99 over the repeats: "
+    "what the user of a server waits for before the first token of a new grammar.",
     "cached: memory = the same compiler again; disk = a new compiler on the disk cache (codemask), "
     "deserialize_json of serialize_json (xgrammar), unpickling the Index (outlines-core).",
     "llguidance: no compiled-grammar object (compile = first LLMatcher construction, masks computed lazily), "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from pathlib import Path
@@ -10,9 +11,22 @@ import numpy as np
 import pytest
 
 from codemask import Grammar
-from codemask.engine import automaton
+from codemask.engine import automaton, native
 from codemask.engine.automaton import BYTE_ALPHABET, DFA, _build_dfa, compile_expr, distinct_rows, minimize, trim
+from codemask.errors import GrammarError
 from codemask.grammar.ebnf import parse_ebnf
+from codemask.grammar.ir import (
+    ByteClass,
+    CharClass,
+    Choice,
+    Literal,
+    Repeat,
+    RuleRef,
+    Sequence,
+    TerminalRef,
+    grammar_text,
+    to_text,
+)
 from codemask.grammar.optimize import optimize
 from codemask.grammar.regex import regex_to_expr
 from tests.data_paths import TEST_DATA
@@ -81,11 +95,15 @@ def test_distinct_rows_numbers_rows_as_numpy_unique_does() -> None:
         assert (table[first[classes]] == table).all()
 
 
-def rule_automata(grammar: Grammar) -> list[DFA]:
-    """Every rule's minimised DFA, built afresh (not from the cross-compilation cache)."""
+def rule_automata(grammar: Grammar, use_native: bool = False) -> list[DFA]:
+    """Every rule's minimised DFA, built afresh (not from the cross-compilation cache), in Python or in C.
+    A lexer-mode grammar's parser rules are over its terminals."""
     ir = optimize(grammar.ir)
     rule_index = {name: i for i, name in enumerate(ir.rules)}
-    return [_build_dfa(rule.body, rule_index, BYTE_ALPHABET, None) for rule in ir.rules.values()]
+    terminals = {name: i for i, name in enumerate(ir.terminals)} if ir.lexer_mode else None
+    alphabet = max(len(ir.terminals), 1) if ir.lexer_mode else BYTE_ALPHABET
+    with native.using(use_native):
+        return [_build_dfa(rule.body, rule_index, alphabet, terminals) for rule in ir.rules.values()]
 
 
 def test_acyclic_automata_minimised_level_by_level_equal_moores_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,3 +133,73 @@ def test_a_long_literal_compiles_to_a_chain() -> None:
     dfa = compile_expr(regex_to_expr(literal), {}, BYTE_ALPHABET)
     assert len(dfa.accepting) == len(literal) + 1
     assert accepts(dfa, literal.encode()) and not accepts(dfa, literal[:-1].encode() + b"!")
+
+
+def c_and_python_grammars() -> list[Grammar]:
+    """Real grammars of every kind the C construction meets: JSON Schemas of the sample in both
+    modes (strings with escapes and UTF-8 classes, counted lengths, key complements, numbers),
+    EBNF, a regex, and a Lark grammar's parser rules over its terminals."""
+    grammars = [Grammar.builtin("json"), Grammar.from_ebnf(PYTHON_FUNCTION.read_text()), Grammar.builtin("sql"),
+                Grammar.from_regex("[\\u00e9-\\u8000a-z]{3,40}@(x|y{2,})[^\\x00-\\x1f\\u2028]*")]
+    for path in sorted(BENCH.glob("*.json"))[::5]:
+        schema = json.loads(path.read_text())["schema"]
+        for mode in ("generate", "validate"):
+            with contextlib.suppress(GrammarError):
+                grammars.append(Grammar.from_json_schema(schema, mode=mode))
+    return grammars
+
+
+def test_c_automata_are_the_python_automata_numbered_alike() -> None:
+    """The C construction (`native.dfa_of_expr`: its own NFA, UTF-8 split and minimisation) against
+    `minimize(trim(determinize(...)))`: the same transitions, acceptance and calls, state for state."""
+    assert native.available()
+    rules = states = 0
+    for grammar in c_and_python_grammars():
+        for c_dfa, py_dfa in zip(rule_automata(grammar, True), rule_automata(grammar, False), strict=True):
+            assert c_dfa.trans.shape == py_dfa.trans.shape and np.array_equal(c_dfa.trans, py_dfa.trans)
+            assert np.array_equal(c_dfa.accepting, py_dfa.accepting) and c_dfa.calls == py_dfa.calls
+            rules += 1
+            states += len(c_dfa.accepting)
+    assert rules > 500 and states > 10_000
+
+
+def test_the_c_text_of_every_rule_is_the_python_text() -> None:
+    """`native.expr_text` writes the canonical text that keys the compile cache: it must be
+    `to_text`'s, character for character (escaped literals, negated and byte classes, open repeats)."""
+    assert native.available()
+    words = Literal("é\"'\n\x00🙂".encode() + b"\xff\\")
+    controls = Repeat(CharClass(((0, 0x1F), (0x2028, 0x10FFFF)), True), 2, None)
+    odd = Sequence((words, controls, Repeat(ByteClass(((0x80, 0xBF),)), 0, 3),
+                    Choice((TerminalRef("T"), RuleRef("r"), Literal(b"\xff")))))
+    assert native.expr_text(odd) == to_text(odd)
+    compared = 0
+    for grammar in c_and_python_grammars():
+        ir = grammar.ir
+        for rule in ir.rules.values():
+            for expr in (rule.body, rule.lookahead):
+                if expr is not None:
+                    assert native.expr_text(expr) == to_text(expr)
+                    compared += 1
+        with native.using(False):
+            python_text = grammar_text(ir)
+        assert grammar_text(ir) == python_text
+    assert compared > 1000
+    with pytest.raises(TypeError, match="not a grammar expression"):
+        native.expr_text(Sequence(("a",)))  # type: ignore[arg-type]
+
+
+def test_c_construction_reports_bad_and_oversized_expressions(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(GrammarError, match="max < min"):
+        compile_expr(Repeat(Literal(b"a"), 3, 2), {}, BYTE_ALPHABET)
+    with pytest.raises(GrammarError, match="terminal 'T' used in a grammar without a lexer"):
+        compile_expr(TerminalRef("T"), {}, BYTE_ALPHABET)
+    with pytest.raises(KeyError):
+        compile_expr(RuleRef("missing"), {}, BYTE_ALPHABET)
+    monkeypatch.setattr(automaton, "MAX_NFA_STATES", 1000)
+    with pytest.raises(GrammarError, match=r"too large to compile \(over 1,000 automaton states\); an enum"):
+        compile_expr(Repeat(Literal(b"ab"), 0, 900), {}, BYTE_ALPHABET)
+    monkeypatch.setattr(automaton, "MAX_DFA_STATES", 50)
+    with pytest.raises(GrammarError, match="over 50 deterministic automaton states"):
+        compile_expr(Repeat(Literal(b"ab"), 0, 90), {}, BYTE_ALPHABET)
+    with pytest.raises(TypeError, match="not a grammar expression"):
+        compile_expr(Sequence(("a",)), {}, BYTE_ALPHABET)  # type: ignore[arg-type]

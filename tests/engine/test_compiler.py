@@ -81,22 +81,18 @@ def test_a_precomputing_compiler_completes_a_lazily_cached_grammar(tmp_path: Pat
     assert (masks_along(again, b"abc, de") == masks_along(precomputed, b"abc, de")).all()
 
 
-def test_the_default_precomputes_small_grammars_and_is_lazy_for_large_ones(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compiler_module, "AUTO_PRECOMPUTE_POSITIONS", 300)  # between the two schemas' sizes
+def test_the_default_classifies_byte_level_positions_when_first_needed(tmp_path: Path) -> None:
     vocab = vocabulary("llama3")
-    small, large = (Grammar.from_json_schema(json.loads((BENCH / name).read_text())["schema"], mode="validate")
-                    for name in ("Kubernetes---kb_986_Normalized.json", "JME_9.json"))
-    default = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False)
-    compiled_small, compiled_large = default.compile(small), default.compile(large)
-    assert int(compiled_small.artifacts.rtn.scanning.sum()) <= 300 < int(compiled_large.artifacts.rtn.scanning.sum())
-    assert isinstance(compiled_small.masks.masks, PositionMasks)
-    assert isinstance(compiled_large.masks.masks, LazyPositionMasks)
-    # a lazy entry of the disk cache is completed for the small grammar
-    lazy_small = GrammarCompiler(vocab, cache_dir=tmp_path / "lazy", progress=False, precompute=False).compile(small)
-    assert lazy_small.artifacts.masks is None
-    reloaded = GrammarCompiler(vocab, cache_dir=tmp_path / "lazy", progress=False).compile(small)
-    assert reloaded.artifacts.masks is not None
+    schema = json.loads((BENCH / "Kubernetes---kb_986_Normalized.json").read_text())["schema"]
+    grammar = Grammar.from_json_schema(schema, mode="validate")
+    compiled = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False).compile(grammar)
+    assert compiled.artifacts.masks is None and isinstance(compiled.masks.masks, LazyPositionMasks)
+    assert compiled.masks.masks.num_classified == 0
+    GrammarMatcher(compiled).next_token_bitmask()
+    assert 0 < compiled.masks.masks.num_classified < int(compiled.artifacts.rtn.scanning.sum())
+    # a precomputing compiler completes the lazy entry the default left in the disk cache
+    reloaded = GrammarCompiler(vocab, cache_dir=tmp_path, progress=False, precompute=True).compile(grammar)
+    assert isinstance(reloaded.masks.masks, PositionMasks)
 
 
 def test_an_unknown_precompute_policy_is_refused() -> None:

@@ -14,14 +14,16 @@ import contextlib
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
 import pytest
 
-from codemask import Grammar, GrammarMatcher
+from codemask import Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import native, parser
 from codemask.engine.automaton import RTN
+from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.indentation import IndentingParser, SymbolParser
 from codemask.engine.lexer import LexerCore, LexParserCore
 from codemask.engine.lexer_masks import (
@@ -32,7 +34,15 @@ from codemask.engine.lexer_masks import (
     _walk_native,
     _walk_numpy,
 )
-from codemask.engine.mask_cache import PositionClassifier, Uncertain, num_words, pack_ids, set_bits
+from codemask.engine.mask_cache import (
+    LazyPositionMasks,
+    PositionClassifier,
+    SharedPositions,
+    Uncertain,
+    num_words,
+    pack_ids,
+    set_bits,
+)
 from codemask.engine.parser import ParserCore
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from codemask.errors import GrammarError
@@ -93,6 +103,75 @@ def test_c_walk_classifies_every_position_as_the_numpy_walk(source: str, tokeniz
     assert sum(u is not None for u in c_uncertain) > 0  # the grammar has positions that leave their frame
     for a, b in zip(c_uncertain, np_uncertain, strict=True):
         assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
+
+
+# Schemas whose masks lean on each part of the C walk: free strings and keys (bulk subtrees), open
+# objects in validate mode (key complements: the walk memo), bounded strings (chains of states;
+# counting rules past 32 characters, whose inner positions are too wide to list their uncertain
+# tokens), enums, numbers, arrays, and the generation mode's ordered keys.
+BOUNDED = {"type": "object", "properties": {
+    "title": {"type": "string", "maxLength": 120}, "code": {"type": "string", "minLength": 3, "maxLength": 12},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 40}}, "count": {"type": "integer"}},
+    "required": ["title"]}
+BOUNDED_INSTANCES = [
+    {"title": "A fairly long title that crosses several blocks of sixteen characters, then some more words",
+     "code": "ab-12", "tags": ["short", "a tag of some thirty characters", "x"], "count": -42},
+    {"title": "Ünïcödé tïtle – with dashes — and “quotes” and \\ backslashes \"inside\"", "extra": {"k": [1, 2.5]}},
+    {"title": "", "code": "abc", "tags": []},
+]
+
+
+def schema_cases() -> list[tuple[str, Any, str, list[Any]]]:
+    cases: list[tuple[str, Any, str, list[Any]]] = [("bounded", BOUNDED, "validate", BOUNDED_INSTANCES)]
+    for name, mode in (("Github_medium---o82351.json", "validate"), ("Snowplow---sp_267_Normalized.json", "validate"),
+                       ("Kubernetes---kb_986_Normalized.json", "validate"), ("Kubernetes---kb_474_Normalized.json",
+                                                                              "generate")):
+        doc = json.loads((BENCH / name).read_text())
+        instances = [t["data"] for t in doc["tests"] if t["valid"]]
+        cases.append((name, doc["schema"], mode, instances))
+    return cases
+
+
+def masks_of(schema: Any, mode: str, instances: list[Any], use_native: bool) -> tuple[np.ndarray, CompiledGrammar]:
+    """Every mask along every instance (compact and indented), the positions classified from scratch."""
+    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+    rows = []
+    with native.using(use_native):
+        compiled = GrammarCompiler(vocabulary("llama3"), cache_dir=False, progress=False).compile(
+            Grammar.from_json_schema(schema, mode=mode))
+        for instance in instances:
+            compact = json.dumps(instance, separators=(",", ":"), ensure_ascii=False)
+            for text in (compact, json.dumps(instance, indent=1)):
+                matcher = GrammarMatcher(compiled)
+                for token in [*encode("llama3", text), None]:
+                    rows.append(matcher.next_token_bitmask().copy())
+                    if token is not None and not matcher.accept_token(token):
+                        break  # (generation mode: an instance may leave its language; the masks so far count)
+    return np.stack(rows), compiled
+
+
+def test_masks_from_c_walks_equal_the_numpy_walks_along_real_instances() -> None:
+    """End to end: the masks of matchers along real instances, the positions classified by the C
+    walk (with its memo, bulk subtrees and unlisted wide positions) and by the numpy walk."""
+    memo_used = unlisted = 0
+    for name, schema, mode, instances in schema_cases():
+        c_masks, compiled = masks_of(schema, mode, instances, True)
+        np_masks, _ = masks_of(schema, mode, instances, False)
+        assert c_masks.shape == np_masks.shape and (c_masks == np_masks).all(), name
+        table = compiled.masks.masks
+        assert isinstance(table, LazyPositionMasks)
+        memo_used += table._classifier._walk_memo.entries
+        unlisted += sum(1 for row in range(table.num_classified) if (u := table.uncertain_of(row)) and u.direct)
+    assert memo_used > 0 and unlisted > 0  # both paths were taken
+
+
+@pytest.mark.parametrize("source", ["json", "python_function", "Kubernetes---kb_474_Normalized.json",
+                                    "Github_medium---o10297.json"])
+def test_c_follow_bytes_equal_the_python_worklist(source: str) -> None:
+    rtn = compiler("llama3").compile(grammar_of(source)).artifacts.rtn
+    with native.using(False):
+        expected = rtn.follow_bytes()
+    assert (native.follow_bytes(rtn) == expected).all() and expected.any()
 
 
 def test_flat_trie_is_the_levels_laid_end_to_end() -> None:

@@ -34,7 +34,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 15
+#define NATIVE_VERSION 21
 #define UNKNOWN (-2)
 
 typedef struct {
@@ -1340,6 +1340,919 @@ static PyTypeObject InternerType = {
               "nodes and closures in C",
     .tp_methods = interner_methods,
     .tp_new = interner_new,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * A byte-level position's classification in one pass (`mask_cache.PositionClassifier`).
+ *
+ * A `PositionWalker` holds one vocabulary's trie in depth-first preorder (`token_trie.PreorderTrie`),
+ * the sorted rows' token ids, lengths and bytes, and the trie's exact suffix numbers, all checked
+ * once. `classify` scans the trie from a frame-local parser state with the parser state of the
+ * current path kept per depth, jumping over a subtree where the parse dies (the lexer's scan, over
+ * `ParserCore.table`; transitions not known yet are computed on the way by the core's `Interner`,
+ * a row at a time), and gives the position's accepted tokens as a bitmask row and its uncertain
+ * tokens, those that leave the frame after `d` bytes where a caller may go on with the residual
+ * `token[d:]` (its first byte one the frame may be followed by), with the residuals made distinct
+ * by their suffix numbers. The numpy walk of `mask_cache` gives the same sets (the tests compare
+ * them); this one is a single C call per position, well under a millisecond where the numpy walk
+ * and its bookkeeping took 5-15 ms on a wide position. `resolve` walks a position's distinct
+ * residuals from a caller's state and sets the bits of the tokens whose residual it accepts.
+ * ------------------------------------------------------------------------------------------- */
+
+enum { PW_BYTE, PW_DEPTH, PW_LO, PW_HI, PW_TOKEN, PW_END, PW_ORDER, PW_LENGTH, PW_SUFFIX_START, PW_SUFFIX_IDS,
+       PW_MATRIX, PW_NUM_VIEWS };
+
+/* A subtree with at least this many tokens keeps the set of bytes it holds and its height: where
+ * every one of those bytes takes the path's parser state to one same next state, and so on for as
+ * many bytes as the subtree is high, every token below is accepted without visiting its nodes,
+ * unless a state on that chain may end the frame before a byte that may follow it (then some
+ * tokens below are uncertain, and the nodes are visited). A free string's content loops on one
+ * state (most of a vocabulary is printable ASCII other than the quote and the backslash); a
+ * string of bounded length moves along a chain of states, one per character. */
+#define BULK_TOKENS 4
+#define STEP_BITS 12
+#define CHAIN_MAX 1024
+#define CHAIN_LONG (1 << 30)
+
+/* What a walk knows of a parser state it met (`step_info`): the bytes it takes (`alive`), its most
+ * common transition target and the bytes that lead there, and along the chain of those targets
+ * (while each next state's common bytes include these): how many bytes a path of these bytes can
+ * take (`len`, CHAIN_LONG for a loop), the state it then reaches (`end`) and how many of the states
+ * on the way may not end the frame (`no_exit`); -1 while not known. */
+typedef struct {
+    int32_t state, target, len, no_exit, end;
+    uint32_t gen;
+    uint64_t bytes[4], alive[4];
+} StepInfo;
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer v[PW_NUM_VIEWS];
+    Py_ssize_t nodes, rows, width, nwords, max_depth;
+    uint32_t *ok_stamp; /* per row: the generation in which the current walk accepted it */
+    uint32_t gen;
+    int32_t *path;      /* per depth: the parser state after the current path's prefix */
+    int busy;           /* a walk is running (a transition it computes may run Python code) */
+    /* per node with at least BULK_TOKENS tokens below it: the index of the bytes its subtree holds
+     * (-1 for the others), and those bytes as 256-bit sets (`bulk_bytes`, four words each) */
+    int32_t *bulk_of, *bulk_height;
+    uint64_t *bulk_bytes;
+    /* per walk: the states it met (`step_info`), open addressing by state, stamped by walk; full,
+     * a walk visits its nodes one by one */
+    StepInfo *steps;
+    Py_ssize_t steps_used;
+    int32_t *roots;     /* the first-level nodes (depth 1), in order */
+    Py_ssize_t nroots;
+} PositionWalker;
+
+/* The parser core's transition table and per-state flags, taken again after a row is filled (the
+ * core grows them into new arrays). */
+typedef struct {
+    const int32_t *table;
+    const uint8_t *flags, *has_stacks;
+    Py_ssize_t states;
+} CoreView;
+
+static int core_view(Interner *x, PyObject *core, CoreView *v) {
+    Py_ssize_t states = PyList_GET_SIZE(x->state_stacks);
+    if (held_view(&x->held_table, core, "core", "table", sizeof(int32_t), states * x->alphabet) ||
+        held_view(&x->held_flags, core, "core", "flags", 1, states) ||
+        held_view(&x->held_has_stacks, core, "core", "has_stacks", 1, states))
+        return -1;
+    v->table = (const int32_t *)x->held_table.view.buf;
+    v->flags = (const uint8_t *)x->held_flags.view.buf;
+    v->has_stacks = (const uint8_t *)x->held_has_stacks.view.buf;
+    v->states = states;
+    return 0;
+}
+
+/* `ParserCore.step` of a live state for the walks: the memoised transition, the state's whole row
+ * filled where it is not known yet (`fill_row`); FAILED with an exception set. */
+static int32_t core_step(Interner *x, PyObject *core, CoreView *v, int32_t state, uint8_t byte) {
+    if (state < 0 || state >= v->states) return bad("parser state out of range"), FAILED;
+    int32_t next = v->table[(Py_ssize_t)state * 256 + byte];
+    if (next == UNKNOWN) {
+        Ctx *c = ctx_take(x);
+        if (!c) return FAILED;
+        int status = fill_row(x, core, c, state);
+        ctx_give(x, c);
+        if (status || core_view(x, core, v)) return FAILED;
+        next = v->table[(Py_ssize_t)state * 256 + byte];
+    }
+    if (next < DEAD || next >= v->states) return bad("transition to a parser state out of range"), FAILED;
+    return next;
+}
+
+static void pwalker_dealloc(PositionWalker *w) {
+    for (int i = 0; i < PW_NUM_VIEWS; i++) {
+        if (w->v[i].obj) PyBuffer_Release(&w->v[i]);
+    }
+    free(w->ok_stamp);
+    free(w->path);
+    free(w->bulk_of);
+    free(w->bulk_height);
+    free(w->bulk_bytes);
+    free(w->steps);
+    free(w->roots);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+/* `bulk_of`, `bulk_bytes` and `bulk_height`: a node's byte set is its own byte and its children's
+ * sets, and its height one more than its highest child's, so one backward pass over the preorder
+ * computes them all (for every node in scratch, then kept for the nodes with enough tokens below). */
+static int pwalker_bulk(PositionWalker *w) {
+    const uint8_t *byte = w->v[PW_BYTE].buf;
+    const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *end = w->v[PW_END].buf;
+    Py_ssize_t n = w->nodes, kept = 0;
+    uint64_t *all = (uint64_t *)malloc((size_t)(n ? n : 1) * 4 * sizeof(uint64_t));
+    int32_t *height = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    w->bulk_of = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!all || !height || !w->bulk_of) {
+        free(all);
+        free(height);
+        return PyErr_NoMemory(), -1;
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        uint64_t *set = all + 4 * i;
+        memset(set, 0, 4 * sizeof(uint64_t));
+        set[byte[i] >> 6] |= (uint64_t)1 << (byte[i] & 63);
+        height[i] = 1;
+        for (Py_ssize_t c = i + 1; c < end[i]; c = end[c]) {
+            for (int k = 0; k < 4; k++) set[k] |= all[4 * c + k];
+            if (height[c] + 1 > height[i]) height[i] = height[c] + 1;
+        }
+        w->bulk_of[i] = -1;
+        if (hi[i] - lo[i] >= BULK_TOKENS) kept++;
+    }
+    w->bulk_bytes = (uint64_t *)malloc((size_t)(kept ? kept : 1) * 4 * sizeof(uint64_t));
+    w->bulk_height = (int32_t *)malloc((size_t)(kept ? kept : 1) * sizeof(int32_t));
+    if (!w->bulk_bytes || !w->bulk_height) {
+        free(all);
+        free(height);
+        return PyErr_NoMemory(), -1;
+    }
+    kept = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (hi[i] - lo[i] < BULK_TOKENS) continue;
+        memcpy(w->bulk_bytes + 4 * kept, all + 4 * i, 4 * sizeof(uint64_t));
+        w->bulk_height[kept] = height[i];
+        w->bulk_of[i] = (int32_t)kept++;
+    }
+    free(all);
+    free(height);
+    return 0;
+}
+
+/* The walk's record of live state `state` (its row filled first where it is not known yet); NULL
+ * with an exception set on error, or with none when the records are full. */
+static StepInfo *step_info(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state) {
+    size_t mask = ((size_t)1 << STEP_BITS) - 1, i = ((uint32_t)state * 2654435761u) & mask;
+    for (; w->steps[i].gen == w->gen; i = (i + 1) & mask) {
+        if (w->steps[i].state == state) return &w->steps[i];
+    }
+    if (2 * w->steps_used >= (Py_ssize_t)mask) return NULL;
+    const int32_t *row = v->table + (Py_ssize_t)state * 256;
+    for (int b = 0; b < 256; b++) {
+        if (row[b] != UNKNOWN) continue;
+        if (core_step(x, core, v, state, (uint8_t)b) == FAILED) return NULL;
+        row = v->table + (Py_ssize_t)state * 256; /* (the view may have moved) */
+    }
+    /* the most common target: count each run of equal targets into a short list of targets */
+    int32_t targets[256], counts[256];
+    int distinct = 0;
+    for (int b = 0; b < 256; b++) {
+        int32_t t = row[b];
+        if (t < 0) continue;
+        int k = 0;
+        while (k < distinct && targets[k] != t) k++;
+        if (k == distinct) {
+            targets[k] = t;
+            counts[k] = 0;
+            distinct++;
+        }
+        counts[k]++;
+    }
+    StepInfo *e = &w->steps[i];
+    e->state = state;
+    e->target = DEAD;
+    e->len = e->no_exit = e->end = -1;
+    e->gen = w->gen;
+    memset(e->bytes, 0, sizeof(e->bytes));
+    memset(e->alive, 0, sizeof(e->alive));
+    for (int b = 0; b < 256; b++) {
+        if (row[b] >= 0) e->alive[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+    for (int k = 0, best = 0; k < distinct; k++) {
+        if (counts[k] > best) {
+            best = counts[k];
+            e->target = targets[k];
+        }
+    }
+    for (int b = 0; e->target >= 0 && b < 256; b++) {
+        if (row[b] == e->target) e->bytes[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+    w->steps_used++;
+    return e;
+}
+
+static int subset_of(const uint64_t *a, const uint64_t *b) {
+    return !(a[0] & ~b[0]) && !(a[1] & ~b[1]) && !(a[2] & ~b[2]) && !(a[3] & ~b[3]);
+}
+
+static int meets(const uint64_t *a, const uint64_t *b) {
+    return (a[0] & b[0]) || (a[1] & b[1]) || (a[2] & b[2]) || (a[3] & b[3]);
+}
+
+/* `len` and `no_exit` of `e` (and of the states along its chain): the chain is followed to its end
+ * or to a state already known, then filled back. 0 done, -1 on error (an exception is set). */
+static int chain_info(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, StepInfo *e) {
+    StepInfo *chain[CHAIN_MAX];
+    int k = 0;
+    chain[0] = e;
+    while (k + 1 < CHAIN_MAX) {
+        StepInfo *c = chain[k];
+        if (c->target < 0 || c->target == c->state) break;
+        StepInfo *t = step_info(w, x, core, v, c->target);
+        if (!t) {
+            if (PyErr_Occurred()) return -1;
+            break;
+        }
+        if (!subset_of(c->bytes, t->bytes) || t->len >= 0) break;
+        chain[++k] = t;
+    }
+    for (; k >= 0; k--) {
+        StepInfo *c = chain[k];
+        if (c->target < 0) {
+            c->len = c->no_exit = 0;
+            c->end = c->state;
+            continue;
+        }
+        int flagged = v->flags[c->target];
+        if (c->target == c->state) {
+            c->len = CHAIN_LONG;
+            c->no_exit = flagged ? 0 : CHAIN_LONG;
+            c->end = c->state;
+            continue;
+        }
+        int32_t len = 0, no_exit = 0;
+        /* the next state's record, when the chain goes on through it */
+        size_t mask = ((size_t)1 << STEP_BITS) - 1, i = ((uint32_t)c->target * 2654435761u) & mask;
+        StepInfo *next = NULL;
+        for (; w->steps[i].gen == w->gen; i = (i + 1) & mask) {
+            if (w->steps[i].state == c->target) {
+                next = &w->steps[i];
+                break;
+            }
+        }
+        c->end = c->target;
+        if (next && next->len >= 0 && subset_of(c->bytes, next->bytes)) {
+            len = next->len;
+            no_exit = next->no_exit;
+            c->end = next->end;
+        }
+        c->len = len >= CHAIN_LONG - 1 ? CHAIN_LONG : len + 1;
+        c->no_exit = flagged ? 0 : (no_exit >= CHAIN_LONG - 1 ? CHAIN_LONG : no_exit + 1);
+    }
+    return 0;
+}
+
+/* How many bytes below a node (with byte set `bytes` and height `height`, entered from `state`)
+ * every path takes uniformly, all of them accepted and then none (see BULK_TOKENS): the tokens
+ * below the node are then accepted exactly when they are at most that long, and no token below
+ * leaves the frame where a residual could be kept; -1 where this does not hold (the nodes are then
+ * visited one by one), -2 on error (an exception is set). `follow_bits` are the bytes a residual
+ * may begin with (NULL: exits are not kept). */
+static int32_t bulk_reach(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state,
+                          const uint64_t *bytes, int32_t height, const uint64_t *follow_bits) {
+    StepInfo *e = step_info(w, x, core, v, state);
+    if (!e) return PyErr_Occurred() ? -2 : -1;
+    if (e->target < 0 || !subset_of(bytes, e->bytes)) return -1;
+    if (e->len < 0 && chain_info(w, x, core, v, e)) return -2;
+    int32_t reach = e->len < height ? e->len : height;
+    if (follow_bits && meets(bytes, follow_bits) && e->no_exit < (reach < height - 1 ? reach : height - 1)) return -1;
+    if (reach == height) return reach;
+    StepInfo *last = step_info(w, x, core, v, e->end); /* where the chain ends: every byte below must die */
+    if (!last) return PyErr_Occurred() ? -2 : -1;
+    return meets(bytes, last->alive) ? -1 : reach;
+}
+
+/* The arrays' shapes and every index they hold, checked once: the walks then read them unchecked. */
+static int pwalker_check(PositionWalker *w) {
+    Py_ssize_t n = w->v[PW_BYTE].len, rows = w->v[PW_ORDER].len / (Py_ssize_t)sizeof(int32_t);
+    for (int i = PW_DEPTH; i <= PW_END; i++) {
+        if (need(&w->v[i], sizeof(int32_t), n, "trie array")) return -1;
+    }
+    if (need(&w->v[PW_ORDER], sizeof(int32_t), rows, "order") ||
+        need(&w->v[PW_LENGTH], sizeof(int32_t), rows, "lengths") ||
+        need(&w->v[PW_SUFFIX_START], sizeof(int64_t), rows + 1, "suffix_start"))
+        return -1;
+    const int32_t *depth = w->v[PW_DEPTH].buf, *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf;
+    const int32_t *token = w->v[PW_TOKEN].buf, *end = w->v[PW_END].buf, *order = w->v[PW_ORDER].buf;
+    const int32_t *length = w->v[PW_LENGTH].buf;
+    const int64_t *start = w->v[PW_SUFFIX_START].buf;
+    Py_ssize_t ids = w->v[PW_SUFFIX_IDS].len / (Py_ssize_t)sizeof(int64_t);
+    if (need(&w->v[PW_SUFFIX_IDS], sizeof(int64_t), ids, "suffix_ids")) return -1;
+    if (w->width < 1 || need(&w->v[PW_MATRIX], 1, rows * w->width, "matrix")) return -1;
+    w->max_depth = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (depth[i] < 1 || end[i] <= i || end[i] > n || lo[i] < 0 || lo[i] > hi[i] || hi[i] > rows ||
+            token[i] < -1 || token[i] >= rows || (i + 1 < n && depth[i + 1] > depth[i] + 1) || (i == 0 && depth[0] != 1))
+            return bad("trie arrays: a depth, subtree end, token or row range out of order");
+        if (depth[i] > w->max_depth) w->max_depth = depth[i];
+    }
+    if (start[0] != 0 || start[rows] != ids) return bad("suffix_start: not the bounds of the suffix ids");
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (order[r] < 0 || order[r] / 32 >= w->nwords) return bad("order: a token id past the bitmask row");
+        if (length[r] < 1 || length[r] > w->width || start[r + 1] - start[r] != length[r])
+            return bad("lengths: a token length out of the matrix or the suffix ids");
+    }
+    w->nodes = n;
+    w->rows = rows;
+    return 0;
+}
+
+static PyObject *pwalker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"byte", "depth", "lo", "hi", "token", "end", "order", "lengths", "suffix_start",
+                            "suffix_ids", "matrix", "width", "words", NULL};
+    PositionWalker *w = (PositionWalker *)type->tp_alloc(type, 0);
+    if (!w) return NULL;
+    Py_buffer *v = w->v;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*y*y*y*y*y*y*y*y*y*y*nn", names, &v[0], &v[1], &v[2], &v[3],
+                                     &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &w->width, &w->nwords) ||
+        pwalker_check(w)) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    w->ok_stamp = (uint32_t *)calloc((size_t)(w->rows ? w->rows : 1), sizeof(uint32_t));
+    w->path = (int32_t *)malloc((size_t)(w->max_depth + 1) * sizeof(int32_t));
+    if (!w->ok_stamp || !w->path) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    w->steps = (StepInfo *)calloc((size_t)1 << STEP_BITS, sizeof(StepInfo));
+    if (!w->steps) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    if (pwalker_bulk(w)) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    const int32_t *depth = w->v[PW_DEPTH].buf;
+    w->roots = (int32_t *)malloc(257 * sizeof(int32_t));
+    if (!w->roots) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < w->nodes; i++) {
+        if (depth[i] != 1) continue;
+        if (w->nroots == 256) {
+            Py_DECREF(w);
+            return bad("trie arrays: more than 256 first-level nodes"), NULL;
+        }
+        w->roots[w->nroots++] = (int32_t)i;
+    }
+    return (PyObject *)w;
+}
+
+/* The interner argument of a walk: a byte-level core's (calls expanded). */
+static Interner *walk_interner(PyObject *obj) {
+    if (!PyObject_TypeCheck(obj, &InternerType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a ParserCore's native Interner");
+        return NULL;
+    }
+    Interner *x = (Interner *)obj;
+    if (x->alphabet != 256 || x->lazy) {
+        bad("position walks need a byte-level parser core with its calls expanded");
+        return NULL;
+    }
+    return x;
+}
+
+/* Residual tails made distinct by suffix number: an open-addressing map from number to residual. */
+typedef struct {
+    int64_t *key;
+    int32_t *value;
+    size_t mask;
+} SuffixMap;
+
+static int suffix_map_init(SuffixMap *m, Py_ssize_t items) {
+    size_t size = 16;
+    while (size < 2 * (size_t)items) size *= 2;
+    m->key = (int64_t *)malloc(size * sizeof(int64_t));
+    m->value = (int32_t *)malloc(size * sizeof(int32_t));
+    m->mask = size - 1;
+    if (!m->key || !m->value) return PyErr_NoMemory(), -1;
+    memset(m->key, 0xFF, size * sizeof(int64_t));
+    return 0;
+}
+
+/* The residual numbered `key`: its index, or `fresh` (recorded) if it is new. */
+static int32_t suffix_map_get(SuffixMap *m, int64_t key, int32_t fresh) {
+    size_t i = (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
+    for (; m->key[i] >= 0; i = (i + 1) & m->mask) {
+        if (m->key[i] == key) return m->value[i];
+    }
+    m->key[i] = key;
+    m->value[i] = fresh;
+    return fresh;
+}
+
+/* ---- a parser core's memo of trie walks below first bytes (`WalkMemo`) ---- */
+
+/* A first-level group at least this large (in tokens) reads its subtrees from the memo: positions
+ * of one rule very often reach one parser state after their first byte (every branch of a key
+ * complement goes on as the same free string), and what lies below depends only on that state. */
+#define MEMO_MIN_ROWS 4096
+#define MEMO_ENTRIES 96
+#define MEMO_PER_WALK 32 /* (at most: groups of MEMO_MIN_ROWS tokens each in a 128k vocabulary) */
+
+/* The walks below first-level nodes from one parser state (reached by their byte): per root whether
+ * it was walked, the accepted rows as a bitmap over the sorted rows and as a token-id bitmask, and
+ * the exits found, (root, node, depth) triples. */
+typedef struct {
+    int32_t state;
+    uint64_t follow[4]; /* the bytes a residual may begin with when it was walked (all: none kept) */
+    int has_follow;
+    uint8_t done[256];
+    uint64_t *rows;
+    uint32_t *words;
+    Py_ssize_t done_rows;
+    IntBuf exits;
+} MemoEntry;
+
+typedef struct {
+    PyObject_HEAD
+    MemoEntry *entries;
+    Py_ssize_t count;
+} WalkMemo;
+
+static void memo_clear(WalkMemo *m) {
+    for (Py_ssize_t k = 0; k < m->count; k++) {
+        free(m->entries[k].rows);
+        free(m->entries[k].words);
+        free(m->entries[k].exits.data);
+    }
+    m->count = 0;
+}
+
+static void walkmemo_dealloc(WalkMemo *m) {
+    memo_clear(m);
+    free(m->entries);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyObject *walkmemo_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "", names)) return NULL;
+    WalkMemo *m = (WalkMemo *)type->tp_alloc(type, 0);
+    if (!m) return NULL;
+    m->entries = (MemoEntry *)calloc(MEMO_ENTRIES, sizeof(MemoEntry));
+    if (!m->entries) {
+        Py_DECREF(m);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)m;
+}
+
+static void memo_room(WalkMemo *m) {
+    if (m->count > MEMO_ENTRIES - MEMO_PER_WALK) memo_clear(m);
+}
+
+static PyObject *walkmemo_get_entries(WalkMemo *m, void *Py_UNUSED(closure)) {
+    return PyLong_FromSsize_t(m->count);
+}
+
+static PyGetSetDef walkmemo_getset[] = {
+    {"entries", (getter)walkmemo_get_entries, NULL, "how many parser states' walks it holds", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject WalkMemoType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "codemask.engine._native.WalkMemo",
+    .tp_basicsize = sizeof(WalkMemo),
+    .tp_dealloc = (destructor)walkmemo_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "WalkMemo(): one parser core's memo of trie walks below first bytes, for PositionWalker.classify",
+    .tp_getset = walkmemo_getset,
+    .tp_new = walkmemo_new,
+};
+
+/* The memo's entry of `state` walked with `follow_bits` (NULL: exits not kept), made empty if new;
+ * NULL if the memo is full (no exception: the caller walks directly) or on memory error. A walk
+ * empties a nearly full memo before it starts (`memo_room`), so that no entry it reads is freed. */
+static MemoEntry *memo_entry(WalkMemo *m, PositionWalker *w, int32_t state, const uint64_t *follow_bits) {
+    for (Py_ssize_t k = 0; k < m->count; k++) {
+        MemoEntry *e = &m->entries[k];
+        if (e->state == state && e->has_follow == (follow_bits != NULL) &&
+            (!follow_bits || !memcmp(e->follow, follow_bits, sizeof(e->follow))))
+            return e;
+    }
+    if (m->count == MEMO_ENTRIES) return NULL;
+    MemoEntry *e = &m->entries[m->count];
+    memset(e, 0, sizeof(*e));
+    e->rows = (uint64_t *)calloc((size_t)(w->rows / 64 + 1), sizeof(uint64_t));
+    e->words = (uint32_t *)calloc((size_t)w->nwords, sizeof(uint32_t));
+    if (!e->rows || !e->words) {
+        free(e->rows);
+        free(e->words);
+        return (MemoEntry *)PyErr_NoMemory();
+    }
+    e->state = state;
+    e->has_follow = follow_bits != NULL;
+    if (follow_bits) memcpy(e->follow, follow_bits, sizeof(e->follow));
+    m->count++;
+    return e;
+}
+
+/* Where a walk records what it finds: accepted tokens into `words`, and per row either a stamp
+ * (`w->ok_stamp`, a walk of its own) or a bit of a memo entry's `rows`; exits into `exits` as
+ * (root, node, depth) triples. */
+typedef struct {
+    uint32_t *words;
+    uint64_t *rows; /* NULL: stamps */
+    IntBuf *exits;
+    int32_t root;
+    int keep_exits;
+    const uint64_t *follow_bits; /* the bytes exits may continue with, for the bulk test (NULL: none kept) */
+} Sink;
+
+static void sink_ok(PositionWalker *w, const Sink *k, int32_t row) {
+    const int32_t *order = w->v[PW_ORDER].buf;
+    int32_t id = order[row];
+    k->words[id >> 5] |= (uint32_t)1 << (id & 31);
+    if (k->rows) {
+        k->rows[row >> 6] |= (uint64_t)1 << (row & 63);
+    } else {
+        w->ok_stamp[row] = w->gen;
+    }
+}
+
+/* The scan of the preorder nodes `begin`..`stop` (a run of whole subtrees whose parent's state is
+ * `w->path[depth[begin] - 1]`), recording into `k`; 0, or -1 on error. */
+static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, Py_ssize_t begin, Py_ssize_t stop,
+                      const Sink *k) {
+    const uint8_t *byte = w->v[PW_BYTE].buf;
+    const int32_t *depth = w->v[PW_DEPTH].buf, *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf;
+    const int32_t *token = w->v[PW_TOKEN].buf, *end = w->v[PW_END].buf, *length = w->v[PW_LENGTH].buf;
+    for (Py_ssize_t i = begin; i < stop;) {
+        int32_t d = depth[i];
+        int32_t bulk = w->bulk_of[i];
+        if (bulk >= 0) {
+            int32_t height = w->bulk_height[bulk];
+            int32_t reach = bulk_reach(w, x, core, v, w->path[d - 1], w->bulk_bytes + 4 * (Py_ssize_t)bulk, height,
+                                       k->keep_exits ? k->follow_bits : NULL);
+            if (reach == -2) return -1;
+            if (reach >= 0) {
+                int32_t longest = d - 1 + reach; /* the tokens below at most this long are accepted */
+                for (int32_t row = lo[i]; row < hi[i]; row++) {
+                    if (reach < height && length[row] > longest) continue;
+                    sink_ok(w, k, row);
+                }
+                i = end[i];
+                continue;
+            }
+        }
+        int32_t next = v->table[(Py_ssize_t)w->path[d - 1] * 256 + byte[i]];
+        if (next == UNKNOWN || next >= v->states || next < DEAD) {
+            next = core_step(x, core, v, w->path[d - 1], byte[i]);
+            if (next == FAILED) return -1;
+        }
+        if (next < 0) {
+            i = end[i];
+            continue;
+        }
+        if (token[i] >= 0) sink_ok(w, k, token[i]);
+        if (k->keep_exits && v->flags[next] && end[i] > i + 1 &&
+            (buf_push(k->exits, k->root) || buf_push(k->exits, (int32_t)i) || buf_push(k->exits, d)))
+            return -1;
+        if (v->has_stacks[next]) {
+            w->path[d] = next;
+            i++;
+        } else {
+            i = end[i];
+        }
+    }
+    return 0;
+}
+
+/* Walk the subtrees below the roots `r` of `group` (whose byte led to memo entry `e`'s state) that
+ * the entry has not walked yet. */
+static int memo_fill(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, MemoEntry *e, const int32_t *group,
+                     Py_ssize_t count) {
+    const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *token = w->v[PW_TOKEN].buf;
+    const int32_t *end = w->v[PW_END].buf;
+    Sink k = {e->words, e->rows, &e->exits, -1, 1, e->has_follow ? e->follow : NULL};
+    k.keep_exits = e->has_follow;
+    for (Py_ssize_t g = 0; g < count; g++) {
+        int32_t r = group[g], i = w->roots[r];
+        if (e->done[r]) continue;
+        e->done[r] = 1;
+        e->done_rows += hi[i] - lo[i];
+        k.root = r;
+        if (token[i] >= 0) sink_ok(w, &k, token[i]);
+        if (k.keep_exits && v->flags[e->state] && end[i] > i + 1 &&
+            (buf_push(&e->exits, r) || buf_push(&e->exits, i) || buf_push(&e->exits, 1)))
+            return -1;
+        if (!v->has_stacks[e->state] || end[i] <= i + 1) continue;
+        w->path[1] = e->state;
+        if (walk_nodes(w, x, core, v, i + 1, end[i], &k)) return -1;
+    }
+    return 0;
+}
+
+/* Add to `words` the accepted tokens below the roots of `group` from memo entry `e` (all walked): the
+ * entry's token bitmask less its other roots' tokens where the group holds most of it, else bit by
+ * bit from its rows. */
+static int memo_read(PositionWalker *w, MemoEntry *e, const int32_t *group, Py_ssize_t count, uint32_t *words) {
+    const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *order = w->v[PW_ORDER].buf;
+    uint8_t in_group[256] = {0};
+    Py_ssize_t rows = 0;
+    for (Py_ssize_t g = 0; g < count; g++) {
+        in_group[group[g]] = 1;
+        rows += hi[w->roots[group[g]]] - lo[w->roots[group[g]]];
+    }
+    if (2 * rows >= e->done_rows) {
+        uint32_t *mask = (uint32_t *)malloc((size_t)w->nwords * sizeof(uint32_t));
+        if (!mask) return PyErr_NoMemory(), -1;
+        memcpy(mask, e->words, (size_t)w->nwords * sizeof(uint32_t));
+        for (Py_ssize_t r = 0; r < w->nroots; r++) {
+            if (!e->done[r] || in_group[r]) continue;
+            int32_t i = w->roots[r];
+            for (int32_t row = lo[i]; row < hi[i]; row++) {
+                if (e->rows[row >> 6] >> (row & 63) & 1) mask[order[row] >> 5] &= ~((uint32_t)1 << (order[row] & 31));
+            }
+        }
+        for (Py_ssize_t j = 0; j < w->nwords; j++) words[j] |= mask[j];
+        free(mask);
+        return 0;
+    }
+    for (Py_ssize_t g = 0; g < count; g++) {
+        int32_t i = w->roots[group[g]];
+        for (int32_t row = lo[i]; row < hi[i]; row++) {
+            if (e->rows[row >> 6] >> (row & 63) & 1) words[order[row] >> 5] |= (uint32_t)1 << (order[row] & 31);
+        }
+    }
+    return 0;
+}
+
+/* classify(interner, core, start, follow, max_uncertain, memo) -> (words, rows, residual_of, residual_rows,
+ * residual_starts, residual_lengths): the scan described above from parser state `start`; `follow`
+ * (256 bytes of 0/1) are the bytes a residual may begin with, or None where the frame has no caller
+ * (no token is then uncertain). `words` is the uint32 bitmask row of the accepted tokens' ids; the
+ * others are int32 arrays: the uncertain tokens' rows and the distinct residual each continues
+ * with, and per residual the row it is a tail of, where it starts, and its length; or None alone
+ * where more than `max_uncertain` tokens leave the frame (they are then not listed). From a real
+ * parse's state with `follow` None, `words` is that state's mask of the vocabulary. `memo` (a
+ * WalkMemo of this core, or None) keeps the walks below first bytes that lead many tokens to one
+ * state, for later positions that reach it too. */
+static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
+    PyObject *interner, *core, *follow_obj, *memo_obj;
+    int start;
+    Py_ssize_t max_uncertain;
+    if (!PyArg_ParseTuple(args, "OOiOnO", &interner, &core, &start, &follow_obj, &max_uncertain, &memo_obj)) return NULL;
+    Interner *x = walk_interner(interner);
+    if (!x) return NULL;
+    const uint8_t *follow = NULL;
+    if (follow_obj != Py_None) {
+        if (!PyBytes_Check(follow_obj) || PyBytes_GET_SIZE(follow_obj) != 256) {
+            PyErr_SetString(PyExc_TypeError, "follow: 256 bytes of 0/1, or None");
+            return NULL;
+        }
+        follow = (const uint8_t *)PyBytes_AS_STRING(follow_obj);
+    }
+    WalkMemo *memo = NULL;
+    if (memo_obj != Py_None) {
+        if (!PyObject_TypeCheck(memo_obj, &WalkMemoType)) {
+            PyErr_SetString(PyExc_TypeError, "memo: a WalkMemo or None");
+            return NULL;
+        }
+        memo = (WalkMemo *)memo_obj;
+    }
+    if (w->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "PositionWalker.classify re-entered (take the core's lock)");
+        return NULL;
+    }
+    const uint8_t *byte = w->v[PW_BYTE].buf;
+    const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *token = w->v[PW_TOKEN].buf, *end = w->v[PW_END].buf;
+    const int32_t *length = w->v[PW_LENGTH].buf;
+    const int64_t *suffix_start = w->v[PW_SUFFIX_START].buf, *suffix_ids = w->v[PW_SUFFIX_IDS].buf;
+    PyObject *words_out = NULL, *result = NULL;
+    IntBuf exits = {0}, unc[5];
+    memset(unc, 0, sizeof(unc));
+    SuffixMap map = {0};
+    CoreView v;
+    MemoEntry *used[256];
+    Py_ssize_t nused = 0;
+    w->busy = 1;
+    if (core_view(x, core, &v)) goto done;
+    if (start < 0 || start >= v.states) {
+        bad("parser state out of range");
+        goto done;
+    }
+    words_out = PyBytes_FromStringAndSize(NULL, w->nwords * (Py_ssize_t)sizeof(uint32_t));
+    if (!words_out) goto done;
+    uint32_t *words = (uint32_t *)PyBytes_AS_STRING(words_out);
+    memset(words, 0, (size_t)w->nwords * sizeof(uint32_t));
+    if (++w->gen == 0) {
+        memset(w->ok_stamp, 0, (size_t)w->rows * sizeof(uint32_t));
+        for (Py_ssize_t k = 0; k < ((Py_ssize_t)1 << STEP_BITS); k++) w->steps[k].gen = 0;
+        w->gen = 1;
+    }
+    uint32_t gen = w->gen;
+    w->steps_used = 0;
+    for (Py_ssize_t d = 0; d <= w->max_depth; d++) w->path[d] = start; /* (every entry a valid state) */
+    uint64_t follow_bits[4] = {0, 0, 0, 0};
+    for (int b = 0; follow && b < 256; b++) {
+        if (follow[b]) follow_bits[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+    if (memo) memo_room(memo);
+    Sink direct = {words, NULL, &exits, -1, follow != NULL, follow ? follow_bits : NULL};
+    /* the first byte of every root, then its subtree: directly, or through the memo where the roots
+     * that reach one state hold many tokens */
+    int32_t target[256], group[256], placed[256] = {0};
+    for (Py_ssize_t r = 0; r < w->nroots; r++) {
+        target[r] = core_step(x, core, &v, start, byte[w->roots[r]]);
+        if (target[r] == FAILED) goto done;
+    }
+    for (Py_ssize_t r = 0; r < w->nroots; r++) {
+        if (target[r] < 0 || placed[r]) continue;
+        Py_ssize_t count = 0, rows = 0;
+        for (Py_ssize_t q = r; q < w->nroots; q++) {
+            if (target[q] != target[r]) continue;
+            placed[q] = 1;
+            group[count++] = (int32_t)q;
+            rows += hi[w->roots[q]] - lo[w->roots[q]];
+        }
+        MemoEntry *e = NULL;
+        if (memo && rows >= MEMO_MIN_ROWS && v.has_stacks[target[r]]) {
+            e = memo_entry(memo, w, target[r], follow ? follow_bits : NULL);
+            if (!e && PyErr_Occurred()) goto done;
+        }
+        if (e) {
+            if (memo_fill(w, x, core, &v, e, group, count) || memo_read(w, e, group, count, words)) goto done;
+            used[nused] = e;
+            for (Py_ssize_t k = 0; k < e->exits.size; k += 3) {
+                int32_t root = e->exits.data[k];
+                int in_group = 0;
+                for (Py_ssize_t g = 0; g < count && !in_group; g++) in_group = group[g] == root;
+                if (in_group && (buf_push(&exits, (int32_t)(256 + nused)) || buf_push(&exits, e->exits.data[k + 1]) ||
+                                 buf_push(&exits, e->exits.data[k + 2])))
+                    goto done;
+            }
+            nused++;
+            continue;
+        }
+        for (Py_ssize_t g = 0; g < count; g++) {
+            int32_t i = w->roots[group[g]], t = target[group[g]];
+            if (token[i] >= 0) sink_ok(w, &direct, token[i]);
+            if (follow && v.flags[t] && end[i] > i + 1 &&
+                (buf_push(&exits, -1) || buf_push(&exits, i) || buf_push(&exits, 1)))
+                goto done;
+            if (!v.has_stacks[t] || end[i] <= i + 1) continue;
+            w->path[1] = t;
+            if (walk_nodes(w, x, core, &v, i + 1, end[i], &direct)) goto done;
+        }
+    }
+    /* the exits: the tokens below each exit node, by child, where the residual's first byte may
+     * follow the frame and the token is not accepted outright (rows read from the memo entry that
+     * holds the exit's subtree, else from this walk's stamps) */
+    Py_ssize_t count = 0;
+    for (Py_ssize_t k = 0; follow && k < exits.size; k += 3) {
+        int32_t i = exits.data[k + 1];
+        for (int32_t c = i + 1; c < end[i]; c = end[c]) {
+            if (follow[byte[c]]) count += hi[c] - lo[c];
+        }
+    }
+    if (count > max_uncertain) {
+        result = Py_BuildValue("(NO)", words_out, Py_None);
+        words_out = NULL;
+        goto done;
+    }
+    if (suffix_map_init(&map, count)) goto done;
+    for (Py_ssize_t k = 0; follow && k < exits.size; k += 3) {
+        int32_t source = exits.data[k], i = exits.data[k + 1], d = exits.data[k + 2];
+        const uint64_t *ok_rows = source >= 256 ? used[source - 256]->rows : NULL;
+        for (int32_t c = i + 1; c < end[i]; c = end[c]) {
+            if (!follow[byte[c]]) continue;
+            for (int32_t row = lo[c]; row < hi[c]; row++) {
+                if (ok_rows ? (ok_rows[row >> 6] >> (row & 63) & 1) : w->ok_stamp[row] == gen) continue;
+                if (d >= length[row]) {
+                    bad("trie arrays: a token below a node is not longer than the node's prefix");
+                    goto done;
+                }
+                int32_t fresh = (int32_t)unc[2].size;
+                int32_t r = suffix_map_get(&map, suffix_ids[suffix_start[row] + d], fresh);
+                if (buf_push(&unc[0], row) || buf_push(&unc[1], r)) goto done;
+                if (r == fresh && (buf_push(&unc[2], row) || buf_push(&unc[3], d) || buf_push(&unc[4], length[row] - d)))
+                    goto done;
+            }
+        }
+    }
+    result = PyTuple_New(6);
+    if (!result) goto done;
+    PyTuple_SET_ITEM(result, 0, words_out);
+    words_out = NULL;
+    for (int k = 0; k < 5; k++) {
+        PyObject *part = buf_bytes(&unc[k]);
+        if (!part) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyTuple_SET_ITEM(result, k + 1, part);
+    }
+done:
+    w->busy = 0;
+    Py_XDECREF(words_out);
+    free(exits.data);
+    for (int k = 0; k < 5; k++) free(unc[k].data);
+    free(map.key);
+    free(map.value);
+    return result;
+}
+
+/* resolve(interner, core, start, residual_rows, residual_starts, residual_lengths, token_ids, residual_of, words):
+ * walk each residual (a tail of a row of the matrix, int32 arrays) from parser state `start` and
+ * set in the uint32 row `words` the bits of the tokens `token_ids[k]` whose residual
+ * `residual_of[k]` stays alive to its end (`mask_cache.resolve_residuals`). */
+static PyObject *pwalker_resolve(PositionWalker *w, PyObject *args) {
+    PyObject *interner, *core;
+    int start;
+    Py_buffer b[6];
+    memset(b, 0, sizeof(b));
+    if (!PyArg_ParseTuple(args, "OOiy*y*y*y*y*w*", &interner, &core, &start, &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
+        return NULL;
+    PyObject *result = NULL;
+    uint8_t *alive = NULL;
+    Interner *x = walk_interner(interner);
+    CoreView v;
+    Py_ssize_t residuals = b[0].len / (Py_ssize_t)sizeof(int32_t), tokens = b[3].len / (Py_ssize_t)sizeof(int32_t);
+    if (!x || need(&b[0], sizeof(int32_t), residuals, "residual_rows") ||
+        need(&b[1], sizeof(int32_t), residuals, "residual_starts") ||
+        need(&b[2], sizeof(int32_t), residuals, "residual_lengths") || need(&b[3], sizeof(int32_t), tokens, "token_ids") ||
+        need(&b[4], sizeof(int32_t), tokens, "residual_of") || need(&b[5], sizeof(uint32_t), w->nwords, "words") ||
+        core_view(x, core, &v))
+        goto done;
+    if (start < 0 || start >= v.states) {
+        bad("parser state out of range");
+        goto done;
+    }
+    const int32_t *rows = b[0].buf, *starts = b[1].buf, *lengths = b[2].buf, *ids = b[3].buf, *of = b[4].buf;
+    const uint8_t *matrix = w->v[PW_MATRIX].buf;
+    if (!(alive = (uint8_t *)malloc((size_t)(residuals ? residuals : 1)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < residuals; r++) {
+        if (rows[r] < 0 || rows[r] >= w->rows || starts[r] < 0 || lengths[r] < 1 ||
+            (Py_ssize_t)starts[r] + lengths[r] > w->width) {
+            index_error("residual out of the matrix");
+            goto done;
+        }
+        const uint8_t *tail = matrix + (Py_ssize_t)rows[r] * w->width + starts[r];
+        int32_t state = start;
+        for (int32_t k = 0; k < lengths[r] && state >= 0; k++) {
+            state = core_step(x, core, &v, state, tail[k]);
+            if (state == FAILED) goto done;
+        }
+        alive[r] = state >= 0;
+    }
+    uint32_t *words = b[5].buf;
+    for (Py_ssize_t k = 0; k < tokens; k++) {
+        if (of[k] < 0 || of[k] >= residuals || ids[k] < 0 || ids[k] / 32 >= w->nwords) {
+            index_error("uncertain token or residual out of range");
+            goto done;
+        }
+        if (alive[of[k]]) words[ids[k] >> 5] |= (uint32_t)1 << (ids[k] & 31);
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    free(alive);
+    for (int i = 0; i < 6; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
+static PyMethodDef pwalker_methods[] = {
+    {"classify", (PyCFunction)pwalker_classify, METH_VARARGS,
+     "classify(interner, core, start, follow, max_uncertain, memo) -> (words, rows, residual_of, residual_rows, "
+     "residual_starts, residual_lengths) or (words, None): a position's accepted and uncertain tokens from its "
+     "frame-local parser state"},
+    {"resolve", (PyCFunction)pwalker_resolve, METH_VARARGS,
+     "resolve(interner, core, start, residual_rows, residual_starts, residual_lengths, token_ids, residual_of, "
+     "words): set the bits of the uncertain tokens whose residual the parser accepts from state start"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PositionWalkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "codemask.engine._native.PositionWalker",
+    .tp_basicsize = sizeof(PositionWalker),
+    .tp_dealloc = (destructor)pwalker_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PositionWalker(byte, depth, lo, hi, token, end, order, lengths, suffix_start, suffix_ids, matrix, "
+              "width, words): one vocabulary's trie for classifying byte-level grammar positions in C",
+    .tp_methods = pwalker_methods,
+    .tp_new = pwalker_new,
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -2868,6 +3781,1630 @@ static PyTypeObject ResidualWalkerType = {
     .tp_new = rw_new,
 };
 
+/* ---------------------------------------------------------------------------------------------
+ * A rule's automaton (`automaton._build_dfa`; `determinize`, `trim` and `minimize` in Python).
+ *
+ * `dfa_of_nfa` takes a Thompson NFA as flat int32 lists (epsilon edges, symbol-range edges and call
+ * edges) and makes its subset construction, trims the states that cannot reach acceptance, and
+ * minimises what is left (Valmari and Lehtinen's partition refinement for partial automata, with
+ * each callee rule a symbol of its own), numbering the states exactly as the Python functions do:
+ * subsets in the order they are first met (per subset its symbol ranges in increasing order, then
+ * its calls by rule), and the minimal automaton's classes in the order of their first state, the
+ * start first. A rule of a JSON Schema took milliseconds in numpy and Python; here microseconds.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Sequences of int32 (sorted state sets) to int32 values, keys kept in one pool. */
+typedef struct {
+    IntBuf pool;
+    int64_t *off;
+    int32_t *len, *value;
+    uint64_t *hash;
+    Py_ssize_t count, cap;
+    int32_t *slots;
+    int bits;
+} SeqMap;
+
+static uint64_t seq_hash(const int32_t *a, Py_ssize_t n) {
+    uint64_t h = 0x84222325CBF29CE4ull ^ (uint64_t)n;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ (uint32_t)a[i]) * 0x100000001B3ull;
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    return h ^ (h >> 33);
+}
+
+static void seqmap_free(SeqMap *m) {
+    free(m->pool.data);
+    free(m->off);
+    free(m->len);
+    free(m->value);
+    free(m->hash);
+    free(m->slots);
+}
+
+static int seqmap_rehash(SeqMap *m, int bits) {
+    int32_t *slots = (int32_t *)malloc(((size_t)1 << bits) * sizeof(int32_t));
+    if (!slots) return PyErr_NoMemory(), -1;
+    memset(slots, 0xFF, ((size_t)1 << bits) * sizeof(int32_t));
+    size_t mask = ((size_t)1 << bits) - 1;
+    for (Py_ssize_t k = 0; k < m->count; k++) {
+        size_t i = (size_t)(m->hash[k] >> (64 - bits));
+        while (slots[i] >= 0) i = (i + 1) & mask;
+        slots[i] = (int32_t)k;
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->bits = bits;
+    return 0;
+}
+
+/* The value of the `n` ints at `a` (hash `h`), or -1. */
+static int32_t seqmap_get(const SeqMap *m, const int32_t *a, Py_ssize_t n, uint64_t h) {
+    if (!m->slots) return -1;
+    size_t mask = ((size_t)1 << m->bits) - 1, i = (size_t)(h >> (64 - m->bits));
+    for (int32_t k; (k = m->slots[i]) >= 0; i = (i + 1) & mask) {
+        if (m->hash[k] == h && m->len[k] == n && !memcmp(m->pool.data + m->off[k], a, (size_t)n * sizeof(int32_t)))
+            return m->value[k];
+    }
+    return -1;
+}
+
+/* Record the `n` ints at `a` (hash `h`, not in the map yet; `a` must not point into the pool) with `value`. */
+static int seqmap_put(SeqMap *m, const int32_t *a, Py_ssize_t n, uint64_t h, int32_t value) {
+    if (m->count + 1 > m->cap) {
+        Py_ssize_t cap = m->cap ? 2 * m->cap : 64;
+        int64_t *off = (int64_t *)realloc(m->off, (size_t)cap * sizeof(int64_t));
+        if (off) m->off = off;
+        int32_t *len = off ? (int32_t *)realloc(m->len, (size_t)cap * sizeof(int32_t)) : NULL;
+        if (len) m->len = len;
+        int32_t *val = len ? (int32_t *)realloc(m->value, (size_t)cap * sizeof(int32_t)) : NULL;
+        if (val) m->value = val;
+        uint64_t *hs = val ? (uint64_t *)realloc(m->hash, (size_t)cap * sizeof(uint64_t)) : NULL;
+        if (!hs) return PyErr_NoMemory(), -1;
+        m->hash = hs;
+        m->cap = cap;
+    }
+    if (2 * (m->count + 1) > ((Py_ssize_t)1 << m->bits) && seqmap_rehash(m, m->bits ? m->bits + 1 : 8)) return -1;
+    Py_ssize_t k = m->count++;
+    m->off[k] = m->pool.size;
+    m->len[k] = (int32_t)n;
+    m->value[k] = value;
+    m->hash[k] = h;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (buf_push(&m->pool, a[i])) return -1;
+    }
+    size_t mask = ((size_t)1 << m->bits) - 1, i = (size_t)(h >> (64 - m->bits));
+    while (m->slots[i] >= 0) i = (i + 1) & mask;
+    m->slots[i] = (int32_t)k;
+    return 0;
+}
+
+/* Valmari and Lehtinen's refinable partition: the elements grouped by set in `E`, each element's
+ * place `L` and set `S`, each set's range `F`..`P` in `E`; `M` and `W` count the marked elements
+ * per set and list the sets with marks (shared by the two partitions, sized for the larger). */
+typedef struct {
+    int32_t z, *E, *L, *S, *F, *P;
+} Refinable;
+
+typedef struct {
+    int32_t *M, *W, w;
+} Marks;
+
+static int refinable_init(Refinable *p, Py_ssize_t n) {
+    size_t size = (size_t)(n ? n : 1) * sizeof(int32_t);
+    p->E = (int32_t *)malloc(size);
+    p->L = (int32_t *)malloc(size);
+    p->S = (int32_t *)malloc(size);
+    p->F = (int32_t *)malloc(size);
+    p->P = (int32_t *)malloc(size);
+    if (!p->E || !p->L || !p->S || !p->F || !p->P) return PyErr_NoMemory(), -1;
+    p->z = n > 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        p->E[i] = p->L[i] = (int32_t)i;
+        p->S[i] = 0;
+    }
+    if (n) {
+        p->F[0] = 0;
+        p->P[0] = (int32_t)n;
+    }
+    return 0;
+}
+
+static void refinable_free(Refinable *p) {
+    free(p->E);
+    free(p->L);
+    free(p->S);
+    free(p->F);
+    free(p->P);
+}
+
+static void refinable_mark(Refinable *p, Marks *k, int32_t e) {
+    int32_t s = p->S[e], i = p->L[e], j = p->F[s] + k->M[s];
+    p->E[i] = p->E[j];
+    p->L[p->E[i]] = i;
+    p->E[j] = e;
+    p->L[e] = j;
+    if (!k->M[s]++) k->W[k->w++] = s;
+}
+
+static void refinable_split(Refinable *p, Marks *k) {
+    while (k->w) {
+        int32_t s = k->W[--k->w], j = p->F[s] + k->M[s];
+        if (j == p->P[s]) {
+            k->M[s] = 0;
+            continue;
+        }
+        int32_t z = p->z;
+        if (k->M[s] <= p->P[s] - j) {
+            p->F[z] = p->F[s];
+            p->P[z] = p->F[s] = j;
+        } else {
+            p->P[z] = p->P[s];
+            p->F[z] = p->P[s] = j;
+        }
+        for (int32_t i = p->F[z]; i < p->P[z]; ++i) p->S[p->E[i]] = z;
+        k->M[s] = k->M[z] = 0;
+        p->z++;
+    }
+}
+
+/* The classes of the language-equivalent states of a trimmed automaton of `n` states (every state
+ * reachable, and able to accept) with `m` transitions `tail[t] --label[t]--> head[t]` (labels
+ * below `labels`): `cls` gets each state's class. */
+static int equivalent_states(Py_ssize_t n, Py_ssize_t m, const int32_t *tail, const int32_t *label,
+                             const int32_t *head, Py_ssize_t labels, const uint8_t *accepting, int32_t *cls) {
+    Refinable B = {0}, C = {0};
+    Marks k = {0};
+    int32_t *adj_first = NULL, *adj = NULL, *count = NULL;
+    int status = -1;
+    size_t big = (size_t)(n > m ? n : m) + 1;
+    k.M = (int32_t *)calloc(big, sizeof(int32_t));
+    k.W = (int32_t *)malloc(big * sizeof(int32_t));
+    adj_first = (int32_t *)calloc((size_t)n + 1, sizeof(int32_t));
+    adj = (int32_t *)malloc((size_t)(m ? m : 1) * sizeof(int32_t));
+    count = (int32_t *)calloc((size_t)labels + 1, sizeof(int32_t));
+    if (!k.M || !k.W || !adj_first || !adj || !count) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (refinable_init(&B, n) || refinable_init(&C, m)) goto done;
+    for (Py_ssize_t q = 0; q < n; q++) {
+        if (accepting[q]) refinable_mark(&B, &k, (int32_t)q);
+    }
+    refinable_split(&B, &k);
+    if (m) {
+        /* the transitions grouped by label (a counting sort) */
+        for (Py_ssize_t t = 0; t < m; t++) count[label[t] + 1]++;
+        for (Py_ssize_t a = 0; a < labels; a++) count[a + 1] += count[a];
+        for (Py_ssize_t t = 0; t < m; t++) {
+            int32_t at = count[label[t]]++;
+            C.E[at] = (int32_t)t;
+            C.L[t] = at;
+        }
+        C.z = 0;
+        int32_t a = label[C.E[0]];
+        C.F[0] = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            int32_t t = C.E[i];
+            if (label[t] != a) {
+                a = label[t];
+                C.P[C.z++] = (int32_t)i;
+                C.F[C.z] = (int32_t)i;
+            }
+            C.S[t] = C.z;
+        }
+        C.P[C.z++] = (int32_t)m;
+    }
+    /* transitions by head state */
+    for (Py_ssize_t t = 0; t < m; t++) adj_first[head[t] + 1]++;
+    for (Py_ssize_t q = 0; q < n; q++) adj_first[q + 1] += adj_first[q];
+    for (Py_ssize_t t = 0; t < m; t++) adj[adj_first[head[t]]++] = (int32_t)t;
+    for (Py_ssize_t q = n; q > 0; q--) adj_first[q] = adj_first[q - 1];
+    adj_first[0] = 0;
+    for (int32_t b = 1, c = 0; c < C.z;) {
+        for (int32_t i = C.F[c]; i < C.P[c]; ++i) refinable_mark(&B, &k, tail[C.E[i]]);
+        refinable_split(&B, &k);
+        ++c;
+        for (; b < B.z; ++b) {
+            for (int32_t i = B.F[b]; i < B.P[b]; ++i) {
+                for (int32_t j = adj_first[B.E[i]]; j < adj_first[B.E[i] + 1]; ++j) refinable_mark(&C, &k, adj[j]);
+            }
+            refinable_split(&C, &k);
+        }
+    }
+    for (Py_ssize_t q = 0; q < n; q++) cls[q] = B.S[q];
+    status = 0;
+done:
+    refinable_free(&B);
+    refinable_free(&C);
+    free(k.M);
+    free(k.W);
+    free(adj_first);
+    free(adj);
+    free(count);
+    return status;
+}
+
+/* The NFA's edges of each kind, grouped by source state (`lo[s]:lo[s + 1]` into `item`, `width` ints each). */
+typedef struct {
+    int32_t *lo, *item;
+} Grouped;
+
+static int group_by_source(const int32_t *flat, Py_ssize_t count, int width, Py_ssize_t states, Grouped *g) {
+    g->lo = (int32_t *)calloc((size_t)states + 1, sizeof(int32_t));
+    g->item = (int32_t *)malloc((size_t)(count ? count * width : 1) * sizeof(int32_t));
+    if (!g->lo || !g->item) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t e = 0; e < count; e++) {
+        int32_t src = flat[e * width];
+        if (src < 0 || src >= states) return bad("NFA edge from a state out of range");
+        g->lo[src + 1]++;
+    }
+    for (Py_ssize_t s = 0; s < states; s++) g->lo[s + 1] += g->lo[s];
+    int32_t *at = (int32_t *)malloc((size_t)(states ? states : 1) * sizeof(int32_t));
+    if (!at) return PyErr_NoMemory(), -1;
+    memcpy(at, g->lo, (size_t)states * sizeof(int32_t));
+    for (Py_ssize_t e = 0; e < count; e++) {
+        int32_t src = flat[e * width];
+        memcpy(g->item + (Py_ssize_t)at[src]++ * (width - 1), flat + e * width + 1, (size_t)(width - 1) * sizeof(int32_t));
+    }
+    free(at);
+    return 0;
+}
+
+static void grouped_free(Grouped *g) {
+    free(g->lo);
+    free(g->item);
+}
+
+/* The subset construction's working state. */
+typedef struct {
+    Py_ssize_t states, alphabet, max_states;
+    int32_t final;
+    Grouped eps, edges, calls;
+    uint32_t *seen, gen;  /* per NFA state: the closure that reached it */
+    IntBuf stack, set;    /* a closure's work list and its states */
+    SeqMap subsets;       /* closure -> DFA state (its key in the pool is the subset's members) */
+    SeqMap closures;      /* target set -> DFA state */
+    IntBuf segs;          /* the DFA's transitions: (lo, hi, target) symbol ranges, state after state */
+    IntBuf seg_first;     /* per DFA state: where its ranges start in `segs` (in triples), and the end */
+    IntBuf accepting, call_out; /* per DFA state 0/1; (state, rule, target) triples */
+} Subsets;
+
+static int cmp_pair(const void *a, const void *b) {
+    const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
+    if (x[0] != y[0]) return (x[0] > y[0]) - (x[0] < y[0]);
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The DFA state of the epsilon closure of the sorted, distinct NFA states `targets` (`n` of them),
+ * interned (with a new transition row) if new; -1 on error. */
+static int32_t subset_of_targets(Subsets *d, const int32_t *targets, Py_ssize_t n) {
+    uint64_t h = seq_hash(targets, n);
+    int32_t found = seqmap_get(&d->closures, targets, n, h);
+    if (found >= 0) return found;
+    if (++d->gen == 0) {
+        memset(d->seen, 0, (size_t)d->states * sizeof(uint32_t));
+        d->gen = 1;
+    }
+    d->stack.size = d->set.size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (d->seen[targets[i]] == d->gen) continue;
+        d->seen[targets[i]] = d->gen;
+        if (buf_push(&d->stack, targets[i]) || buf_push(&d->set, targets[i])) return -1;
+    }
+    while (d->stack.size) {
+        int32_t s = d->stack.data[--d->stack.size];
+        for (int32_t k = d->eps.lo[s]; k < d->eps.lo[s + 1]; k++) {
+            int32_t t = d->eps.item[k];
+            if (d->seen[t] == d->gen) continue;
+            d->seen[t] = d->gen;
+            if (buf_push(&d->stack, t) || buf_push(&d->set, t)) return -1;
+        }
+    }
+    qsort(d->set.data, (size_t)d->set.size, sizeof(int32_t), cmp_int32);
+    uint64_t hs = seq_hash(d->set.data, d->set.size);
+    int32_t id = seqmap_get(&d->subsets, d->set.data, d->set.size, hs);
+    if (id < 0) {
+        id = (int32_t)d->subsets.count;
+        if (id >= d->max_states) {
+            PyErr_Format(PyExc_OverflowError, "more than %zd deterministic automaton states", d->max_states);
+            return -1;
+        }
+        if (seqmap_put(&d->subsets, d->set.data, d->set.size, hs, id)) return -1;
+        if (buf_push(&d->accepting, d->seen[d->final] == d->gen)) return -1;
+    }
+    return seqmap_put(&d->closures, targets, n, h, id) ? -1 : id;
+}
+
+/* The transitions and calls of DFA state `id` (its subset's members in the pool). */
+static int expand_subset(Subsets *d, int32_t id, IntBuf *scratch, int32_t *open_count) {
+    IntBuf *events = &scratch[0], *open = &scratch[1], *targets = &scratch[2], *pairs = &scratch[3];
+    events->size = open->size = pairs->size = 0;
+    if (buf_push(&d->seg_first, (int32_t)(d->segs.size / 3))) return -1;
+    Py_ssize_t members = d->subsets.len[id];
+    for (Py_ssize_t i = 0; i < members; i++) {
+        int32_t s = d->subsets.pool.data[d->subsets.off[id] + i];
+        for (int32_t e = d->edges.lo[s]; e < d->edges.lo[s + 1]; e++) {
+            const int32_t *edge = d->edges.item + 3 * (Py_ssize_t)e; /* lo, hi, target */
+            if (edge[0] < 0 || edge[1] < edge[0] || edge[1] >= d->alphabet || edge[2] < 0 || edge[2] >= d->states)
+                return bad("NFA edge with a symbol range or target out of range");
+            /* an event: (point, +target + 1 opens / -target - 1 closes) */
+            if (buf_push(events, edge[0]) || buf_push(events, edge[2] + 1) || buf_push(events, edge[1] + 1) ||
+                buf_push(events, -edge[2] - 1))
+                return -1;
+        }
+        for (int32_t c = d->calls.lo[s]; c < d->calls.lo[s + 1]; c++) {
+            const int32_t *call = d->calls.item + 2 * (Py_ssize_t)c; /* rule, target */
+            if (call[0] < 0 || call[1] < 0 || call[1] >= d->states) return bad("NFA call out of range");
+            if (buf_push(pairs, call[0]) || buf_push(pairs, call[1])) return -1;
+        }
+    }
+    Py_ssize_t count = events->size / 2;
+    qsort(events->data, (size_t)count, 2 * sizeof(int32_t), cmp_pair);
+    for (Py_ssize_t i = 0; i < count;) {
+        int32_t point = events->data[2 * i];
+        for (; i < count && events->data[2 * i] == point; i++) {
+            int32_t ev = events->data[2 * i + 1];
+            if (ev > 0) {
+                if (!open_count[ev - 1]++ && buf_push(open, ev - 1)) return -1;
+            } else {
+                open_count[-ev - 1]--;
+            }
+        }
+        if (i == count || point >= d->alphabet) break;
+        int32_t next = events->data[2 * i];
+        targets->size = 0;
+        Py_ssize_t kept = 0;
+        for (Py_ssize_t k = 0; k < open->size; k++) {
+            int32_t t = open->data[k];
+            if (!open_count[t]) continue;
+            open->data[kept++] = t;
+            if (buf_push(targets, t)) return -1;
+        }
+        open->size = kept;
+        if (!targets->size) continue;
+        qsort(targets->data, (size_t)targets->size, sizeof(int32_t), cmp_int32);
+        Py_ssize_t unique = 1;
+        for (Py_ssize_t k = 1; k < targets->size; k++) {
+            if (targets->data[k] != targets->data[unique - 1]) targets->data[unique++] = targets->data[k];
+        }
+        targets->size = unique;
+        int32_t to = subset_of_targets(d, targets->data, targets->size);
+        if (to < 0) return -1;
+        int32_t last = (next < d->alphabet ? next : (int32_t)d->alphabet) - 1;
+        Py_ssize_t have = d->segs.size;
+        if (have / 3 > d->seg_first.data[id] && d->segs.data[have - 1] == to && d->segs.data[have - 2] == point - 1) {
+            d->segs.data[have - 2] = last; /* (adjacent ranges to one target: one range) */
+        } else if (buf_push(&d->segs, point) || buf_push(&d->segs, last) || buf_push(&d->segs, to)) {
+            return -1;
+        }
+    }
+    for (Py_ssize_t k = 0; k < open->size; k++) open_count[open->data[k]] = 0;
+    /* calls, by rule: the closure of each rule's targets */
+    Py_ssize_t calls = pairs->size / 2;
+    qsort(pairs->data, (size_t)calls, 2 * sizeof(int32_t), cmp_pair);
+    for (Py_ssize_t i = 0; i < calls;) {
+        int32_t rule = pairs->data[2 * i];
+        targets->size = 0;
+        for (; i < calls && pairs->data[2 * i] == rule; i++) {
+            int32_t t = pairs->data[2 * i + 1];
+            if ((!targets->size || targets->data[targets->size - 1] != t) && buf_push(targets, t)) return -1;
+        }
+        int32_t to = subset_of_targets(d, targets->data, targets->size);
+        if (to < 0 || buf_push(&d->call_out, id) || buf_push(&d->call_out, rule) || buf_push(&d->call_out, to)) return -1;
+    }
+    return 0;
+}
+
+/* The minimal DFA of an NFA of `states` states given as flat int32 lists of `n_eps` epsilon edges
+ * (source, target), `n_edges` symbol ranges (source, lo, hi, target) and `n_calls` calls (source,
+ * rule, target): (trans, accepting, calls) bytes, or NULL with an exception set. */
+static PyObject *dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *eps_flat, Py_ssize_t n_eps,
+                            const int32_t *edges_flat, Py_ssize_t n_edges, const int32_t *calls_flat,
+                            Py_ssize_t n_calls, Py_ssize_t alphabet, Py_ssize_t max_states) {
+    PyObject *result = NULL;
+    Subsets d;
+    memset(&d, 0, sizeof(d));
+    IntBuf scratch[4];
+    memset(scratch, 0, sizeof(scratch));
+    int32_t *open_count = NULL, *alive_map = NULL, *stack = NULL, *tail = NULL, *label = NULL, *head = NULL;
+    int32_t *cls = NULL, *order = NULL, *rev_lo = NULL, *rev = NULL;
+    uint8_t *alive = NULL, *acc = NULL;
+    d.states = states;
+    d.alphabet = alphabet;
+    d.max_states = max_states;
+    d.final = final;
+    if (states < 1 || start < 0 || start >= states || final < 0 || final >= states || alphabet < 1 ||
+        alphabet > 65536) {
+        bad("dfa_of_nfa: states, start, final or alphabet out of range");
+        goto done;
+    }
+    if (group_by_source(eps_flat, n_eps, 2, states, &d.eps) || group_by_source(edges_flat, n_edges, 4, states, &d.edges) ||
+        group_by_source(calls_flat, n_calls, 3, states, &d.calls))
+        goto done;
+    for (Py_ssize_t k = 0; k < n_eps; k++) {
+        if (d.eps.item[k] < 0 || d.eps.item[k] >= states) {
+            bad("NFA epsilon edge to a state out of range");
+            goto done;
+        }
+    }
+    d.seen = (uint32_t *)calloc((size_t)states, sizeof(uint32_t));
+    open_count = (int32_t *)calloc((size_t)states, sizeof(int32_t));
+    if (!d.seen || !open_count) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int32_t first = start;
+    if (subset_of_targets(&d, &first, 1) < 0) goto done;
+    for (int32_t id = 0; id < (int32_t)d.subsets.count; id++) {
+        if (expand_subset(&d, id, scratch, open_count)) goto done;
+    }
+    if (buf_push(&d.seg_first, (int32_t)(d.segs.size / 3))) goto done;
+    /* trim: the states from which acceptance is reachable (symbol and call edges alike) */
+    Py_ssize_t n = d.subsets.count, ncalls = d.call_out.size / 3, nsegs = d.segs.size / 3;
+    const int32_t *segs = d.segs.data, *seg_first = d.seg_first.data;
+    rev_lo = (int32_t *)calloc((size_t)n + 1, sizeof(int32_t));
+    alive = (uint8_t *)calloc((size_t)n, 1);
+    stack = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    rev = (int32_t *)malloc((size_t)(nsegs + ncalls + 1) * sizeof(int32_t));
+    int32_t *fill = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    if (!rev_lo || !alive || !stack || !rev || !fill) {
+        free(fill);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nsegs; k++) rev_lo[segs[3 * k + 2] + 1]++;
+    for (Py_ssize_t c = 0; c < ncalls; c++) rev_lo[d.call_out.data[3 * c + 2] + 1]++;
+    for (Py_ssize_t q = 0; q < n; q++) rev_lo[q + 1] += rev_lo[q];
+    memcpy(fill, rev_lo, (size_t)n * sizeof(int32_t));
+    for (Py_ssize_t q = 0; q < n; q++) {
+        for (int32_t k = seg_first[q]; k < seg_first[q + 1]; k++) rev[fill[segs[3 * k + 2]]++] = (int32_t)q;
+    }
+    for (Py_ssize_t c = 0; c < ncalls; c++) rev[fill[d.call_out.data[3 * c + 2]]++] = d.call_out.data[3 * c];
+    free(fill);
+    Py_ssize_t top = 0;
+    for (Py_ssize_t q = 0; q < n; q++) {
+        if (d.accepting.data[q]) {
+            alive[q] = 1;
+            stack[top++] = (int32_t)q;
+        }
+    }
+    while (top) {
+        int32_t t = stack[--top];
+        for (int32_t k = rev_lo[t]; k < rev_lo[t + 1]; k++) {
+            if (!alive[rev[k]]) {
+                alive[rev[k]] = 1;
+                stack[top++] = rev[k];
+            }
+        }
+    }
+    alive[0] = 1; /* (an empty language keeps a lone start state) */
+    alive_map = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    if (!alive_map) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t q = 0; q < n; q++) alive_map[q] = alive[q] ? (int32_t)kept++ : -1;
+    /* the kept automaton's transitions, over the symbol intervals between every range's ends */
+    IntBuf bounds = {0};
+    for (Py_ssize_t q = 0; q < n; q++) {
+        if (!alive[q]) continue;
+        for (int32_t k = seg_first[q]; k < seg_first[q + 1]; k++) {
+            if (alive_map[segs[3 * k + 2]] < 0) continue;
+            if (buf_push(&bounds, segs[3 * k]) || buf_push(&bounds, segs[3 * k + 1] + 1)) {
+                free(bounds.data);
+                goto done;
+            }
+        }
+    }
+    qsort(bounds.data, (size_t)bounds.size, sizeof(int32_t), cmp_int32);
+    Py_ssize_t classes = 0;
+    for (Py_ssize_t i = 0; i < bounds.size; i++) {
+        if (!classes || bounds.data[i] != bounds.data[classes - 1]) bounds.data[classes++] = bounds.data[i];
+    }
+    /* (interval k is bounds[k] .. bounds[k + 1] - 1; the last bound only ends one) */
+    Py_ssize_t m = 0, max_rule = -1, cap = 0;
+    for (Py_ssize_t c = 0; c < ncalls; c++) {
+        if (d.call_out.data[3 * c + 1] > max_rule) max_rule = d.call_out.data[3 * c + 1];
+    }
+    for (Py_ssize_t q = 0; q < n; q++) {
+        if (!alive[q]) continue;
+        for (int32_t k = seg_first[q]; k < seg_first[q + 1]; k++) {
+            if (alive_map[segs[3 * k + 2]] < 0) continue;
+            int32_t *at = (int32_t *)bsearch(&segs[3 * k], bounds.data, (size_t)classes, sizeof(int32_t), cmp_int32);
+            int32_t *past = (int32_t *)bsearch(&(int32_t){segs[3 * k + 1] + 1}, bounds.data, (size_t)classes,
+                                               sizeof(int32_t), cmp_int32);
+            cap += past - at;
+        }
+    }
+    cap += ncalls;
+    tail = (int32_t *)malloc((size_t)(cap ? cap : 1) * sizeof(int32_t));
+    label = (int32_t *)malloc((size_t)(cap ? cap : 1) * sizeof(int32_t));
+    head = (int32_t *)malloc((size_t)(cap ? cap : 1) * sizeof(int32_t));
+    acc = (uint8_t *)malloc((size_t)kept);
+    cls = (int32_t *)malloc((size_t)kept * sizeof(int32_t));
+    if (!tail || !label || !head || !acc || !cls) {
+        free(bounds.data);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t q = 0; q < n; q++) {
+        if (!alive[q]) continue;
+        acc[alive_map[q]] = (uint8_t)d.accepting.data[q];
+        for (int32_t k = seg_first[q]; k < seg_first[q + 1]; k++) {
+            int32_t t = alive_map[segs[3 * k + 2]];
+            if (t < 0) continue;
+            int32_t *at = (int32_t *)bsearch(&segs[3 * k], bounds.data, (size_t)classes, sizeof(int32_t), cmp_int32);
+            for (int32_t c = (int32_t)(at - bounds.data); bounds.data[c] <= segs[3 * k + 1]; c++) {
+                tail[m] = alive_map[q];
+                label[m] = c;
+                head[m++] = t;
+            }
+        }
+    }
+    free(bounds.data);
+    for (Py_ssize_t c = 0; c < ncalls; c++) {
+        const int32_t *call = d.call_out.data + 3 * c;
+        if (!alive[call[0]] || alive_map[call[2]] < 0) continue;
+        tail[m] = alive_map[call[0]];
+        label[m] = (int32_t)(classes + call[1]);
+        head[m++] = alive_map[call[2]];
+    }
+    if (equivalent_states(kept, m, tail, label, head, classes + max_rule + 1, acc, cls)) goto done;
+    /* number the classes in the order of their first state (the start first) */
+    order = (int32_t *)malloc((size_t)(kept ? kept : 1) * sizeof(int32_t));
+    int32_t *rep = (int32_t *)malloc((size_t)(kept ? kept : 1) * sizeof(int32_t));
+    if (!order || !rep) {
+        free(rep);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t q = 0; q < kept; q++) order[q] = -1;
+    Py_ssize_t final_count = 0;
+    for (Py_ssize_t q = 0; q < kept; q++) {
+        if (order[cls[q]] < 0) {
+            order[cls[q]] = (int32_t)final_count;
+            rep[final_count++] = (int32_t)q;
+        }
+    }
+    int32_t *kept_state = (int32_t *)malloc((size_t)(kept ? kept : 1) * sizeof(int32_t)); /* kept -> DFA state */
+    if (!kept_state) {
+        free(rep);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t q = 0; q < n; q++) {
+        if (alive[q]) kept_state[alive_map[q]] = (int32_t)q;
+    }
+    PyObject *trans_out = PyBytes_FromStringAndSize(NULL, final_count * alphabet * (Py_ssize_t)sizeof(int32_t));
+    PyObject *acc_out = PyBytes_FromStringAndSize(NULL, final_count);
+    IntBuf calls_out = {0};
+    int failed = !trans_out || !acc_out;
+    for (Py_ssize_t k = 0; !failed && k < final_count; k++) {
+        int32_t q = kept_state[rep[k]];
+        int32_t *row = (int32_t *)PyBytes_AS_STRING(trans_out) + k * alphabet;
+        memset(row, 0xFF, (size_t)alphabet * sizeof(int32_t));
+        for (int32_t g = seg_first[q]; g < seg_first[q + 1]; g++) {
+            int32_t t = alive_map[segs[3 * g + 2]];
+            if (t < 0) continue;
+            int32_t to = order[cls[t]];
+            for (int32_t a = segs[3 * g]; a <= segs[3 * g + 1]; a++) row[a] = to;
+        }
+        PyBytes_AS_STRING(acc_out)[k] = (char)d.accepting.data[q];
+    }
+    /* calls of each class's first state, in rule order (as recorded) */
+    for (Py_ssize_t c = 0; !failed && c < ncalls; c++) {
+        const int32_t *call = d.call_out.data + 3 * c;
+        if (!alive[call[0]] || alive_map[call[2]] < 0) continue;
+        int32_t k = order[cls[alive_map[call[0]]]];
+        if (rep[k] != alive_map[call[0]]) continue;
+        failed = buf_push(&calls_out, k) || buf_push(&calls_out, call[1]) || buf_push(&calls_out, order[cls[alive_map[call[2]]]]);
+    }
+    free(rep);
+    free(kept_state);
+    if (!failed) {
+        PyObject *calls_bytes = buf_bytes(&calls_out);
+        if (calls_bytes) result = PyTuple_Pack(3, trans_out, acc_out, calls_bytes);
+        Py_XDECREF(calls_bytes);
+    }
+    free(calls_out.data);
+    Py_XDECREF(trans_out);
+    Py_XDECREF(acc_out);
+done:
+    for (int i = 0; i < 4; i++) free(scratch[i].data);
+    grouped_free(&d.eps);
+    grouped_free(&d.edges);
+    grouped_free(&d.calls);
+    free(d.seen);
+    free(d.stack.data);
+    free(d.set.data);
+    seqmap_free(&d.subsets);
+    seqmap_free(&d.closures);
+    free(d.segs.data);
+    free(d.seg_first.data);
+    free(d.accepting.data);
+    free(d.call_out.data);
+    free(open_count);
+    free(alive_map);
+    free(stack);
+    free(tail);
+    free(label);
+    free(head);
+    free(cls);
+    free(order);
+    free(rev_lo);
+    free(rev);
+    free(alive);
+    free(acc);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * A rule body's automaton straight from the grammar IR (`automaton.NFABuilder`, then `dfa_of_nfa`).
+ *
+ * `set_ir` gives the IR's expression classes (`grammar.ir`: Literal, CharClass, ByteClass, RuleRef,
+ * TerminalRef, Sequence, Choice, Repeat) and GrammarError once; `dfa_of_expr` walks an expression
+ * (frozen dataclasses with slots, read through their attributes) into a Thompson NFA, character
+ * classes split into UTF-8 byte ranges here, and makes its minimal DFA; `expr_digest` is a 128-bit
+ * digest of an expression with its rule references read as indices, the key of the automaton
+ * cache (a Python hash of a large expression walked it, and an equality check walked it again).
+ * Since the minimal DFA's numbering depends only on its language (breadth first from the start,
+ * symbols in order, then calls by rule: see `dfa_of_nfa`), it is the one the Python builder makes.
+ * ------------------------------------------------------------------------------------------- */
+
+enum { IR_LITERAL, IR_CHARCLASS, IR_BYTECLASS, IR_RULEREF, IR_TERMINALREF, IR_SEQUENCE, IR_CHOICE, IR_REPEAT, IR_KINDS };
+enum { A_VALUE, A_RANGES, A_NEGATED, A_NAME, A_ITEMS, A_ALTERNATIVES, A_ITEM, A_MIN, A_MAX, A_COUNT };
+static PyObject *ir_types[IR_KINDS];
+static PyObject *ir_names[A_COUNT];
+static PyObject *grammar_error_class;
+#define MAX_CODE_POINT 0x10FFFF
+#define MAX_EXPR_DEPTH 100000
+
+static PyObject *set_ir(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *types, *error;
+    if (!PyArg_ParseTuple(args, "O!O", &PyTuple_Type, &types, &error)) return NULL;
+    if (PyTuple_GET_SIZE(types) != IR_KINDS) return bad("set_ir: the eight IR classes"), NULL;
+    static const char *names[A_COUNT] = {"value", "ranges", "negated", "name", "items", "alternatives", "item", "min", "max"};
+    for (int k = 0; k < A_COUNT; k++) {
+        if (!ir_names[k] && !(ir_names[k] = PyUnicode_InternFromString(names[k]))) return NULL;
+    }
+    for (int k = 0; k < IR_KINDS; k++) {
+        PyObject *t = PyTuple_GET_ITEM(types, k);
+        if (!PyType_Check(t)) return bad("set_ir: not a class"), NULL;
+        Py_INCREF(t);
+        Py_XSETREF(ir_types[k], t);
+    }
+    Py_INCREF(error);
+    Py_XSETREF(grammar_error_class, error);
+    Py_RETURN_NONE;
+}
+
+static int ir_kind(PyObject *expr) {
+    for (int k = 0; k < IR_KINDS; k++) {
+        if ((PyObject *)Py_TYPE(expr) == ir_types[k]) return k;
+    }
+    PyErr_Format(PyExc_TypeError, "not a grammar expression: %R", expr);
+    return -1;
+}
+
+static int grammar_error(const char *message) {
+    PyErr_SetString(grammar_error_class ? grammar_error_class : PyExc_ValueError, message);
+    return -1;
+}
+
+/* An attribute of an expression that must be a tuple (items, alternatives, ranges). */
+static PyObject *tuple_attr(PyObject *expr, int name) {
+    PyObject *value = PyObject_GetAttr(expr, ir_names[name]);
+    if (value && !PyTuple_Check(value)) {
+        Py_DECREF(value);
+        PyErr_SetString(PyExc_TypeError, "grammar expression: a tuple expected");
+        return NULL;
+    }
+    return value;
+}
+
+/* The ranges of a class as sorted, merged inclusive int pairs (`ir.normalize_ranges`), complemented
+ * within [0, top] where `negated`: `*out` (malloc'd) holds `*count` pairs. */
+static int class_ranges(PyObject *ranges, int negated, int64_t top, int64_t **out, Py_ssize_t *count) {
+    Py_ssize_t n = PyTuple_GET_SIZE(ranges);
+    int64_t *pairs = (int64_t *)malloc((size_t)(2 * n + 2) * sizeof(int64_t));
+    if (!pairs) return PyErr_NoMemory(), -1;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(ranges, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            free(pairs);
+            PyErr_SetString(PyExc_TypeError, "class ranges: (lo, hi) pairs expected");
+            return -1;
+        }
+        long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 0)), hi = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+        if (PyErr_Occurred()) {
+            free(pairs);
+            return -1;
+        }
+        if (lo > hi) continue;
+        pairs[2 * m] = lo;
+        pairs[2 * m + 1] = hi;
+        m++;
+    }
+    /* sort by lo (insertion sort: classes hold few ranges), merge overlapping or adjacent */
+    for (Py_ssize_t i = 1; i < m; i++) {
+        int64_t lo = pairs[2 * i], hi = pairs[2 * i + 1];
+        Py_ssize_t j = i;
+        while (j > 0 && (pairs[2 * (j - 1)] > lo || (pairs[2 * (j - 1)] == lo && pairs[2 * (j - 1) + 1] > hi))) {
+            pairs[2 * j] = pairs[2 * (j - 1)];
+            pairs[2 * j + 1] = pairs[2 * (j - 1) + 1];
+            j--;
+        }
+        pairs[2 * j] = lo;
+        pairs[2 * j + 1] = hi;
+    }
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (k && pairs[2 * i] <= pairs[2 * (k - 1) + 1] + 1) {
+            if (pairs[2 * i + 1] > pairs[2 * (k - 1) + 1]) pairs[2 * (k - 1) + 1] = pairs[2 * i + 1];
+        } else {
+            pairs[2 * k] = pairs[2 * i];
+            pairs[2 * k + 1] = pairs[2 * i + 1];
+            k++;
+        }
+    }
+    if (negated) {
+        int64_t *comp = (int64_t *)malloc((size_t)(2 * k + 2) * sizeof(int64_t));
+        if (!comp) {
+            free(pairs);
+            return PyErr_NoMemory(), -1;
+        }
+        Py_ssize_t c = 0;
+        int64_t next = 0;
+        for (Py_ssize_t i = 0; i < k; i++) {
+            if (pairs[2 * i] > next) {
+                comp[2 * c] = next;
+                comp[2 * c + 1] = pairs[2 * i] - 1;
+                c++;
+            }
+            if (pairs[2 * i + 1] + 1 > next) next = pairs[2 * i + 1] + 1;
+        }
+        if (next <= top) {
+            comp[2 * c] = next;
+            comp[2 * c + 1] = top;
+            c++;
+        }
+        free(pairs);
+        pairs = comp;
+        k = c;
+    }
+    *out = pairs;
+    *count = k;
+    return 0;
+}
+
+typedef struct {
+    IntBuf eps, edges, calls;
+    int32_t count;
+    Py_ssize_t max_states;
+    PyObject *rule_index, *terminal_index; /* terminal_index: None outside lexer mode */
+    int depth;
+} ExprNfa;
+
+/* A new NFA state; -1 with OverflowError past the limit (`automaton._native_dfa` words the refusal). */
+static int32_t xn_state(ExprNfa *b) {
+    if (b->count >= b->max_states) {
+        PyErr_Format(PyExc_OverflowError, "more than %zd automaton states", b->max_states);
+        return -1;
+    }
+    return b->count++;
+}
+
+static int xn_eps(ExprNfa *b, int32_t src, int32_t dst) {
+    return buf_push(&b->eps, src) || buf_push(&b->eps, dst);
+}
+
+static int xn_edge(ExprNfa *b, int32_t src, int32_t lo, int32_t hi, int32_t dst) {
+    return buf_push(&b->edges, src) || buf_push(&b->edges, lo) || buf_push(&b->edges, hi) || buf_push(&b->edges, dst);
+}
+
+/* A chain of byte ranges lo[k]..hi[k] from `src` to `dst`. */
+static int xn_chain(ExprNfa *b, int32_t src, int32_t dst, const int32_t *lo, const int32_t *hi, int n) {
+    int32_t cur = src;
+    for (int k = 0; k < n; k++) {
+        int32_t next = k == n - 1 ? dst : xn_state(b);
+        if (next < 0 || xn_edge(b, cur, lo[k], hi[k], next)) return -1;
+        cur = next;
+    }
+    return 0;
+}
+
+static int utf8_encode(uint32_t c, int32_t *out) {
+    if (c < 0x80) {
+        out[0] = (int32_t)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (int32_t)(0xC0 | (c >> 6));
+        out[1] = (int32_t)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        out[0] = (int32_t)(0xE0 | (c >> 12));
+        out[1] = (int32_t)(0x80 | ((c >> 6) & 0x3F));
+        out[2] = (int32_t)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    out[0] = (int32_t)(0xF0 | (c >> 18));
+    out[1] = (int32_t)(0x80 | ((c >> 12) & 0x3F));
+    out[2] = (int32_t)(0x80 | ((c >> 6) & 0x3F));
+    out[3] = (int32_t)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* The UTF-8 encodings of the code points lo..hi (no surrogates in it), as chains of byte ranges from
+ * `src` to `dst`: the range split until every byte position of it spans a whole range. */
+static int xn_utf8(ExprNfa *b, int32_t src, int32_t dst, uint32_t lo, uint32_t hi) {
+    static const uint32_t last_of_length[3] = {0x7F, 0x7FF, 0xFFFF};
+    for (int i = 0; i < 3; i++) {
+        if (lo <= last_of_length[i] && last_of_length[i] < hi) {
+            return xn_utf8(b, src, dst, lo, last_of_length[i]) || xn_utf8(b, src, dst, last_of_length[i] + 1, hi);
+        }
+    }
+    if (hi < 0x80) return xn_edge(b, src, (int32_t)lo, (int32_t)hi, dst);
+    for (int i = 1; i < 4; i++) {
+        uint32_t m = ((uint32_t)1 << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0) return xn_utf8(b, src, dst, lo, lo | m) || xn_utf8(b, src, dst, (lo | m) + 1, hi);
+            if ((hi & m) != m) return xn_utf8(b, src, dst, lo, (hi & ~m) - 1) || xn_utf8(b, src, dst, hi & ~m, hi);
+        }
+    }
+    int32_t a[4], z[4];
+    int n = utf8_encode(lo, a);
+    utf8_encode(hi, z);
+    return xn_chain(b, src, dst, a, z, n);
+}
+
+static int xn_build(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst);
+
+/* Alternatives that are all byte strings: their minimal acyclic automaton (`automaton.minimal_word_automaton`,
+ * Daciuk et al.'s incremental construction over the sorted words: the states of the previous word
+ * past its common prefix with the next are merged with an equal registered state or registered,
+ * deepest first), put between `src` and `dst`. A chain per alternative made an enum of 35,000
+ * values 400,000 states. The words are the bytes objects `words[0..n)`. */
+typedef struct {
+    const uint8_t *data;
+    Py_ssize_t len;
+} Word;
+
+static int cmp_word(const void *a, const void *b) {
+    const Word *x = (const Word *)a, *y = (const Word *)b;
+    Py_ssize_t n = x->len < y->len ? x->len : y->len;
+    int c = n ? memcmp(x->data, y->data, (size_t)n) : 0;
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static int xn_literal_set(ExprNfa *b, PyObject *const *words_in, Py_ssize_t n, int32_t src, int32_t dst) {
+    Word *words = (Word *)malloc((size_t)(n ? n : 1) * sizeof(Word));
+    IntBuf *out = NULL;     /* per automaton state: its transitions, (byte, target) pairs in byte order */
+    IntBuf final = {0}, path = {0}, key = {0}, nfa_of = {0}, todo = {0};
+    SeqMap reg = {0};
+    Py_ssize_t states = 0, cap = 0;
+    int status = -1;
+    if (!words) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        words[i].data = (const uint8_t *)PyBytes_AS_STRING(words_in[i]);
+        words[i].len = PyBytes_GET_SIZE(words_in[i]);
+    }
+    qsort(words, (size_t)n, sizeof(Word), cmp_word);
+#define NEW_STATE(id)                                                                                 \
+    do {                                                                                              \
+        if (reserve((void **)&out, &cap, states, sizeof(IntBuf), 64)) goto done;                      \
+        out[states] = (IntBuf){0};                                                                    \
+        if (buf_push(&final, 0)) goto done;                                                           \
+        (id) = (int32_t)states++;                                                                     \
+    } while (0)
+    int32_t root;
+    NEW_STATE(root);
+    if (buf_push(&path, root)) goto done;
+    const Word *previous = NULL;
+    for (Py_ssize_t w = 0; w <= n; w++) {
+        if (w < n && previous && !cmp_word(previous, &words[w])) continue; /* (a repeated word) */
+        Py_ssize_t common = 0;
+        if (w < n && previous) {
+            Py_ssize_t limit = words[w].len < previous->len ? words[w].len : previous->len;
+            while (common < limit && words[w].data[common] == previous->data[common]) common++;
+        }
+        /* settle the previous word's states below depth `common` (all of them after the last word) */
+        while (path.size - 1 > common) {
+            int32_t child = path.data[--path.size], parent = path.data[path.size - 1];
+            key.size = 0;
+            if (buf_push(&key, final.data[child])) goto done;
+            for (Py_ssize_t k = 0; k < out[child].size; k++) {
+                if (buf_push(&key, out[child].data[k])) goto done;
+            }
+            uint64_t h = seq_hash(key.data, key.size);
+            int32_t found = seqmap_get(&reg, key.data, key.size, h);
+            if (found >= 0) {
+                out[parent].data[out[parent].size - 1] = found; /* (the parent's last transition led to child) */
+            } else if (seqmap_put(&reg, key.data, key.size, h, child)) {
+                goto done;
+            }
+        }
+        if (w == n) break;
+        for (Py_ssize_t k = common; k < words[w].len; k++) {
+            int32_t next, top = path.data[path.size - 1];
+            NEW_STATE(next);
+            if (buf_push(&out[top], words[w].data[k]) || buf_push(&out[top], next) || buf_push(&path, next)) goto done;
+        }
+        final.data[path.data[path.size - 1]] = 1;
+        previous = &words[w];
+    }
+    /* the states reachable from the root, each an NFA state (the root is `src`) */
+    if (reserve((void **)&nfa_of.data, &nfa_of.cap, 0, sizeof(int32_t), states)) goto done;
+    for (Py_ssize_t q = 0; q < states; q++) nfa_of.data[q] = -1;
+    nfa_of.data[root] = src;
+    if (buf_push(&todo, root)) goto done;
+    while (todo.size) {
+        int32_t q = todo.data[--todo.size];
+        if (final.data[q] && xn_eps(b, nfa_of.data[q], dst)) goto done;
+        for (Py_ssize_t k = 0; k < out[q].size; k += 2) {
+            int32_t byte = out[q].data[k], t = out[q].data[k + 1];
+            if (nfa_of.data[t] < 0) {
+                if ((nfa_of.data[t] = xn_state(b)) < 0 || buf_push(&todo, t)) goto done;
+            }
+            if (xn_edge(b, nfa_of.data[q], byte, byte, nfa_of.data[t])) goto done;
+        }
+    }
+    status = 0;
+#undef NEW_STATE
+done:
+    for (Py_ssize_t q = 0; q < states; q++) free(out[q].data);
+    free(out);
+    free(words);
+    free(final.data);
+    free(path.data);
+    free(key.data);
+    free(nfa_of.data);
+    free(todo.data);
+    seqmap_free(&reg);
+    return status;
+}
+
+static int xn_charclass(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
+    if (b->terminal_index != Py_None) return grammar_error("a character class cannot appear in a parser rule of a lexer-mode grammar");
+    PyObject *ranges = tuple_attr(expr, A_RANGES), *negated = ranges ? PyObject_GetAttr(expr, ir_names[A_NEGATED]) : NULL;
+    int64_t *pairs = NULL;
+    Py_ssize_t count = 0;
+    int is_negated = negated ? PyObject_IsTrue(negated) : -1;
+    int status = is_negated < 0 ? -1 : class_ranges(ranges, is_negated, MAX_CODE_POINT, &pairs, &count);
+    for (Py_ssize_t i = 0; !status && i < count; i++) {
+        int64_t lo = pairs[2 * i], hi = pairs[2 * i + 1];
+        if (lo < 0 || hi > MAX_CODE_POINT) {
+            status = bad("character class: a code point out of range");
+            break;
+        }
+        if (lo < 0xD800) status = xn_utf8(b, src, dst, (uint32_t)lo, (uint32_t)(hi < 0xD7FF ? hi : 0xD7FF));
+        if (!status && hi > 0xDFFF) status = xn_utf8(b, src, dst, (uint32_t)(lo > 0xE000 ? lo : 0xE000), (uint32_t)hi);
+    }
+    free(pairs);
+    Py_XDECREF(ranges);
+    Py_XDECREF(negated);
+    return status;
+}
+
+static int xn_byteclass(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
+    if (b->terminal_index != Py_None) return grammar_error("a byte class cannot appear in a parser rule of a lexer-mode grammar");
+    PyObject *ranges = tuple_attr(expr, A_RANGES);
+    int64_t *pairs = NULL;
+    Py_ssize_t count = 0;
+    int status = ranges ? class_ranges(ranges, 0, 255, &pairs, &count) : -1;
+    for (Py_ssize_t i = 0; !status && i < count; i++) {
+        if (pairs[2 * i] < 0 || pairs[2 * i + 1] > 255) {
+            status = bad("byte class: a byte out of range");
+            break;
+        }
+        status = xn_edge(b, src, (int32_t)pairs[2 * i], (int32_t)pairs[2 * i + 1], dst);
+    }
+    free(pairs);
+    Py_XDECREF(ranges);
+    return status;
+}
+
+static int xn_ref(ExprNfa *b, PyObject *expr, int kind, int32_t src, int32_t dst) {
+    PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+    if (!name) return -1;
+    int status = -1;
+    if (kind == IR_TERMINALREF && b->terminal_index == Py_None) {
+        PyErr_Format(grammar_error_class, "terminal %R used in a grammar without a lexer", name);
+    } else {
+        PyObject *index = PyObject_GetItem(kind == IR_RULEREF ? b->rule_index : b->terminal_index, name);
+        long value = index ? PyLong_AsLong(index) : -1;
+        Py_XDECREF(index);
+        if (!PyErr_Occurred()) {
+            if (value < 0 || value > INT32_MAX) {
+                bad("rule or terminal index out of range");
+            } else if (kind == IR_RULEREF) {
+                status = buf_push(&b->calls, src) || buf_push(&b->calls, (int32_t)value) || buf_push(&b->calls, dst);
+            } else {
+                status = xn_edge(b, src, (int32_t)value, (int32_t)value, dst);
+            }
+        }
+    }
+    Py_DECREF(name);
+    return status;
+}
+
+static int xn_repeat(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
+    PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+    PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
+    PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+    int status = -1;
+    if (!max_obj) goto done;
+    long min = PyLong_AsLong(min_obj), max = max_obj == Py_None ? -1 : PyLong_AsLong(max_obj);
+    if (PyErr_Occurred()) goto done;
+    if (max_obj != Py_None && max < min) {
+        PyErr_Format(grammar_error_class, "repetition {%ld,%ld} has max < min", min, max);
+        goto done;
+    }
+    int32_t cur = src;
+    for (long k = 0; k < min; k++) {
+        int32_t next = xn_state(b);
+        if (next < 0 || xn_build(b, item, cur, next)) goto done;
+        cur = next;
+    }
+    if (max_obj == Py_None) {
+        int32_t loop = xn_state(b), body_end = loop < 0 ? -1 : xn_state(b);
+        if (body_end < 0 || xn_eps(b, cur, loop) || xn_eps(b, body_end, loop) || xn_eps(b, loop, dst) ||
+            xn_build(b, item, loop, body_end))
+            goto done;
+    } else {
+        if (xn_eps(b, cur, dst)) goto done;
+        for (long k = 0; k < max - min; k++) {
+            int32_t next = xn_state(b);
+            if (next < 0 || xn_build(b, item, cur, next) || xn_eps(b, next, dst)) goto done;
+            cur = next;
+        }
+    }
+    status = 0;
+done:
+    Py_XDECREF(item);
+    Py_XDECREF(min_obj);
+    Py_XDECREF(max_obj);
+    return status;
+}
+
+/* `NFABuilder.build`: the NFA of `expr` between states `src` and `dst`. */
+static int xn_build(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (++b->depth > MAX_EXPR_DEPTH) {
+        b->depth--;
+        return grammar_error("grammar expression nested too deeply");
+    }
+    int status = -1;
+    if (kind == IR_LITERAL) {
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        if (value && PyBytes_Check(value)) {
+            Py_ssize_t n = PyBytes_GET_SIZE(value);
+            const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(value);
+            status = n ? 0 : xn_eps(b, src, dst);
+            for (Py_ssize_t k = 0, cur = src; !status && k < n; k++) {
+                int32_t next = k == n - 1 ? dst : xn_state(b);
+                status = next < 0 || xn_edge(b, (int32_t)cur, data[k], data[k], next);
+                cur = next;
+            }
+            if (status > 0) status = -1;
+        } else if (value) {
+            PyErr_SetString(PyExc_TypeError, "a literal's value must be bytes");
+        }
+        Py_XDECREF(value);
+    } else if (kind == IR_CHARCLASS) {
+        status = xn_charclass(b, expr, src, dst);
+    } else if (kind == IR_BYTECLASS) {
+        status = xn_byteclass(b, expr, src, dst);
+    } else if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
+        status = xn_ref(b, expr, kind, src, dst);
+    } else if (kind == IR_SEQUENCE) {
+        PyObject *items = tuple_attr(expr, A_ITEMS);
+        if (items) {
+            Py_ssize_t n = PyTuple_GET_SIZE(items);
+            status = n ? 0 : xn_eps(b, src, dst);
+            int32_t cur = src;
+            for (Py_ssize_t k = 0; !status && k < n; k++) {
+                int32_t next = k == n - 1 ? dst : xn_state(b);
+                status = next < 0 ? -1 : xn_build(b, PyTuple_GET_ITEM(items, k), cur, next);
+                cur = next;
+            }
+            Py_DECREF(items);
+        }
+    } else if (kind == IR_CHOICE) {
+        PyObject *alternatives = tuple_attr(expr, A_ALTERNATIVES);
+        if (alternatives) {
+            /* literal alternatives together as one word automaton (outside lexer mode, as in Python) */
+            Py_ssize_t n = PyTuple_GET_SIZE(alternatives), literals = 0;
+            PyObject **words = (PyObject **)malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
+            status = words ? 0 : (PyErr_NoMemory(), -1);
+            for (Py_ssize_t k = 0; !status && b->terminal_index == Py_None && k < n; k++) {
+                PyObject *alt = PyTuple_GET_ITEM(alternatives, k);
+                if ((PyObject *)Py_TYPE(alt) != ir_types[IR_LITERAL]) continue;
+                PyObject *value = PyObject_GetAttr(alt, ir_names[A_VALUE]);
+                if (!value || !PyBytes_Check(value)) {
+                    if (value) PyErr_SetString(PyExc_TypeError, "a literal's value must be bytes");
+                    Py_XDECREF(value);
+                    status = -1;
+                    break;
+                }
+                words[literals++] = value;
+            }
+            int grouped = literals > 1;
+            if (!status && grouped) status = xn_literal_set(b, words, literals, src, dst);
+            for (Py_ssize_t k = 0; k < literals; k++) Py_DECREF(words[k]);
+            free(words);
+            for (Py_ssize_t k = 0; !status && k < n; k++) {
+                PyObject *alt = PyTuple_GET_ITEM(alternatives, k);
+                if (grouped && (PyObject *)Py_TYPE(alt) == ir_types[IR_LITERAL]) continue;
+                status = xn_build(b, alt, src, dst);
+            }
+            Py_DECREF(alternatives);
+        }
+    } else {
+        status = xn_repeat(b, expr, src, dst);
+    }
+    b->depth--;
+    return status;
+}
+
+/* dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (trans, accepting,
+ * calls): `dfa_of_nfa` of the Thompson NFA of `expr` (rule references read in `rule_index`, terminal
+ * references in `terminal_index`, a dict in lexer mode and None otherwise). */
+static PyObject *dfa_of_expr(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *expr;
+    Py_ssize_t alphabet, max_dfa;
+    ExprNfa b;
+    memset(&b, 0, sizeof(b));
+    if (!PyArg_ParseTuple(args, "OO!Onnn", &expr, &PyDict_Type, &b.rule_index, &b.terminal_index, &alphabet,
+                          &b.max_states, &max_dfa))
+        return NULL;
+    if (!ir_types[0]) return bad("dfa_of_expr: set_ir was not called"), NULL;
+    if (b.terminal_index != Py_None && !PyDict_Check(b.terminal_index)) {
+        PyErr_SetString(PyExc_TypeError, "terminal_index: a dict or None");
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int32_t start = xn_state(&b), final = start < 0 ? -1 : xn_state(&b);
+    if (final >= 0 && !xn_build(&b, expr, start, final)) {
+        result = dfa_of_nfa(b.count, start, final, b.eps.data, b.eps.size / 2, b.edges.data, b.edges.size / 4,
+                            b.calls.data, b.calls.size / 3, alphabet, max_dfa);
+    }
+    free(b.eps.data);
+    free(b.edges.data);
+    free(b.calls.data);
+    return result;
+}
+
+/* expr_text(expr) -> str: `grammar.ir.to_text` of an expression (the canonical text that keys the compile
+ * cache), written in one buffer: the Python function made a string and a join per node. */
+typedef struct {
+    char *data;
+    Py_ssize_t size, cap;
+} CharBuf;
+
+static int cb_put(CharBuf *b, const char *s, Py_ssize_t n) {
+    if (b->size + n > b->cap) {
+        Py_ssize_t cap = b->cap ? 2 * b->cap : 256;
+        while (cap < b->size + n) cap *= 2;
+        char *grown = (char *)realloc(b->data, (size_t)cap);
+        if (!grown) return PyErr_NoMemory(), -1;
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->size, s, (size_t)n);
+    b->size += n;
+    return 0;
+}
+
+static int cb_str(CharBuf *b, const char *s) {
+    return cb_put(b, s, (Py_ssize_t)strlen(s));
+}
+
+static int cb_obj(CharBuf *b, PyObject *text) {
+    Py_ssize_t n;
+    const char *utf8 = text ? PyUnicode_AsUTF8AndSize(text, &n) : NULL;
+    return utf8 ? cb_put(b, utf8, n) : -1;
+}
+
+static int text_ranges(CharBuf *b, PyObject *ranges) {
+    char item[64];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ranges); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(ranges, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "class ranges: (lo, hi) pairs expected");
+            return -1;
+        }
+        long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 0)), hi = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+        if (PyErr_Occurred()) return -1;
+        if (lo < 0 || hi < 0) return bad("class ranges: negative code points"), -1;
+        snprintf(item, sizeof(item), "%llx-%llx,", lo, hi);
+        if (cb_str(b, item)) return -1;
+    }
+    return 0;
+}
+
+static int text_expr(CharBuf *b, PyObject *expr, int depth) {
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    int status = -1;
+    if (kind == IR_LITERAL) {
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        PyObject *repr = value ? PyObject_Repr(value) : NULL;
+        status = cb_obj(b, repr);
+        Py_XDECREF(repr);
+        Py_XDECREF(value);
+    } else if (kind == IR_CHARCLASS || kind == IR_BYTECLASS) {
+        PyObject *ranges = tuple_attr(expr, A_RANGES);
+        int negated = 0;
+        if (ranges && kind == IR_CHARCLASS) {
+            PyObject *flag = PyObject_GetAttr(expr, ir_names[A_NEGATED]);
+            negated = flag ? PyObject_IsTrue(flag) : -1;
+            Py_XDECREF(flag);
+        }
+        status = !ranges || negated < 0 || cb_str(b, kind == IR_BYTECLASS ? "b[" : negated ? "[^" : "[") ||
+                         text_ranges(b, ranges) || cb_str(b, "]") ? -1 : 0;
+        Py_XDECREF(ranges);
+    } else if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        status = !name || (kind == IR_TERMINALREF && cb_str(b, "%")) || cb_obj(b, name) ? -1 : 0;
+        Py_XDECREF(name);
+    } else if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        status = parts ? cb_str(b, "(") : -1;
+        for (Py_ssize_t k = 0; !status && parts && k < PyTuple_GET_SIZE(parts); k++) {
+            if (k && cb_str(b, kind == IR_SEQUENCE ? " " : " | ")) status = -1;
+            if (!status) status = text_expr(b, PyTuple_GET_ITEM(parts, k), depth + 1);
+        }
+        if (!status) status = cb_str(b, ")");
+        Py_XDECREF(parts);
+    } else {
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
+        PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+        if (max_obj) {
+            long long min = PyLong_AsLongLong(min_obj), max = max_obj == Py_None ? 0 : PyLong_AsLongLong(max_obj);
+            char bounds[64];
+            if (max_obj == Py_None) {
+                snprintf(bounds, sizeof(bounds), "{%lld,}", min);
+            } else {
+                snprintf(bounds, sizeof(bounds), "{%lld,%lld}", min, max);
+            }
+            status = PyErr_Occurred() || text_expr(b, item, depth + 1) || cb_str(b, bounds) ? -1 : 0;
+        }
+        Py_XDECREF(item);
+        Py_XDECREF(min_obj);
+        Py_XDECREF(max_obj);
+    }
+    return status;
+}
+
+static PyObject *expr_text(PyObject *self, PyObject *expr) {
+    (void)self;
+    if (!ir_types[0]) return bad("expr_text: set_ir was not called"), NULL;
+    CharBuf b = {0};
+    PyObject *result = NULL;
+    if (!text_expr(&b, expr, 0)) result = PyUnicode_DecodeUTF8(b.data ? b.data : "", b.size, "strict");
+    free(b.data);
+    return result;
+}
+
+/* A 128-bit digest, two 64-bit lanes mixed word by word. */
+typedef struct {
+    uint64_t a, b;
+} Digest;
+
+static void dg_word(Digest *h, uint64_t w) {
+    h->a = (h->a ^ w) * 0x9E3779B97F4A7C15ull;
+    h->a ^= h->a >> 29;
+    h->b = (h->b + w) * 0xC2B2AE3D27D4EB4Full;
+    h->b ^= h->b >> 31;
+}
+
+static int dg_expr(Digest *h, PyObject *expr, PyObject *rule_index, int depth) {
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    dg_word(h, 0xD1B54A32D192ED03ull + (uint64_t)kind);
+    int status = 0;
+    if (kind == IR_LITERAL) {
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        if (!value || !PyBytes_Check(value)) {
+            if (value) PyErr_SetString(PyExc_TypeError, "a literal's value must be bytes");
+            Py_XDECREF(value);
+            return -1;
+        }
+        Py_ssize_t n = PyBytes_GET_SIZE(value);
+        const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(value);
+        dg_word(h, (uint64_t)n);
+        for (Py_ssize_t k = 0; k < n; k += 8) {
+            uint64_t w = 0;
+            memcpy(&w, data + k, (size_t)(n - k < 8 ? n - k : 8));
+            dg_word(h, w);
+        }
+        Py_DECREF(value);
+    } else if (kind == IR_CHARCLASS || kind == IR_BYTECLASS) {
+        PyObject *ranges = tuple_attr(expr, A_RANGES);
+        if (!ranges) return -1;
+        int negated = 0;
+        if (kind == IR_CHARCLASS) {
+            PyObject *flag = PyObject_GetAttr(expr, ir_names[A_NEGATED]);
+            negated = flag ? PyObject_IsTrue(flag) : -1;
+            Py_XDECREF(flag);
+        }
+        int64_t *pairs = NULL;
+        Py_ssize_t count = 0;
+        status = negated < 0 ? -1 : class_ranges(ranges, negated, kind == IR_CHARCLASS ? MAX_CODE_POINT : 255, &pairs, &count);
+        dg_word(h, (uint64_t)count);
+        for (Py_ssize_t i = 0; !status && i < 2 * count; i++) dg_word(h, (uint64_t)pairs[i]);
+        free(pairs);
+        Py_DECREF(ranges);
+    } else if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        if (!name) return -1;
+        PyObject *index = kind == IR_RULEREF ? PyDict_GetItemWithError(rule_index, name) : NULL;
+        long value = index ? PyLong_AsLong(index) : -1;
+        if (kind == IR_TERMINALREF) {
+            Py_hash_t hash = PyObject_Hash(name);
+            value = hash == -1 ? -1 : (long)hash;
+        }
+        dg_word(h, (uint64_t)value);
+        Py_DECREF(name);
+        if (PyErr_Occurred()) return -1;
+    } else if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        if (!parts) return -1;
+        dg_word(h, (uint64_t)PyTuple_GET_SIZE(parts));
+        for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
+            status = dg_expr(h, PyTuple_GET_ITEM(parts, k), rule_index, depth + 1);
+        }
+        Py_DECREF(parts);
+    } else {
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
+        PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+        if (max_obj) {
+            long long min = PyLong_AsLongLong(min_obj), max = max_obj == Py_None ? -1 : PyLong_AsLongLong(max_obj);
+            dg_word(h, (uint64_t)min);
+            dg_word(h, (uint64_t)max);
+            status = PyErr_Occurred() ? -1 : dg_expr(h, item, rule_index, depth + 1);
+        } else {
+            status = -1;
+        }
+        Py_XDECREF(item);
+        Py_XDECREF(min_obj);
+        Py_XDECREF(max_obj);
+    }
+    return status;
+}
+
+/* expr_digest(expr, rule_index) -> 16 bytes: the automaton cache's key of `expr`, its rule references
+ * read as their indices in `rule_index` (-1 where absent). */
+static PyObject *expr_digest(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *expr, *rule_index;
+    if (!PyArg_ParseTuple(args, "OO!", &expr, &PyDict_Type, &rule_index)) return NULL;
+    if (!ir_types[0]) return bad("expr_digest: set_ir was not called"), NULL;
+    Digest h = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull};
+    if (dg_expr(&h, expr, rule_index, 0)) return NULL;
+    uint64_t out[2] = {h.a ^ (h.b >> 17), h.b ^ (h.a << 13)};
+    return PyBytes_FromStringAndSize((const char *)out, sizeof(out));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The bytes that may follow each rule (`automaton.RTN.follow_bytes`).
+ *
+ * follow_bytes(trans, accepting, call_lo, callee, ret, rule_start, state_rule, rules) -> bytes: per rule,
+ * 256 bytes of 0/1. First the symbols each state's frame can take before it ends and whether it can
+ * end without one (`RTN.call_first_sets`: a worklist over the states that make calls), then per
+ * callee what its return states take first, and where a return state may end its frame, what
+ * follows the calling rule (a worklist over the rules). What the Python worklists did in tens of
+ * milliseconds for a grammar of ten thousand calls, at a large schema's first mask.
+ * ------------------------------------------------------------------------------------------- */
+
+static PyObject *follow_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer v[7];
+    Py_ssize_t rules;
+    memset(v, 0, sizeof(v));
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &rules)) return NULL;
+    PyObject *result = NULL;
+    uint64_t *first = NULL, *follow = NULL;
+    uint8_t *nullable = NULL, *queued = NULL;
+    int32_t *users_lo = NULL, *users = NULL, *todo = NULL, *pass_lo = NULL, *pass = NULL, *owner_of = NULL;
+    Py_ssize_t states = v[1].len, calls = v[3].len / (Py_ssize_t)sizeof(int32_t);
+    if (need(&v[0], sizeof(int32_t), states * 256, "trans") || need(&v[2], sizeof(int64_t), states + 1, "call_lo") ||
+        need(&v[3], sizeof(int32_t), calls, "callee") || need(&v[4], sizeof(int32_t), calls, "ret") ||
+        need(&v[5], sizeof(int32_t), rules, "rule_start") || need(&v[6], sizeof(int32_t), states, "state_rule"))
+        goto done;
+    const int32_t *trans = v[0].buf, *callee = v[3].buf, *ret = v[4].buf, *rule_start = v[5].buf, *state_rule = v[6].buf;
+    const uint8_t *accepting = v[1].buf;
+    const int64_t *call_lo = v[2].buf;
+    if (call_lo[0] != 0 || call_lo[states] != calls) {
+        bad("call_lo: not the bounds of the calls");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < calls; k++) {
+        if (callee[k] < 0 || callee[k] >= rules || ret[k] < 0 || ret[k] >= states) {
+            bad("a call to a rule or a return to a state out of range");
+            goto done;
+        }
+    }
+    for (Py_ssize_t r = 0; r < rules; r++) {
+        if (rule_start[r] < 0 || rule_start[r] >= states) {
+            bad("rule_start: a state out of range");
+            goto done;
+        }
+    }
+    for (Py_ssize_t q = 0; q < states; q++) {
+        if (state_rule[q] < 0 || state_rule[q] >= rules || call_lo[q] > call_lo[q + 1]) {
+            bad("state_rule or call_lo out of range");
+            goto done;
+        }
+    }
+    first = (uint64_t *)calloc((size_t)states * 4, sizeof(uint64_t));
+    nullable = (uint8_t *)malloc((size_t)(states ? states : 1));
+    queued = (uint8_t *)calloc((size_t)(states > rules ? states : rules) + 1, 1);
+    users_lo = (int32_t *)calloc((size_t)states + 1, sizeof(int32_t));
+    users = (int32_t *)malloc((size_t)(2 * calls + 1) * sizeof(int32_t));
+    todo = (int32_t *)malloc((size_t)(states > rules ? states : rules) * sizeof(int32_t) + sizeof(int32_t));
+    follow = (uint64_t *)calloc((size_t)rules * 4 + 1, sizeof(uint64_t));
+    pass_lo = (int32_t *)calloc((size_t)rules + 1, sizeof(int32_t));
+    pass = (int32_t *)malloc((size_t)(calls + 1) * sizeof(int32_t));
+    owner_of = (int32_t *)malloc((size_t)(calls + 1) * sizeof(int32_t));
+    if (!first || !nullable || !queued || !users_lo || !users || !todo || !follow || !pass_lo || !pass || !owner_of) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* only the states that make calls, start a called rule or are returned to are read: their rows
+     * alone are scanned (a large schema's table has ten times more states) */
+    for (Py_ssize_t q = 0; q < states; q++) {
+        for (int64_t k = call_lo[q]; k < call_lo[q + 1]; k++) {
+            queued[q] = queued[rule_start[callee[k]]] = queued[ret[k]] = 1;
+        }
+    }
+    for (Py_ssize_t q = 0; q < states; q++) {
+        nullable[q] = accepting[q] != 0;
+        if (!queued[q]) continue;
+        queued[q] = 0;
+        const int32_t *row = trans + q * 256;
+        for (int b = 0; b < 256; b++) {
+            if (row[b] >= 0) first[4 * q + (b >> 6)] |= (uint64_t)1 << (b & 63);
+        }
+    }
+    /* who depends on whom: a state that calls depends on the callee's start and the return state */
+    for (Py_ssize_t q = 0; q < states; q++) {
+        for (int64_t k = call_lo[q]; k < call_lo[q + 1]; k++) {
+            users_lo[rule_start[callee[k]] + 1]++;
+            users_lo[ret[k] + 1]++;
+        }
+    }
+    for (Py_ssize_t q = 0; q < states; q++) users_lo[q + 1] += users_lo[q];
+    int32_t *fill = (int32_t *)malloc((size_t)(states ? states : 1) * sizeof(int32_t));
+    if (!fill) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(fill, users_lo, (size_t)states * sizeof(int32_t));
+    for (Py_ssize_t q = 0; q < states; q++) {
+        for (int64_t k = call_lo[q]; k < call_lo[q + 1]; k++) {
+            users[fill[rule_start[callee[k]]]++] = (int32_t)q;
+            users[fill[ret[k]]++] = (int32_t)q;
+        }
+    }
+    free(fill);
+    Py_ssize_t top = 0;
+    for (Py_ssize_t q = 0; q < states; q++) {
+        if (call_lo[q + 1] > call_lo[q]) {
+            todo[top++] = (int32_t)q;
+            queued[q] = 1;
+        }
+    }
+    while (top) {
+        int32_t q = todo[--top];
+        queued[q] = 0;
+        uint64_t bits[4] = {first[4 * q], first[4 * q + 1], first[4 * q + 2], first[4 * q + 3]};
+        uint8_t ends = nullable[q];
+        for (int64_t k = call_lo[q]; k < call_lo[q + 1]; k++) {
+            int32_t s = rule_start[callee[k]], r = ret[k];
+            for (int j = 0; j < 4; j++) bits[j] |= first[4 * s + j];
+            if (nullable[s]) {
+                for (int j = 0; j < 4; j++) bits[j] |= first[4 * r + j];
+                ends = ends || nullable[r];
+            }
+        }
+        if (memcmp(bits, first + 4 * q, sizeof(bits)) || ends != nullable[q]) {
+            memcpy(first + 4 * q, bits, sizeof(bits));
+            nullable[q] = ends;
+            for (int32_t u = users_lo[q]; u < users_lo[q + 1]; u++) {
+                if (!queued[users[u]]) {
+                    queued[users[u]] = 1;
+                    todo[top++] = users[u];
+                }
+            }
+        }
+    }
+    /* follow: a callee is followed by its return state's first symbols, and, where that state may
+     * end its frame, by what follows the calling rule */
+    Py_ssize_t npass = 0;
+    for (Py_ssize_t q = 0; q < states; q++) {
+        for (int64_t k = call_lo[q]; k < call_lo[q + 1]; k++) {
+            int32_t c = callee[k], r = ret[k];
+            for (int j = 0; j < 4; j++) follow[4 * c + j] |= first[4 * r + j];
+            if (nullable[r]) {
+                owner_of[npass] = state_rule[q];
+                pass[npass++] = c;
+                pass_lo[state_rule[q] + 1]++;
+            }
+        }
+    }
+    /* the passes grouped by calling rule (a counting sort of the (owner, callee) pairs) */
+    for (Py_ssize_t r = 0; r < rules; r++) pass_lo[r + 1] += pass_lo[r];
+    int32_t *by_owner = (int32_t *)malloc((size_t)(npass + 1) * sizeof(int32_t));
+    int32_t *at = (int32_t *)malloc((size_t)(rules + 1) * sizeof(int32_t));
+    if (!by_owner || !at) {
+        free(by_owner);
+        free(at);
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(at, pass_lo, (size_t)rules * sizeof(int32_t));
+    for (Py_ssize_t k = 0; k < npass; k++) by_owner[at[owner_of[k]]++] = pass[k];
+    free(at);
+    memset(queued, 0, (size_t)rules);
+    top = 0;
+    for (Py_ssize_t r = 0; r < rules; r++) {
+        if (pass_lo[r + 1] > pass_lo[r]) {
+            todo[top++] = (int32_t)r;
+            queued[r] = 1;
+        }
+    }
+    while (top) {
+        int32_t r = todo[--top];
+        queued[r] = 0;
+        for (int32_t k = pass_lo[r]; k < pass_lo[r + 1]; k++) {
+            int32_t c = by_owner[k];
+            int grew = 0;
+            for (int j = 0; j < 4; j++) {
+                uint64_t now = follow[4 * c + j] | follow[4 * r + j];
+                grew |= now != follow[4 * c + j];
+                follow[4 * c + j] = now;
+            }
+            if (grew && !queued[c] && pass_lo[c + 1] > pass_lo[c]) {
+                queued[c] = 1;
+                todo[top++] = c;
+            }
+        }
+    }
+    free(by_owner);
+    result = PyBytes_FromStringAndSize(NULL, rules * 256);
+    if (result) {
+        uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+        for (Py_ssize_t r = 0; r < rules; r++) {
+            for (int b = 0; b < 256; b++) out[r * 256 + b] = (uint8_t)(follow[4 * r + (b >> 6)] >> (b & 63) & 1);
+        }
+    }
+done:
+    for (int i = 0; i < 7; i++) PyBuffer_Release(&v[i]);
+    free(first);
+    free(nullable);
+    free(queued);
+    free(users_lo);
+    free(users);
+    free(todo);
+    free(follow);
+    free(pass_lo);
+    free(pass);
+    free(owner_of);
+    return result;
+}
+
 /* set_bits_where(words, tokens, offsets, ok, group): set in the uint32 row `words` the bits of the
  * tokens of every residual r with ok[r] (a mask's uncertain tokens whose residual the parser
  * accepts): residual r's tokens are tokens[offsets[r]:offsets[r + 1]] (int32 bytes). `group`, the
@@ -3050,6 +5587,16 @@ static PyMethodDef methods[] = {
      "walk(table, alphabet, flags, has_stacks, byte, lo, hi, token, child_lo, child_hi, depth, nodes, states, "
      "owners) -> (ok_owner, ok_token, exit_owner, exit_lo, exit_hi, exit_depth, pending_node, pending_state, "
      "pending_owner), each the bytes of an int32 array"},
+    {"follow_bytes", follow_bytes, METH_VARARGS,
+     "follow_bytes(trans, accepting, call_lo, callee, ret, rule_start, state_rule, rules) -> bytes: per rule, the 256 "
+     "bytes (0/1) that may follow it"},
+    {"set_ir", set_ir, METH_VARARGS, "set_ir(types, grammar_error): the IR's eight expression classes and GrammarError"},
+    {"dfa_of_expr", dfa_of_expr, METH_VARARGS,
+     "dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (trans, accepting, "
+     "calls): the minimal DFA of the Thompson NFA of a grammar expression"},
+    {"expr_text", expr_text, METH_O, "expr_text(expr) -> str: grammar.ir.to_text of a grammar expression"},
+    {"expr_digest", expr_digest, METH_VARARGS,
+     "expr_digest(expr, rule_index) -> bytes: a 128-bit digest of an expression, rule references as indices"},
     {"pack_rows", pack_rows, METH_VARARGS,
      "pack_rows(words, order, lo, hi): words[t >> 5] |= 1 << (t & 31) for t = order[row], every row in lo[i]:hi[i]"},
     {"distinct", distinct, METH_VARARGS,
@@ -3066,13 +5613,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
                                     methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&InternerType) || PyType_Ready(&LexerStepperType) || PyType_Ready(&SymbolStepsType) ||
+    if (PyType_Ready(&InternerType) || PyType_Ready(&PositionWalkerType) || PyType_Ready(&WalkMemoType) || PyType_Ready(&LexerStepperType) || PyType_Ready(&SymbolStepsType) ||
         PyType_Ready(&ResidualWalkerType))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) ||
         PyModule_AddObjectRef(m, "Interner", (PyObject *)&InternerType) ||
+        PyModule_AddObjectRef(m, "PositionWalker", (PyObject *)&PositionWalkerType) ||
+        PyModule_AddObjectRef(m, "WalkMemo", (PyObject *)&WalkMemoType) ||
         PyModule_AddObjectRef(m, "LexerStepper", (PyObject *)&LexerStepperType) ||
         PyModule_AddObjectRef(m, "SymbolSteps", (PyObject *)&SymbolStepsType) ||
         PyModule_AddObjectRef(m, "ResidualWalker", (PyObject *)&ResidualWalkerType)) {

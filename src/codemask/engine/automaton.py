@@ -15,14 +15,16 @@ sequences that encode them, so the engine itself only ever sees bytes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 
+from codemask.engine import native
 from codemask.engine.collection import collection_paused
 from codemask.engine.token_trie import expand_ranges
 from codemask.errors import GrammarError
@@ -109,22 +111,41 @@ def class_code_point_ranges(cls: CharClass) -> tuple[tuple[int, int], ...]:
 
 # ----------------------------------------------------------------------------- NFA
 
-@dataclass
 class NFA:
-    """A Thompson NFA over a symbol alphabet, with epsilon and call edges."""
+    """A Thompson NFA over a symbol alphabet: its states are numbers, its edges flat int lists —
+    epsilon edges ``(source, target)``, symbol ranges ``(source, lo, hi, target)`` and calls
+    ``(source, rule index, target)``, for the Python subset construction (the C one,
+    `native.dfa_of_expr`, builds its own from the expression)."""
 
-    eps: list[list[int]] = field(default_factory=list)
-    edges: list[list[tuple[int, int, int]]] = field(default_factory=list)  # (lo, hi, target)
-    calls: list[list[tuple[int, int]]] = field(default_factory=list)  # (rule index, target)
+    def __init__(self) -> None:
+        self.count = 0
+        self.eps: list[int] = []
+        self.edges: list[int] = []
+        self.calls: list[int] = []
 
     def new_state(self) -> int:
-        if len(self.eps) >= MAX_NFA_STATES:
+        if self.count >= MAX_NFA_STATES:
             raise GrammarError(f"grammar is too large to compile (over {MAX_NFA_STATES:,} automaton states); "
                                f"{TOO_LARGE_HINT}")
-        self.eps.append([])
-        self.edges.append([])
-        self.calls.append([])
-        return len(self.eps) - 1
+        self.count += 1
+        return self.count - 1
+
+    def by_source(self) -> tuple[list[list[int]], list[list[tuple[int, int, int]]], list[list[tuple[int, int]]]]:
+        """Per state: its epsilon targets, its symbol ranges ``(lo, hi, target)`` and its calls
+        ``(rule, target)`` (the Python subset construction's view)."""
+        eps: list[list[int]] = [[] for _ in range(self.count)]
+        edges: list[list[tuple[int, int, int]]] = [[] for _ in range(self.count)]
+        calls: list[list[tuple[int, int]]] = [[] for _ in range(self.count)]
+        flat = self.eps
+        for i in range(0, len(flat), 2):
+            eps[flat[i]].append(flat[i + 1])
+        flat = self.edges
+        for i in range(0, len(flat), 4):
+            edges[flat[i]].append((flat[i + 1], flat[i + 2], flat[i + 3]))
+        flat = self.calls
+        for i in range(0, len(flat), 3):
+            calls[flat[i]].append((flat[i + 1], flat[i + 2]))
+        return eps, edges, calls
 
 
 class NFABuilder:
@@ -147,14 +168,14 @@ class NFABuilder:
         elif isinstance(expr, ByteClass):
             self._require_bytes("byte class")
             for lo, hi in normalize_ranges(expr.ranges):
-                nfa.edges[src].append((lo, hi, dst))
+                nfa.edges += (src, lo, hi, dst)
         elif isinstance(expr, RuleRef):
-            nfa.calls[src].append((self.rule_index[expr.name], dst))
+            nfa.calls += (src, self.rule_index[expr.name], dst)
         elif isinstance(expr, TerminalRef):
             if self.terminal_index is None:
                 raise GrammarError(f"terminal {expr.name!r} used in a grammar without a lexer")
             symbol = self.terminal_index[expr.name]
-            nfa.edges[src].append((symbol, symbol, dst))
+            nfa.edges += (src, symbol, symbol, dst)
         elif isinstance(expr, Sequence):
             cur = src
             for i, item in enumerate(expr.items):
@@ -162,7 +183,7 @@ class NFABuilder:
                 self.build(item, cur, nxt)
                 cur = nxt
             if not expr.items:
-                nfa.eps[src].append(dst)
+                nfa.eps += (src, dst)
         elif isinstance(expr, Choice):
             literals = [alt.value for alt in expr.alternatives if isinstance(alt, Literal)]
             if len(literals) > 1 and self.terminal_index is None:
@@ -188,13 +209,15 @@ class NFABuilder:
         return paths
 
     def _chain(self, src: int, dst: int, ranges: list[tuple[int, int]]) -> None:
+        nfa = self.nfa
         if not ranges:
-            self.nfa.eps[src].append(dst)
+            nfa.eps += (src, dst)
             return
         cur = src
+        last = len(ranges) - 1
         for i, (lo, hi) in enumerate(ranges):
-            nxt = dst if i == len(ranges) - 1 else self.nfa.new_state()
-            self.nfa.edges[cur].append((lo, hi, nxt))
+            nxt = dst if i == last else nfa.new_state()
+            nfa.edges += (cur, lo, hi, nxt)
             cur = nxt
 
     def _literal_set(self, words: list[bytes], src: int, dst: int) -> None:
@@ -207,9 +230,9 @@ class NFABuilder:
         for state, edges in enumerate(trans):
             here = state_of[state]
             for byte, target in edges.items():
-                nfa.edges[here].append((byte, byte, state_of[target]))
+                nfa.edges += (here, byte, byte, state_of[target])
             if final[state]:
-                nfa.eps[here].append(dst)
+                nfa.eps += (here, dst)
 
     def _repeat(self, expr: Repeat, src: int, dst: int) -> None:
         nfa = self.nfa
@@ -220,19 +243,17 @@ class NFABuilder:
             cur = nxt
         if expr.max is None:
             loop = nfa.new_state()
-            nfa.eps[cur].append(loop)
             body_end = nfa.new_state()
+            nfa.eps += (cur, loop, body_end, loop, loop, dst)
             self.build(expr.item, loop, body_end)
-            nfa.eps[body_end].append(loop)
-            nfa.eps[loop].append(dst)
             return
         if expr.max < expr.min:
             raise GrammarError(f"repetition {{{expr.min},{expr.max}}} has max < min")
-        nfa.eps[cur].append(dst)
+        nfa.eps += (cur, dst)
         for _ in range(expr.max - expr.min):
             nxt = nfa.new_state()
             self.build(expr.item, cur, nxt)
-            nfa.eps[nxt].append(dst)
+            nfa.eps += (nxt, dst)
             cur = nxt
 
 
@@ -302,6 +323,7 @@ class DFA:
 def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
     """Subset construction over symbol ranges and call edges."""
     closure_cache: dict[frozenset[int], frozenset[int]] = {}
+    eps, edges, nfa_calls = nfa.by_source()
 
     def closure(states: frozenset[int]) -> frozenset[int]:
         cached = closure_cache.get(states)
@@ -311,7 +333,7 @@ def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
         todo = list(states)
         while todo:
             s = todo.pop()
-            for t in nfa.eps[s]:
+            for t in eps[s]:
                 if t not in seen:
                     seen.add(t)
                     todo.append(t)
@@ -329,12 +351,12 @@ def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
             raise GrammarError(f"grammar is too large to compile (over {MAX_DFA_STATES:,} deterministic automaton "
                                f"states in one rule); {TOO_LARGE_HINT}")
         row = np.full(alphabet, -1, dtype=np.int32)
-        for lo, hi, targets in _partition_edges([e for s in subset for e in nfa.edges[s]]):
+        for lo, hi, targets in _partition_edges([e for s in subset for e in edges[s]]):
             row[lo : hi + 1] = _intern(closure(targets), index, order)
         rows.append(row)
         by_rule: dict[int, set[int]] = {}
         for s in subset:
-            for rule, target in nfa.calls[s]:
+            for rule, target in nfa_calls[s]:
                 by_rule.setdefault(rule, set()).add(target)
         calls.append({rule: _intern(closure(frozenset(t)), index, order) for rule, t in sorted(by_rule.items())})
     accepting = np.array([final in subset for subset in order], dtype=bool)
@@ -542,7 +564,11 @@ def compile_expr(expr: Expr, rule_index: dict[str, int], alphabet: int,
     """
     if terminal_index is not None:  # lexer-mode parser rules: compiled once per grammar anyway
         return _build_dfa(expr, rule_index, alphabet, terminal_index)
-    key = (expr, alphabet, tuple(rule_index.get(r, -1) for r in sorted(references(expr))))
+    key: tuple[object, ...]
+    if native.enabled():  # (a digest made in C: hashing and comparing a large expression walked it twice)
+        key = (native.expr_digest(expr, rule_index), alphabet)
+    else:
+        key = (expr, alphabet, tuple(rule_index.get(r, -1) for r in sorted(references(expr))))
     with _DFA_CACHE_LOCK:
         found = _DFA_CACHE.get(key)
         if found is not None:
@@ -559,6 +585,8 @@ def compile_expr(expr: Expr, rule_index: dict[str, int], alphabet: int,
 
 
 def _build_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_index: dict[str, int] | None) -> DFA:
+    if native.enabled():
+        return _native_dfa(expr, rule_index, alphabet, terminal_index)
     with collection_paused():  # (`collection`: the NFA's lists and the subsets all live to the end)
         nfa = NFA()
         start, final = nfa.new_state(), nfa.new_state()
@@ -566,10 +594,34 @@ def _build_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_i
         return minimize(trim(determinize(nfa, start, final, alphabet)))
 
 
+def _native_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_index: dict[str, int] | None) -> DFA:
+    """`_build_dfa` in C (`native.dfa_of_expr`): the same automaton, numbered alike (a minimal DFA's
+    numbering, breadth first from its start, depends on its language alone)."""
+    try:
+        trans, accepting, call_list = native.dfa_of_expr(expr, rule_index, terminal_index, alphabet, MAX_NFA_STATES,
+                                                         MAX_DFA_STATES)
+    except OverflowError as error:  # (C says which limit; the message is the Python construction's)
+        if "deterministic" in str(error):
+            raise GrammarError(f"grammar is too large to compile (over {MAX_DFA_STATES:,} deterministic automaton "
+                               f"states in one rule); {TOO_LARGE_HINT}") from None
+        raise GrammarError(f"grammar is too large to compile (over {MAX_NFA_STATES:,} automaton states); "
+                           f"{TOO_LARGE_HINT}") from None
+    calls: list[dict[int, int]] = [{} for _ in range(len(accepting))]
+    for state, rule, target in call_list.tolist():
+        calls[state][rule] = target
+    return DFA(trans=trans, accepting=accepting, calls=calls)
+
+
 # Rule automata kept for reuse across compilations (bodies with their callee indices).
 DFA_CACHE_SIZE = 4096
 _DFA_CACHE: OrderedDict[tuple[object, ...], DFA] = OrderedDict()
 _DFA_CACHE_LOCK = threading.Lock()
+
+
+def clear_rule_automata() -> None:
+    """Forget the rule automata kept for reuse (`compile_expr`)."""
+    with _DFA_CACHE_LOCK:
+        _DFA_CACHE.clear()
 
 
 # ----------------------------------------------------------------------------- the network
@@ -594,50 +646,105 @@ class RTN:
     def num_states(self) -> int:
         return len(self.accepting)
 
-    @property
+    @functools.cached_property
     def scanning(self) -> np.ndarray:
         """States with at least one symbol transition (the tops a parser stack can wait on)."""
         return np.asarray((self.trans >= 0).any(axis=1))
 
-    @property
+    @functools.cached_property
+    def call_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The calls as arrays: state ``q``'s are ``call_lo[q]:call_lo[q + 1]``, each with its callee
+        rule and return state (``(call_lo, callee, ret)``; int64, int32, int32)."""
+        sizes = np.fromiter(map(len, self.calls), dtype=np.int64, count=len(self.calls))
+        flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(self.calls)), dtype=np.int64)
+        pairs = flat.reshape(-1, 2)
+        return (np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), pairs[:, 0].astype(np.int32),
+                pairs[:, 1].astype(np.int32))
+
+    @functools.cached_property
+    def call_sites(self) -> np.ndarray:
+        """The state each call of `call_table` is made from (int64)."""
+        call_lo = self.call_table[0]
+        return np.repeat(np.arange(self.num_states, dtype=np.int64), np.diff(call_lo))
+
+    @functools.cached_property
     def pure_final(self) -> np.ndarray:
         """Accepting states with nothing after them: a call returning here is a tail call."""
-        no_calls = np.array([not c for c in self.calls], dtype=bool)
+        no_calls = np.diff(self.call_table[0]) == 0
         return np.asarray(self.accepting & ~self.scanning & no_calls)
+
+    def scan_bits(self, states: np.ndarray) -> list[int]:
+        """The symbols each of ``states`` takes itself, as bit sets (bit ``a`` = symbol ``a``)."""
+        packed = np.packbits(self.trans[states] >= 0, axis=1, bitorder="little")
+        width = packed.shape[1]
+        data = packed.tobytes()
+        return [int.from_bytes(data[i * width:(i + 1) * width], "little") for i in range(len(states))]
+
+    @functools.cached_property
+    def call_first_sets(self) -> tuple[dict[int, int], dict[int, bool]]:
+        """`parser.first_sets` of the states that make calls, are called into (rule starts) or are
+        returned to, the only ones whose first symbols go beyond their own: a worklist over the
+        calls alone, so that a grammar's size in states costs nothing here."""
+        call_lo, callee, ret = self.call_table
+        starts = self.rule_start[callee].astype(np.int64)
+        callers = np.flatnonzero(np.diff(call_lo))
+        needed = np.unique(np.concatenate([callers, starts, ret.astype(np.int64)]))
+        first = dict(zip(needed.tolist(), self.scan_bits(needed), strict=True))
+        nullable = dict(zip(needed.tolist(), self.accepting[needed].tolist(), strict=True))
+        site_calls = {int(q): list(zip(starts[call_lo[q]:call_lo[q + 1]].tolist(),
+                                       ret[call_lo[q]:call_lo[q + 1]].tolist(), strict=True)) for q in callers}
+        users: dict[int, list[int]] = {}
+        for q, calls in site_calls.items():
+            for start, back in calls:
+                users.setdefault(start, []).append(q)
+                users.setdefault(back, []).append(q)
+        todo = list(site_calls)
+        while todo:
+            q = todo.pop()
+            bits, ends = first[q], nullable[q]
+            for start, back in site_calls[q]:
+                bits |= first[start]
+                if nullable[start]:
+                    bits |= first[back]
+                    ends = ends or nullable[back]
+            if bits != first[q] or ends != nullable[q]:
+                first[q], nullable[q] = bits, ends
+                todo.extend(users.get(q, ()))
+        return first, nullable
 
     def follow_bytes(self) -> np.ndarray:
         """``[rules, 256]`` bool: the bytes that can come right after each rule ends.
 
         A token that leaves a rule's frame and continues with a byte outside this set is rejected
         whatever the caller, which keeps the uncertain sets small (rules ending in optional
-        whitespace would otherwise make every space-prefixed token uncertain).
+        whitespace would otherwise make every space-prefixed token uncertain). A callee is followed
+        by what its return state takes first, and where that state may end its own frame, by what
+        follows the calling rule: a worklist over the calls (`call_first_sets`; in C where the
+        extension is loaded, `native.follow_bytes`, for byte-level grammars).
         """
+        if native.enabled() and self.trans.shape[1] == BYTE_ALPHABET:
+            return native.follow_bytes(self)
+        first, nullable = self.call_first_sets
+        _call_lo, callee, ret = self.call_table
+        owner = self.state_rule[self.call_sites].tolist()
+        follow = [0] * len(self.rule_names)
+        passes: dict[int, set[int]] = {}  # rule -> the rules it calls last (what follows it follows them)
+        for rule, called, back in zip(owner, callee.tolist(), ret.tolist(), strict=True):
+            follow[called] |= first[back]
+            if nullable[back]:
+                passes.setdefault(rule, set()).add(called)
+        todo = list(passes)
+        while todo:
+            rule = todo.pop()
+            for called in passes.get(rule, ()):
+                grown = follow[called] | follow[rule]
+                if grown != follow[called]:
+                    follow[called] = grown
+                    todo.append(called)
         alphabet = self.trans.shape[1]
-        rules = len(self.rule_names)
-        calls = [(q, callee, ret) for q, cs in enumerate(self.calls) for callee, ret in cs]
-        nullable = self.accepting.copy()  # the state can reach its rule's end without input
-        first = self.trans >= 0  # bytes the state can scan, possibly inside callees
-        changed = True
-        while changed:
-            changed = False
-            for q, callee, ret in calls:
-                start = self.rule_start[callee]
-                if nullable[start] and nullable[ret] and not nullable[q]:
-                    nullable[q] = changed = True
-                gained = first[start] | (first[ret] if nullable[start] else False)
-                if (gained & ~first[q]).any():
-                    first[q] |= gained
-                    changed = True
-        follow = np.zeros((rules, alphabet), dtype=bool)
-        changed = True
-        while changed:
-            changed = False
-            for q, callee, ret in calls:
-                gained = first[ret] | (follow[self.state_rule[q]] if nullable[ret] else False)
-                if (gained & ~follow[callee]).any():
-                    follow[callee] |= gained
-                    changed = True
-        return follow
+        data = b"".join(bits.to_bytes((alphabet + 7) // 8, "little") for bits in follow)
+        rows = np.frombuffer(data, dtype=np.uint8).reshape(len(follow), -1)
+        return np.unpackbits(rows, axis=1, bitorder="little", count=alphabet).astype(bool)
 
     def rules_with_callers(self) -> set[int]:
         """Rules whose frames can sit on top of another rule's frame.
@@ -645,22 +752,18 @@ class RTN:
         A rule called only in tail position by rules that themselves have no caller always runs
         at the bottom of the stack: when it ends, the input ends, so nothing can follow it.
         """
-        pure_final = self.pure_final
-        owners = self.state_rule
-        found: set[int] = set()
+        _call_lo, callee, ret = self.call_table
+        tail = self.pure_final[ret]
+        found = set(callee[~tail].tolist())
         tail_edges: dict[int, set[int]] = {}
-        for state, calls in enumerate(self.calls):
-            for callee, ret in calls:
-                if pure_final[ret]:
-                    tail_edges.setdefault(int(owners[state]), set()).add(callee)
-                else:
-                    found.add(callee)
+        for owner, called in zip(self.state_rule[self.call_sites[tail]].tolist(), callee[tail].tolist(), strict=True):
+            tail_edges.setdefault(owner, set()).add(called)
         todo = list(found)
         while todo:
-            for callee in tail_edges.get(todo.pop(), ()):
-                if callee not in found:
-                    found.add(callee)
-                    todo.append(callee)
+            for called in tail_edges.get(todo.pop(), ()):
+                if called not in found:
+                    found.add(called)
+                    todo.append(called)
         return found
 
 

@@ -1,9 +1,9 @@
 """`GrammarCompiler`: grammar + vocabulary -> `CompiledGrammar`, cached in memory and on disk.
 
 Compiling means: optimise the IR and build the per-rule automata. The vocabulary is classified
-at each automaton position (the adaptive mask cache) for every position at compile time when the
-grammar is small (``precompute="auto"``, the default) or always (``precompute=True``), otherwise
-when a parser state first needs it. The result depends only on the grammar's
+at each automaton position (the adaptive mask cache) when a parser state first needs it — one C
+scan of the vocabulary's trie, well under a millisecond — or for every position at compile time
+with ``precompute=True``. The result depends only on the grammar's
 canonical text and the vocabulary's fingerprint, so it is kept in memory for the process and
 written to a cache folder (`disk_cache`: data only, checked on load, capped in size), from which
 a later process loads it in milliseconds. Lexer-mode
@@ -31,7 +31,9 @@ from typing import Literal
 import numpy as np
 from tqdm import tqdm
 
-from codemask.engine.automaton import RTN, build_rtn
+from codemask.engine import native
+from codemask.engine.automaton import RTN, build_rtn, clear_rule_automata
+from codemask.engine.collection import collection_paused
 from codemask.engine.disk_cache import DiskCache, cache_limit_bytes
 from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, build_terminal_automata
 from codemask.engine.lexer_masks import (
@@ -46,6 +48,7 @@ from codemask.engine.mask_cache import (
     LazyPositionMasks,
     MaskComputer,
     PositionMasks,
+    SharedPositions,
     Uncertain,
     build_position_masks,
     num_words,
@@ -54,15 +57,8 @@ from codemask.engine.parser import ParserCore
 from codemask.engine.samples import has_samples, sample_tokens
 from codemask.engine.token_trie import ByteVocabulary, token_trie
 from codemask.grammar.grammar import Grammar
-from codemask.grammar.ir import GrammarIR
+from codemask.grammar.ir import GrammarIR, clear_references
 from codemask.grammar.optimize import optimize
-
-# ``precompute="auto"`` classifies every position at compile time for byte-level grammars with at
-# most this many positions: jsonschemabench's median schema has ~400 and precomputes in ~75 ms on
-# one core, the slowest of the coverage sample in about 6 s (once: the disk cache keeps
-# it), after which no mask pays for a first visit (5-15 ms each for a wide position); a server
-# compiling large schemas per request may prefer ``precompute=False``.
-AUTO_PRECOMPUTE_POSITIONS = 20000
 
 # A compiled grammar starts a new generation of parser states past this many (`CompiledGrammar`):
 # about 1.5 KB each with their transition row and stack nodes, so ~75 MB, plus the generation's
@@ -202,13 +198,13 @@ class GrammarCompiler:
     """Compiles grammars for one vocabulary.
 
     ``cache_dir=None`` uses the default folder; ``cache_dir=False`` disables the disk cache.
-    ``precompute=True`` classifies the vocabulary at every grammar position at compile time (and
-    stores that in the disk cache): seconds for a large grammar, then no mask ever pays for a
-    first visit. ``precompute=False`` classifies each position when a parser state first needs
-    it, so compiling costs only the automata, and a first visit costs milliseconds. The default,
-    ``"auto"``, precomputes grammars with at most `AUTO_PRECOMPUTE_POSITIONS` positions (most
-    JSON Schemas: tens of milliseconds more per compile, and no slow mask afterwards) and is lazy
-    for larger ones, whose compile time would grow with their size. Grammars in lexer mode
+    Byte-level grammars (EBNF, regex, JSON Schema) are classified position by position when a
+    parser state first needs one (``precompute=False``, and the default ``"auto"``): compiling
+    costs only the automata (milliseconds for a JSON Schema), and a first visit is one C scan of
+    the vocabulary's trie, under a millisecond for most positions with a 128k vocabulary (without
+    the C extension, milliseconds in numpy). ``precompute=True`` classifies every position at
+    compile time instead (and stores that in the disk cache), a cost that grows with the
+    grammar's size for masks that are cheap anyway. Grammars in lexer mode
     (Lark with terminals) have no finite list of positions: their masks rest on the lexer states
     met at token boundaries, so precomputing runs sample code of the language through the grammar
     (`samples`: a tour of each builtin code grammar's syntax, and for Python 40,000 tokens of code
@@ -250,6 +246,7 @@ class GrammarCompiler:
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Event] = {}  # grammars being compiled, by key
         self._writable: bool | None = None  # whether the disk cache folder takes files (`_cache_writable`)
+        _prepare_vocabulary(vocab)
 
     def compile(self, grammar: Grammar) -> CompiledGrammar:
         """The compiled form of ``grammar`` (from memory, disk, or freshly built).
@@ -315,10 +312,9 @@ class GrammarCompiler:
         return artifacts.masks is None and artifacts.terminals is None and self._precomputes(artifacts.rtn)
 
     def _precomputes(self, rtn: RTN) -> bool:
-        """Whether this compiler classifies every position of a byte-level ``rtn`` at compile time."""
-        if self.precompute == "auto":
-            return int(rtn.scanning.sum()) <= AUTO_PRECOMPUTE_POSITIONS
-        return bool(self.precompute)
+        """Whether this compiler classifies every position of a byte-level ``rtn`` at compile time
+        (only when asked: a first visit costs less than a millisecond)."""
+        return self.precompute is True
 
     def _precomputes_lexer(self, compiled: CompiledGrammar) -> bool:
         """Whether this compiler runs a lexer-mode grammar's samples at compile time: with
@@ -387,6 +383,10 @@ class GrammarCompiler:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _build(self, grammar: Grammar) -> CompiledArtifacts:
+        with collection_paused():  # (its trees and automata are all alive until it ends)
+            return self._build_artifacts(grammar)
+
+    def _build_artifacts(self, grammar: Grammar) -> CompiledArtifacts:
         ir = optimize(grammar.ir)
         if ir.lexer_mode:
             return _build_lexer_mode(ir)
@@ -443,6 +443,26 @@ class GrammarCompiler:
     def _store(self, key: str, artifacts: CompiledArtifacts) -> None:
         if self.disk is not None:
             self.disk.write(key, artifacts, ARTIFACT_TYPES)
+
+
+def forget_shared_work() -> None:
+    """Forget what compiles share in this process, however many compilers: rule automata (by rule
+    body), the position masks of rules every grammar has alike (free strings, numbers), and the
+    remembered rule references of expressions. Memory is freed, and the next compile is as cold
+    as the first (what a benchmark of cold compiles needs); compiled grammars keep working."""
+    clear_rule_automata()
+    SharedPositions.clear_all()
+    clear_references()
+
+
+def _prepare_vocabulary(vocab: ByteVocabulary) -> None:
+    """Build what every grammar of a vocabulary walks, once per vocabulary and process, when its
+    first compiler is made (a server's start) rather than at its first compile or mask: the sorted
+    token trie (half a second for Llama-3) and, with the C extension, its walker's arrays and
+    suffix numbers (a tenth of a second)."""
+    trie = token_trie(vocab)
+    if native.enabled():
+        native.position_walker(trie, vocab.vocab_size)
 
 
 def _num_states(core: ParserCore | LexParserCore) -> int:

@@ -45,6 +45,10 @@ DENSE_CHUNK = 16
 WALK_BATCH_TOKENS = 1 << 21
 # A frontier with at most this many tokens below it is finished by a scalar depth-first walk.
 SCALAR_WALK_TOKENS = 64
+# A position whose frame more tokens than this may leave (the inside of a counting rule: most of
+# the vocabulary crosses its block's end) lists none of them (`Uncertain.direct`): checking that
+# many residuals against each caller cost more than scanning the trie from the parser's state.
+MAX_LISTED_UNCERTAIN = 16384
 
 
 def num_words(vocab_size: int) -> int:
@@ -80,10 +84,19 @@ class Uncertain:
     residual_rows: np.ndarray  # int32 [R]: the trie row (sorted token) the residual is a tail of
     residual_starts: np.ndarray  # int32 [R]: the byte where it starts in that token
     residual_len: np.ndarray  # int32 [R]
+    # Too many tokens leave the frame to list them (`MAX_LISTED_UNCERTAIN`; the arrays are then
+    # empty): a mask reads them from a scan of the trie from the parser's own state instead.
+    direct: bool = False
+
+    @classmethod
+    def unlisted(cls) -> Uncertain:
+        """The uncertain tokens of a position with too many to list (`direct`)."""
+        empty = np.zeros(0, dtype=np.int32)
+        return cls(empty, empty, empty, empty, empty, direct=True)
 
     def restricted(self, keep_residual: np.ndarray) -> Uncertain | None:
         """The tokens whose residual ``keep_residual`` (bool [R]) marks, residuals renumbered."""
-        if keep_residual.all():
+        if self.direct or keep_residual.all():
             return self
         if not keep_residual.any():
             return None
@@ -156,8 +169,8 @@ class PositionClassifier:
         return self.core.rtn.follow_bytes()
 
     @functools.cached_property
-    def _signatures(self) -> list[bytes | None]:
-        return rule_signatures(self.core.rtn)
+    def _signatures(self) -> RuleSignatures:
+        return RuleSignatures(self.core.rtn)
 
     def classify(self, positions: np.ndarray,
                  progress: str | None = None) -> tuple[np.ndarray, list[Uncertain | None]]:
@@ -179,7 +192,8 @@ class PositionClassifier:
                 accepted[i], uncertain[i] = found
         if missing:
             walked = np.array(missing, dtype=np.int64)
-            accepted[walked], walked_uncertain = self._walk(positions[walked], progress)
+            walk = self._walk_native if native.enabled() else self._walk
+            accepted[walked], walked_uncertain = walk(positions[walked], progress)
             for i, unc in zip(missing, walked_uncertain, strict=True):
                 uncertain[i] = unc
                 key = keys[i]
@@ -234,6 +248,47 @@ class PositionClassifier:
             bar.update(hi - lo)
         bar.close()
         return accepted, uncertain
+
+    def _walk_native(self, positions: np.ndarray,
+                     progress: str | None) -> tuple[np.ndarray, list[Uncertain | None]]:
+        """`_walk` in C: one trie scan per position (`native.classify_position`), the exits kept
+        where a caller can continue them (`_rule_exits`)."""
+        core, trie = self.core, self.trie
+        walker = native.position_walker(trie, self.vocab_size)
+        has_callers, first_byte = self._rule_exits
+        rules = core.rtn.state_rule[positions].tolist()
+        accepted = np.zeros((len(positions), num_words(self.vocab_size)), dtype=np.uint32)
+        uncertain: list[Uncertain | None] = [None] * len(positions)
+        # (no bar at all without a label: making one, even disabled, took milliseconds)
+        bar = None if progress is None else tqdm(total=len(positions), desc=progress, unit="pos", delay=1.0,
+                                                 leave=False)
+        for k, (position, rule) in enumerate(zip(positions.tolist(), rules, strict=True)):
+            if bar is not None:
+                bar.update(1)
+            start = core.frame_state(position)
+            if start != DEAD:
+                follow = first_byte[rule] if has_callers[rule] else None
+                accepted[k], found = native.classify_position(walker, core, start, follow, MAX_LISTED_UNCERTAIN,
+                                                              self._walk_memo)
+                if found is None:
+                    uncertain[k] = Uncertain.unlisted()
+                    continue
+                rows, residual_of, residual_rows, starts, lengths = found
+                if len(rows):
+                    token_ids, residual_of = trie.expand_pairs(rows, residual_of)
+                    uncertain[k] = Uncertain(token_ids=token_ids.astype(np.int32, copy=False),
+                                             residual_of=residual_of.astype(np.int32, copy=False),
+                                             residual_rows=residual_rows, residual_starts=starts,
+                                             residual_len=lengths)
+        if bar is not None:
+            bar.close()
+        if trie.has_duplicates:
+            trie.add_duplicates(accepted)
+        return accepted, uncertain
+
+    @functools.cached_property
+    def _walk_memo(self) -> native.WalkMemo:
+        return native.walk_memo()
 
     @functools.cached_property
     def _rule_exits(self) -> tuple[np.ndarray, np.ndarray]:
@@ -303,6 +358,14 @@ class SharedPositions:
         with self._lock:
             self._entries.clear()
 
+    @classmethod
+    def clear_all(cls) -> None:
+        """`clear` the shared positions of every vocabulary."""
+        with cls._lock:
+            tables = [table for _trie, table in cls._by_trie.values()]
+        for table in tables:
+            table.clear()
+
     def put(self, key: tuple[object, ...], accepted: np.ndarray, uncertain: Uncertain | None) -> None:
         with self._lock:
             self._entries[key] = (accepted, uncertain)
@@ -310,45 +373,72 @@ class SharedPositions:
                 self._entries.popitem(last=False)
 
 
-def rule_signatures(rtn: RTN) -> list[bytes | None]:
+class RuleSignatures:
     """Per rule, a digest of its automaton and, recursively, of every rule it calls.
 
     Equal digests mean equal frame-local behaviour, so positions can be shared between grammars.
     Rules that are recursive or call a recursive rule get None (their digest would need a fixed
-    point; they are walked per grammar).
+    point; they are walked per grammar). Digests are made when first asked for (a position's rule
+    and the rules it calls): hashing every rule of a large grammar took longer than its first masks.
     """
-    count = len(rtn.rule_names)
-    starts = np.searchsorted(rtn.state_rule, np.arange(count))
-    ends = np.searchsorted(rtn.state_rule, np.arange(count), side="right")
-    callees = [sorted({c for state in range(int(starts[r]), int(ends[r])) for c, _ in rtn.calls[state]})
-               for r in range(count)]
-    out: list[bytes | None] = [None] * count
-    color = [0] * count  # 0 unseen, 1 on the depth-first stack, 2 done
-    cyclic = [False] * count
-    for root in range(count):
-        if color[root]:
-            continue
-        stack = [root]
-        while stack:
-            rule = stack[-1]
-            if color[rule] == 0:
-                color[rule] = 1
-                for callee in callees[rule]:
-                    if color[callee] == 1:
-                        cyclic[rule] = True  # a call back into the stack: recursion
-                    elif color[callee] == 0:
-                        stack.append(callee)
+
+    def __init__(self, rtn: RTN) -> None:
+        self.rtn = rtn
+        count = len(rtn.rule_names)
+        self._starts = np.searchsorted(rtn.state_rule, np.arange(count)).tolist()
+        self._ends = np.searchsorted(rtn.state_rule, np.arange(count), side="right").tolist()
+        _call_lo, callee, _ret = rtn.call_table
+        pairs = np.array(sorted(set((rtn.state_rule[rtn.call_sites].astype(np.int64) * count + callee).tolist())),
+                         dtype=np.int64)  # (not np.unique: its first call in a process imports numpy.ma, 12 ms)
+        self._callees: list[list[int]] = [[] for _ in range(count)]
+        for owner, called in zip((pairs // count).tolist(), (pairs % count).tolist(), strict=True):
+            self._callees[owner].append(called)
+        self._recursive = self._reaching_recursion()
+        self._digests: dict[int, bytes] = {}
+
+    def _reaching_recursion(self) -> list[bool]:
+        """Per rule, whether it is recursive or calls (through any chain) a recursive rule."""
+        count = len(self._callees)
+        out = [False] * count
+        color = [0] * count  # 0 unseen, 1 on the depth-first stack, 2 done
+        for root in range(count):
+            if color[root]:
                 continue
-            stack.pop()
-            if color[rule] == 2:
+            stack = [root]
+            while stack:
+                rule = stack[-1]
+                if color[rule] == 0:
+                    color[rule] = 1
+                    for callee in self._callees[rule]:
+                        if color[callee] == 1:
+                            out[rule] = True  # a call back into the stack: recursion
+                        elif color[callee] == 0:
+                            stack.append(callee)
+                    continue
+                stack.pop()
+                if color[rule] == 2:
+                    continue
+                color[rule] = 2
+                out[rule] = out[rule] or any(out[c] for c in self._callees[rule])
+        return out
+
+    def __getitem__(self, rule: int) -> bytes | None:
+        if self._recursive[rule]:
+            return None
+        todo = [rule]
+        while todo:  # callees first (no recursion below a rule that does not reach any)
+            top = todo[-1]
+            missing = [c for c in self._callees[top] if c not in self._digests]
+            if missing:
+                todo.extend(missing)
                 continue
-            color[rule] = 2
-            if not cyclic[rule] and all(out[c] is not None for c in callees[rule]):
-                out[rule] = _rule_digest(rtn, rule, int(starts[rule]), int(ends[rule]), out)
-    return out
+            todo.pop()
+            if top not in self._digests:
+                self._digests[top] = _rule_digest(self.rtn, top, self._starts[top], self._ends[top], self._digests)
+        return self._digests[rule]
 
 
-def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callee_digests: list[bytes | None]) -> bytes:
+def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callee_digests: dict[int, bytes]) -> bytes:
     h = hashlib.blake2b(digest_size=16)
     trans = rtn.trans[lo:hi]
     h.update(np.where(trans >= 0, trans - lo, -1).astype(np.int32).tobytes())
@@ -356,9 +446,7 @@ def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callee_digests: list[byt
     h.update(int(rtn.rule_start[rule] - lo).to_bytes(4, "little"))
     for state in range(lo, hi):
         for callee, target in rtn.calls[state]:
-            inner = callee_digests[callee]
-            assert inner is not None
-            h.update((state - lo).to_bytes(4, "little") + inner + (target - lo).to_bytes(4, "little"))
+            h.update((state - lo).to_bytes(4, "little") + callee_digests[callee] + (target - lo).to_bytes(4, "little"))
     return h.digest()
 
 
@@ -900,9 +988,20 @@ class MaskComputer:
         for stack, row in zip(stacks, rows, strict=True):
             np.bitwise_or(words, masks.accepted_row(row), out=words)
             unc = masks.uncertain_of(row)
-            if unc is not None:
+            if unc is not None and unc.direct:
+                alone = core.closure([stack])  # (the parse of this stack alone: its mask, uncertain tokens included)
+                if alone != DEAD:
+                    np.bitwise_or(words, native.state_mask(native.position_walker(self.trie, self.vocab_size), core,
+                                                           alone), out=words)
+            elif unc is not None:
                 exit_state = core.exit_state(stack)
-                if exit_state != DEAD:
+                if exit_state == DEAD:
+                    continue
+                if native.enabled():
+                    native.resolve_residuals(native.position_walker(self.trie, self.vocab_size), core, exit_state,
+                                             unc.residual_rows, unc.residual_starts, unc.residual_len,
+                                             unc.token_ids, unc.residual_of, words)
+                else:
                     set_bits(words, resolve_residuals(core, unc, exit_state, self.trie.matrix))
         if core.can_end(state):
             np.bitwise_or(words, self.stop_words, out=words)

@@ -17,7 +17,9 @@ turns it off.
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,14 +28,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from codemask.engine.token_trie import FlatTrie, PreorderTrie
+from codemask.engine.token_trie import FlatTrie, PreorderTrie, TokenTrie
 
 if TYPE_CHECKING:  # parser imports this module
+    from codemask.engine.automaton import RTN
     from codemask.engine.lexer import LexerCore, TerminalAutomata
     from codemask.engine.parser import ParserCore
+    from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 15
+EXPECTED_VERSION = 21
 
 
 def _load() -> ModuleType | None:
@@ -143,6 +147,152 @@ def walk(core: ParserCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray
         if len(nodes):
             core.fill_rows(np.unique(states))
     return [np.concatenate([p[i] for p in parts]) for i in range(6)]
+
+
+class PositionWalker(Protocol):
+    """`_native.PositionWalker`: one vocabulary's trie for classifying byte-level positions in C."""
+
+    def classify(self, interner: Interner, core: ParserCore, start: int, follow: bytes | None,
+                 max_uncertain: int, memo: WalkMemo | None) -> tuple[bytes, ...] | tuple[bytes, None]: ...
+
+    def resolve(self, interner: Interner, core: ParserCore, start: int, residual_rows: np.ndarray,
+                residual_starts: np.ndarray, residual_lengths: np.ndarray, token_ids: np.ndarray,
+                residual_of: np.ndarray, words: np.ndarray) -> None: ...
+
+
+class WalkMemo(Protocol):
+    """`_native.WalkMemo`: one parser core's memo of the trie walks below first bytes (`classify_position`)."""
+
+    @property
+    def entries(self) -> int: ...
+
+
+def walk_memo() -> WalkMemo:
+    """A new, empty `WalkMemo` (one per parser core: it holds the core's state ids). The extension
+    must be loaded."""
+    memo: WalkMemo = _loaded().WalkMemo()
+    return memo
+
+
+_WALKERS: dict[int, tuple[TokenTrie, PositionWalker]] = {}
+_WALKERS_LOCK = threading.Lock()
+
+
+def position_walker(trie: TokenTrie, vocab_size: int) -> PositionWalker:
+    """The trie's `PositionWalker` for bitmask rows of ``vocab_size`` tokens (made once per trie and
+    size: it checks the trie's arrays, 274,000 nodes for Llama-3, when made). The extension must be
+    loaded."""
+    module = _loaded()
+    key = id(trie) ^ (vocab_size << 48)
+    with _WALKERS_LOCK:
+        found = _WALKERS.get(key)
+        if found is not None and found[0] is trie:
+            return found[1]
+    pre = trie.preorder
+    row_start, ids = trie.suffix_ids
+    walker: PositionWalker = module.PositionWalker(
+        pre.byte, pre.depth, pre.lo, pre.hi, pre.token, pre.end, np.ascontiguousarray(trie.order, dtype=np.int32),
+        np.ascontiguousarray(trie.lengths, dtype=np.int32), np.ascontiguousarray(row_start, dtype=np.int64),
+        np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(trie.matrix, dtype=np.uint8),
+        trie.matrix.shape[1], (vocab_size + 31) // 32)
+    with _WALKERS_LOCK:
+        _WALKERS[key] = (trie, walker)
+    return walker
+
+
+def classify_position(walker: PositionWalker, core: ParserCore, start: int, follow: np.ndarray | None,
+                      max_uncertain: int, memo: WalkMemo | None = None
+                      ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+    """A byte-level position's accepted tokens (a uint32 bitmask row over token ids, read-only) and
+    uncertain tokens, from its frame-local parser state ``start`` (`ParserCore.frame_state`):
+    int32 arrays of their trie rows and the distinct residual each goes on with, and per residual
+    the row it is a tail of, where it starts and its length; None instead where more than
+    ``max_uncertain`` tokens leave the frame. ``follow`` (bool [256]) are the bytes a residual may
+    begin with, None where the frame has no caller. ``memo`` (`walk_memo`, one per core) keeps the
+    walks below first bytes that lead many tokens to one parser state, for the later positions
+    that reach it (the branches of a key complement, say). Transitions the core does not know
+    yet are computed on the way, under its lock."""
+    interner = core.native_interner()
+    flags = None if follow is None else np.ascontiguousarray(follow, dtype=np.uint8).tobytes()
+    with core.lock:
+        found = walker.classify(interner, core, start, flags, max_uncertain, memo)
+    words = np.frombuffer(found[0], dtype=np.uint32)
+    parts = found[1:]
+    if parts[0] is None:
+        return words, None
+    return words, tuple(np.frombuffer(part, dtype=np.int32) for part in parts if part is not None)
+
+
+def state_mask(walker: PositionWalker, core: ParserCore, state: int) -> np.ndarray:
+    """The vocabulary's tokens a real parse's ``state`` accepts, as a uint32 bitmask row over token
+    ids (read-only; stop tokens aside): one scan of the trie from the state itself."""
+    interner = core.native_interner()
+    with core.lock:
+        found = walker.classify(interner, core, state, None, 0, None)
+    return np.frombuffer(found[0], dtype=np.uint32)
+
+
+def resolve_residuals(walker: PositionWalker, core: ParserCore, start: int, residual_rows: np.ndarray,
+                      residual_starts: np.ndarray, residual_lengths: np.ndarray, token_ids: np.ndarray,
+                      residual_of: np.ndarray, words: np.ndarray) -> None:
+    """Set in the uint32 bitmask row ``words`` (in place) the bits of the uncertain ``token_ids``
+    whose residual (``residual_of``: tails of the trie's rows) the core accepts from state ``start``
+    (`mask_cache.resolve_residuals` in C)."""
+    interner = core.native_interner()
+    with core.lock:
+        walker.resolve(interner, core, start, residual_rows, residual_starts, residual_lengths, token_ids,
+                       residual_of, _bitmask_row(words))
+
+
+def follow_bytes(rtn: RTN) -> np.ndarray:
+    """`RTN.follow_bytes` in C: ``[rules, 256]`` bool. The extension must be loaded."""
+    call_lo, callee, ret = rtn.call_table
+    arrays = [np.ascontiguousarray(a, dtype=dtype) for a, dtype in (
+        (rtn.trans, np.int32), (rtn.accepting, np.uint8), (call_lo, np.int64), (callee, np.int32), (ret, np.int32),
+        (rtn.rule_start, np.int32), (rtn.state_rule, np.int32))]
+    found = _loaded().follow_bytes(*arrays, len(rtn.rule_names))
+    return np.frombuffer(found, dtype=np.uint8).reshape(len(rtn.rule_names), 256).astype(bool)
+
+
+def dfa_of_expr(expr: Expr, rule_index: dict[str, int], terminal_index: dict[str, int] | None, alphabet: int,
+                max_nfa_states: int, max_dfa_states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The minimal DFA of the Thompson NFA of a grammar expression, made in C from the expression itself
+    (`automaton.NFABuilder`'s construction; GrammarError past ``max_nfa_states``, OverflowError
+    past ``max_dfa_states``), as `automaton.minimize(trim(determinize(...)))` numbers it: its
+    transitions (int32 [n, alphabet], -1 none), accepting states (bool [n]) and calls (int32 [k, 3]:
+    state, rule, target, by state then rule). The extension must be loaded."""
+    trans, accepting, call_list = _ir_module().dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states,
+                                                           max_dfa_states)
+    count = len(accepting)
+    return (np.frombuffer(trans, dtype=np.int32).reshape(count, alphabet),
+            np.frombuffer(accepting, dtype=np.uint8).astype(bool),
+            np.frombuffer(call_list, dtype=np.int32).reshape(-1, 3))
+
+
+def expr_digest(expr: Expr, rule_index: dict[str, int]) -> bytes:
+    """A 128-bit digest of a grammar expression with its rule references read as their indices in
+    ``rule_index`` (-1 where absent): what a byte-level rule's automaton depends on, the key of the
+    automaton cache. The extension must be loaded."""
+    digest: bytes = _ir_module().expr_digest(expr, rule_index)
+    return digest
+
+
+def expr_text(expr: Expr) -> str:
+    """`grammar.ir.to_text` of a grammar expression, made in C. The extension must be loaded."""
+    text: str = _ir_module().expr_text(expr)
+    return text
+
+
+@functools.cache
+def _ir_module() -> ModuleType:
+    """The C module, told the grammar IR's classes (once)."""
+    from codemask.errors import GrammarError
+    from codemask.grammar import ir
+
+    module = _loaded()
+    module.set_ir((ir.Literal, ir.CharClass, ir.ByteClass, ir.RuleRef, ir.TerminalRef, ir.Sequence, ir.Choice,
+                   ir.Repeat), GrammarError)
+    return module
 
 
 class LexerStepper(Protocol):

@@ -25,10 +25,10 @@ it means the frame's rule has ended and the rest belongs to whatever called it (
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from functools import reduce
-from itertools import chain
 from operator import or_
 from typing import Protocol, TypeVar
 
@@ -69,12 +69,6 @@ class ParserCore:
         self.alphabet = rtn.trans.shape[1]
         self._trans = rtn.trans
         self._scanning = rtn.scanning
-        self._accepting = [bool(a) for a in rtn.accepting]
-        pure_final = rtn.pure_final
-        self._calls = [
-            tuple((int(rtn.rule_start[callee]), ret, bool(pure_final[ret])) for callee, ret in calls)
-            for calls in rtn.calls
-        ]
         # keyed by (state, *parents), where the C extension (which keeps the nodes itself) is missing
         self._node_index: dict[tuple[int, ...], int] = {}
         self.state_stacks: list[tuple[int, ...]] = []
@@ -86,12 +80,6 @@ class ParserCore:
         self.flags = np.zeros(64, dtype=bool)
         self.has_stacks = np.zeros(64, dtype=bool)
         self.lock = threading.RLock()
-        scans = _row_bits(rtn.trans >= 0)
-        self._first, self._nullable = first_sets(scans, self._accepting, self._calls)
-        # the symbols a node can take before its frame ends: its state's own, and in a lazy core
-        # also those of the calls it has not expanded (0: the node never waits in a state)
-        self._first_bits = [reduce(or_, (self._first[c] for c, _r, _t in calls), bits) if lazy else bits
-                            for bits, calls in zip(scans, self._calls, strict=True)]
         self._allowed_sets: dict[int, frozenset[int]] = {}
         self._native = self._native_interner()
         # per node, its RTN state and its parents (each sorted, without repeats): Python lists
@@ -99,6 +87,50 @@ class ParserCore:
         self.node_state: NodeRecord[int] = [] if self._native is None else NodeStates(self._native)
         self.node_parents: NodeRecord[tuple[int, ...]] = [] if self._native is None else NodeParents(self._native)
         self.initial = self.closure([self.node(int(rtn.rule_start[rtn.start_rule]), _ROOT_SET)])
+
+    # Per RTN state, the Python forms the Python closures and the lazy core read, made on first use:
+    # a byte-level core with the C interner never needs them, and for a grammar of tens of
+    # thousands of states they were most of the cost of making one.
+
+    @functools.cached_property
+    def _accepting(self) -> list[bool]:
+        return [bool(a) for a in self.rtn.accepting]
+
+    @functools.cached_property
+    def _calls(self) -> list[tuple[tuple[int, int, bool], ...]]:
+        """Per RTN state, its calls as (callee's start state, return state, whether a tail call)."""
+        call_lo, callee, ret = self.rtn.call_table
+        items = list(zip(self.rtn.rule_start[callee].tolist(), ret.tolist(), self.rtn.pure_final[ret].tolist(),
+                         strict=True))
+        bounds = call_lo.tolist()
+        return [tuple(items[bounds[q]:bounds[q + 1]]) for q in range(self.rtn.num_states)]
+
+    @functools.cached_property
+    def _scans(self) -> list[int]:
+        """Per RTN state, the symbols it takes itself (a bit set)."""
+        return self.rtn.scan_bits(np.arange(self.rtn.num_states))
+
+    @functools.cached_property
+    def _first_nullable(self) -> tuple[list[int], list[bool]]:
+        return first_sets(self._scans, self._accepting, self._calls)
+
+    @property
+    def _first(self) -> list[int]:
+        return self._first_nullable[0]
+
+    @property
+    def _nullable(self) -> list[bool]:
+        return self._first_nullable[1]
+
+    @functools.cached_property
+    def _first_bits(self) -> list[int]:
+        """The symbols a node can take before its frame ends: its state's own, and in a lazy core
+        also those of the calls it has not expanded (0: the node never waits in a state)."""
+        if not self.lazy:
+            return self._scans
+        first = self._first
+        return [reduce(or_, (first[c] for c, _r, _t in calls), bits)
+                for bits, calls in zip(self._scans, self._calls, strict=True)]
 
     # -- interning ---------------------------------------------------------------------------
 
@@ -150,14 +182,26 @@ class ParserCore:
     def _native_interner(self) -> native.Interner | None:
         """The stack nodes, `closure`, `_compute_step` and `_fill_row` in C, appending to this core's
         state lists and dict (None without the extension). They are never rebound, so it keeps them."""
-        sizes = np.fromiter(map(len, self._calls), dtype=np.int64, count=len(self._calls))
-        calls = np.fromiter(chain.from_iterable(chain.from_iterable(self._calls)), dtype=np.int64).reshape(-1, 3)
+        if not native.available():
+            return None
+        rtn = self.rtn
+        call_lo, callee, ret = rtn.call_table
+        lazy_sets: dict[str, np.ndarray] = {}
+        if self.lazy:  # (a byte-level core's closures expand every call: it needs none of these)
+            lazy_sets = {"waits": np.array([bool(b) for b in self._first_bits], dtype=np.uint8),
+                         "nullable": np.array(self._nullable, dtype=np.uint8),
+                         "first": _bit_words(self._first, self.alphabet)}
         return native.interner(
-            trans=self._trans, scanning=self._scanning, accepting=self.rtn.accepting,
-            call_lo=np.concatenate([[0], np.cumsum(sizes)]), callee=calls[:, 0], ret=calls[:, 1], tail=calls[:, 2],
-            state_stacks=self.state_stacks, state_flag=self.state_flag, state_index=self._state_index,
-            max_stacks=MAX_STACKS, lazy=self.lazy, waits=np.array([bool(b) for b in self._first_bits], dtype=np.uint8),
-            nullable=np.array(self._nullable, dtype=np.uint8), first=_bit_words(self._first, self.alphabet))
+            trans=self._trans, scanning=self._scanning, accepting=rtn.accepting, call_lo=call_lo,
+            callee=rtn.rule_start[callee], ret=ret, tail=rtn.pure_final[ret], state_stacks=self.state_stacks,
+            state_flag=self.state_flag, state_index=self._state_index, max_stacks=MAX_STACKS, lazy=self.lazy,
+            **lazy_sets)
+
+    def native_interner(self) -> native.Interner:
+        """The core's C interner (the C walks compute its transitions through it)."""
+        if self._native is None:
+            raise RuntimeError("this parser core has no C interner (the extension is not loaded)")
+        return self._native
 
     # -- closure and steps -------------------------------------------------------------------
 
@@ -438,15 +482,6 @@ class NodeParents:
         return (self._interner.parents_of(s) for s in range(len(self)))
 
 
-def _row_bits(flags: np.ndarray) -> list[int]:
-    """Each row of a bool matrix as a bit set (bit ``i`` = column ``i``), packed by numpy: a
-    Python loop over each row's columns took seconds for an automaton of 100,000 states."""
-    packed = np.packbits(flags, axis=1, bitorder="little")
-    width = packed.shape[1]
-    data = packed.tobytes()
-    return [int.from_bytes(data[i * width:(i + 1) * width], "little") for i in range(len(packed))]
-
-
 def _bit_words(sets: list[int], alphabet: int) -> np.ndarray:
     """Bit sets as rows of uint64 words, least significant first (the C interner's layout)."""
     words = (alphabet + 63) // 64
@@ -458,18 +493,27 @@ def first_sets(scans: list[int], accepting: list[bool], calls: list[tuple[tuple[
                ) -> tuple[list[int], list[bool]]:
     """Per RTN state, the symbols its frame can take next before it ends (a bit set: its own,
     its callees' first symbols, and after callees that may match nothing those of the state they
-    return to), and whether its frame may end without taking any: the least fixed point."""
+    return to), and whether its frame may end without taking any: the least fixed point, by a
+    worklist over the states that make calls (a state is looked at again when a state it calls
+    into or returns to grows)."""
     first, nullable = list(scans), list(accepting)
-    changed = True
-    while changed:
-        changed = False
-        for q, q_calls in enumerate(calls):
-            bits, ends = first[q], nullable[q]
+    users: dict[int, list[int]] = {}
+    todo = []
+    for q, q_calls in enumerate(calls):
+        if q_calls:
+            todo.append(q)
             for callee_start, ret, _tail in q_calls:
-                bits |= first[callee_start]
-                if nullable[callee_start]:
-                    bits |= first[ret]
-                    ends = ends or nullable[ret]
-            if bits != first[q] or ends != nullable[q]:
-                first[q], nullable[q], changed = bits, ends, True
+                users.setdefault(callee_start, []).append(q)
+                users.setdefault(ret, []).append(q)
+    while todo:
+        q = todo.pop()
+        bits, ends = first[q], nullable[q]
+        for callee_start, ret, _tail in calls[q]:
+            bits |= first[callee_start]
+            if nullable[callee_start]:
+                bits |= first[ret]
+                ends = ends or nullable[ret]
+        if bits != first[q] or ends != nullable[q]:
+            first[q], nullable[q] = bits, ends
+            todo.extend(users.get(q, ()))
     return first, nullable

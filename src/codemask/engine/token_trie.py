@@ -189,6 +189,25 @@ class TokenTrie:
             self._row_of_id[width] = table
         return table
 
+    @functools.cached_property
+    def _duplicate_ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per extra id of a row spelled by several: the row's first id, and the extra id."""
+        pairs = [(int(self.order[row]), extra) for row, ids in self._duplicates.items() for extra in ids]
+        array = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        return array[:, 0], array[:, 1]
+
+    def add_duplicates(self, words: np.ndarray) -> None:
+        """In uint32 bitmask rows over token ids (``[..., words]``, in place), set the bit of every
+        extra id of a row where the row's first id is set."""
+        first, extra = self._duplicate_ids
+        if not len(first):
+            return
+        rows = words.reshape(-1, words.shape[-1])
+        have = (rows[:, first >> 5] >> (first & 31).astype(np.uint32)) & 1
+        owner, which = np.nonzero(have)
+        ids = extra[which]
+        np.bitwise_or.at(rows, (owner, ids >> 5), np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+
     def expand_pairs(self, rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of ``rows`` with ``values`` repeated alongside, duplicates included."""
         ids = self.order[rows]

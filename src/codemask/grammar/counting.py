@@ -41,19 +41,46 @@ class _Counters:
     taken: set[str]
     new_rules: dict[str, Rule] = field(default_factory=dict)
     _unit_names: dict[tuple[Expr, int], str] = field(default_factory=dict)
+    # by identity: each expression kept with its rewrite, so that no other one takes its id
+    _rewritten: dict[int, tuple[Expr, Expr]] = field(default_factory=dict)
 
     def rewrite(self, expr: Expr) -> Expr:
+        """``expr`` with its large repetitions counted; the same object where it has none (most
+        rules: rebuilding them cost more than the rest of the rewrite), each subexpression
+        rewritten once however many rules share it."""
+        found = self._rewritten.get(id(expr))
+        if found is not None and found[0] is expr:
+            return found[1]
+        out = self._rewrite(expr)
+        self._rewritten[id(expr)] = (expr, out)
+        return out
+
+    def _rewrite(self, expr: Expr) -> Expr:
         if isinstance(expr, Sequence):
-            return seq(*(self.rewrite(item) for item in expr.items))
+            items = self._rewritten_parts(expr.items)
+            return expr if items is None else seq(*items)
         if isinstance(expr, Repeat):
             item = self.rewrite(expr.item)
             if max(expr.min, expr.max or 0) <= COUNTED_FROM or (expr.max is not None and expr.max < expr.min):
-                return Repeat(item, expr.min, expr.max)  # small, or out of order (the automaton reports it)
+                # small, or out of order (the automaton reports it)
+                return expr if item is expr.item else Repeat(item, expr.min, expr.max)
             rest = Repeat(item, 0, None) if expr.max is None else self.up_to(item, expr.max - expr.min)
             return seq(self.exactly(item, expr.min), rest)
         if isinstance(expr, Choice):
-            return choice(*(self.rewrite(alt) for alt in expr.alternatives))
+            alts = self._rewritten_parts(expr.alternatives)
+            return expr if alts is None else choice(*alts)
         return expr
+
+    def _rewritten_parts(self, parts: tuple[Expr, ...]) -> list[Expr] | None:
+        """`rewrite` of each part, or None where every part is unchanged."""
+        out: list[Expr] | None = None
+        for i, part in enumerate(parts):
+            new = self.rewrite(part)
+            if out is None and new is not part:
+                out = list(parts[:i])
+            if out is not None:
+                out.append(new)
+        return out
 
     def exactly(self, item: Expr, n: int) -> Expr:
         """``item`` exactly ``n`` times: the digits of ``n``, most significant unit first."""

@@ -17,6 +17,8 @@ accept, priorities, ignored terminals between lexemes) instead of plain byte-lev
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TypeAlias, Union
 
@@ -233,21 +235,61 @@ def char_class(ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...], nega
     return CharClass(normalize_ranges(ranges), negated)
 
 
-def references(expr: Expr) -> set[str]:
-    """Names of the rules referenced anywhere inside ``expr``."""
-    found: set[str] = set()
+def references(expr: Expr) -> frozenset[str]:
+    """Names of the rules referenced anywhere inside ``expr``.
+
+    Remembered for the most recent expressions, by identity (an expression is immutable): the
+    optimiser and the automaton cache ask it of the same rule bodies several times each."""
+    return _names(expr)[0]
+
+
+def terminal_references(expr: Expr) -> frozenset[str]:
+    """Names of the terminals referenced anywhere inside ``expr`` (remembered as `references`)."""
+    return _names(expr)[1]
+
+
+def _names(expr: Expr) -> tuple[frozenset[str], frozenset[str]]:
+    """The rules and the terminals ``expr`` references: one walk for both."""
+    key = id(expr)
+    with _REFERENCES_LOCK:
+        found = _REFERENCES.get(key)
+        if found is not None and found[0] is expr:
+            _REFERENCES.move_to_end(key)
+            return found[1]
+    rules: set[str] = set()
+    terminals: set[str] = set()
     stack = [expr]
     while stack:
         node = stack.pop()
-        if isinstance(node, RuleRef):
-            found.add(node.name)
-        elif isinstance(node, Sequence):
-            stack.extend(node.items)
-        elif isinstance(node, Choice):
-            stack.extend(node.alternatives)
-        elif isinstance(node, Repeat):
-            stack.append(node.item)
-    return found
+        kind = type(node)
+        if kind is RuleRef:
+            rules.add(node.name)  # type: ignore[union-attr]
+        elif kind is TerminalRef:
+            terminals.add(node.name)  # type: ignore[union-attr]
+        elif kind is Sequence:
+            stack.extend(node.items)  # type: ignore[union-attr]
+        elif kind is Choice:
+            stack.extend(node.alternatives)  # type: ignore[union-attr]
+        elif kind is Repeat:
+            stack.append(node.item)  # type: ignore[union-attr]
+    result = (frozenset(rules), frozenset(terminals))
+    with _REFERENCES_LOCK:
+        _REFERENCES[key] = (expr, result)  # (the expression is kept, so that no other one takes its id)
+        if len(_REFERENCES) > REFERENCES_CACHE:
+            _REFERENCES.popitem(last=False)
+    return result
+
+
+# `references` of this many expressions are remembered.
+REFERENCES_CACHE = 8192
+_REFERENCES: OrderedDict[int, tuple[Expr, tuple[frozenset[str], frozenset[str]]]] = OrderedDict()
+_REFERENCES_LOCK = threading.Lock()
+
+
+def clear_references() -> None:
+    """Forget the remembered `references` (and the expressions they hold alive)."""
+    with _REFERENCES_LOCK:
+        _REFERENCES.clear()
 
 
 def to_text(expr: Expr) -> str:
@@ -273,13 +315,17 @@ def to_text(expr: Expr) -> str:
 
 
 def grammar_text(ir: GrammarIR) -> str:
-    """The canonical text of a whole grammar (rules in name order, start first)."""
+    """The canonical text of a whole grammar (rules in name order, start first); the bodies' text is
+    written in C where the extension is loaded (the same text: it keys the compile cache)."""
+    from codemask.engine import native  # (the engine's extension; the grammar layer does not need it)
+
+    text = native.expr_text if native.enabled() else to_text
     lines = [f"start {ir.start}"]
     for name in sorted(ir.rules):
         rule = ir.rules[name]
-        look = f" (= {to_text(rule.lookahead)})" if rule.lookahead is not None else ""
+        look = f" (= {text(rule.lookahead)})" if rule.lookahead is not None else ""
         shared = " %shared" if rule.shared else ""
-        lines.append(f"{name} ::= {to_text(rule.body)}{look}{shared}")
+        lines.append(f"{name} ::= {text(rule.body)}{look}{shared}")
     for name in sorted(ir.terminals):
         term = ir.terminals[name]
         lines.append(f"%{name}.{term.priority} ::= {to_text(term.body)} lit={term.literal!r} "

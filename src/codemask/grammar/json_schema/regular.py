@@ -21,6 +21,8 @@ from codemask.engine.automaton import BYTE_ALPHABET, DFA, compile_expr
 from codemask.grammar.ir import EMPTY, NOTHING, ByteClass, Expr, RuleRef, choice, seq
 
 MAX_PRODUCT_STATES = 2000
+# `_byte_groups` numbers target tuples below this (int64); more operands group columns instead.
+CODE_LIMIT = 2**62
 
 
 class TooLarge(Exception):
@@ -42,15 +44,14 @@ def combine(operands: list[Expr], accept: Callable[[tuple[bool, ...]], bool], pr
     for state in order:
         targets = np.stack([_row(d, s) for d, s in zip(dfas, state, strict=True)])  # [operands, 256]
         by_target: dict[int, list[int]] = {}
-        alive = (targets >= 0).any(axis=0)
-        for byte in np.flatnonzero(alive):
-            nxt = tuple(int(t) for t in targets[:, byte])
+        for byte_list, column in _byte_groups(targets):
+            nxt = tuple(int(t) for t in targets[:, column])
             if nxt not in index:
                 if len(order) >= MAX_PRODUCT_STATES:
                     raise TooLarge
                 index[nxt] = len(order)
                 order.append(nxt)
-            by_target.setdefault(index[nxt], []).append(int(byte))
+            by_target[index[nxt]] = byte_list
         edges.append(by_target)
     accepting = [accept(tuple(s >= 0 and bool(d.accepting[s]) for d, s in zip(dfas, state, strict=True)))
                  for state in order]
@@ -64,6 +65,26 @@ def combine(operands: list[Expr], accept: Callable[[tuple[bool, ...]], bool], pr
                 alternatives.append(seq(ByteClass(_ranges(byte_list)), RuleRef(f"{prefix}{target}")))
         rules[f"{prefix}{i}"] = choice(*alternatives)
     return RuleRef(f"{prefix}0")
+
+
+def _byte_groups(targets: np.ndarray) -> list[tuple[list[int], int]]:
+    """The bytes some operand moves on, grouped by the tuple of targets they lead to: each group's
+    bytes (ascending) and its first byte, groups in the order of their first bytes."""
+    alive = np.flatnonzero((targets >= 0).any(axis=0))
+    if not len(alive):
+        return []
+    columns = targets[:, alive] + 1  # (-1, no state, is 0)
+    radix = int(columns.max()) + 1
+    if radix ** len(columns) <= CODE_LIMIT:  # each target tuple as one number
+        codes = np.zeros(len(alive), dtype=np.int64)
+        for row in columns:
+            codes = codes * radix + row
+        _unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    else:
+        _unique, first, inverse = np.unique(columns, axis=1, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    by_group = np.split(alive[np.argsort(inverse, kind="stable")], np.cumsum(np.bincount(inverse))[:-1])
+    return [(by_group[group].tolist(), int(alive[first[group]])) for group in np.argsort(first)]
 
 
 def _row(dfa: DFA, state: int) -> np.ndarray:

@@ -143,7 +143,14 @@ def other_raw_ascii(next_chars: list[str]) -> Expr:
     """Raw printable ASCII other than the raw-only ``next_chars``: with `escaped_or_beyond_ascii`,
     the same set as `other_char_spellings` (split so the second part can be one shared rule)."""
     assert all(spelled_raw_only(c) for c in next_chars)
-    raw = _subtract(((0x20, 0x7E),), tuple((ord(c), ord(c)) for c in next_chars) + _RAW_FORBIDDEN)
+    return _other_raw_ascii("".join(sorted(set(next_chars))))
+
+
+@functools.lru_cache(maxsize=4096)
+def _other_raw_ascii(taken: str) -> Expr:
+    """`other_raw_ascii` of the (sorted, distinct) characters ``taken``: the same few sets come
+    back at every branch of every object's key trie."""
+    raw = _subtract(((0x20, 0x7E),), tuple((ord(c), ord(c)) for c in taken) + _RAW_FORBIDDEN)
     return char_class(raw) if raw else NOTHING
 
 
@@ -183,7 +190,9 @@ def string_literal(text: str) -> Expr:
     return seq(QUOTE, string_content(text), QUOTE)
 
 
+@functools.lru_cache(maxsize=4096)
 def literal_char(c: str) -> Expr:
+    """One decoded character as `string_literal` spells it (cached: keys and enums repeat them)."""
     code = ord(c)
     if 0x20 <= code < 0x7F and c not in '"\\':
         return literal(c)

@@ -1,0 +1,129 @@
+"""The optimiser's grammar analyses against plain definitions: productive and nullable rules as the
+least fixed point found by evaluating every body again until nothing changes (Kleene iteration),
+on real grammars of every front-end and on random grammars full of shared and repeated nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from codemask import Grammar
+from codemask.errors import GrammarError
+from codemask.grammar.ir import (
+    EMPTY,
+    NOTHING,
+    SURROGATES,
+    ByteClass,
+    CharClass,
+    Choice,
+    Expr,
+    Literal,
+    Repeat,
+    Rule,
+    RuleRef,
+    Sequence,
+    TerminalRef,
+)
+from codemask.grammar.optimize import drop_unproductive, nullable_rules
+from tests.data_paths import TEST_DATA
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def holds(expr: Expr, found: set[str], nullable: bool) -> bool:
+    """Whether ``expr`` derives a string (the empty one where ``nullable``) given the rules ``found``."""
+    if isinstance(expr, RuleRef):
+        return expr.name in found
+    if isinstance(expr, Sequence):
+        return all([holds(item, found, nullable) for item in expr.items])
+    if isinstance(expr, Choice):
+        return any([holds(alt, found, nullable) for alt in expr.alternatives])
+    if isinstance(expr, Repeat):
+        return expr.min == 0 or holds(expr.item, found, nullable)
+    if nullable:
+        return isinstance(expr, Literal) and not expr.value
+    if isinstance(expr, CharClass):  # a code point that is no surrogate, in the ranges (or out of them)
+        if not expr.negated:
+            return any(lo <= hi and (lo < SURROGATES[0] or hi > SURROGATES[1]) for lo, hi in expr.ranges)
+        probes = {0, SURROGATES[0] - 1, SURROGATES[1] + 1, 0x10FFFF}  # every gap has one of these at an end
+        probes |= {hi + 1 for _, hi in expr.ranges} | {lo - 1 for lo, _ in expr.ranges}
+        return any(0 <= p <= 0x10FFFF and not SURROGATES[0] <= p <= SURROGATES[1]
+                   and not any(lo <= p <= hi for lo, hi in expr.ranges) for p in probes)
+    if isinstance(expr, ByteClass):
+        return bool(expr.ranges)
+    return True
+
+
+def kleene(rules: dict[str, Rule], nullable: bool) -> set[str]:
+    found: set[str] = set()
+    while True:
+        grown = {name for name, rule in rules.items() if holds(rule.body, found, nullable)}
+        if grown == found:
+            return found
+        found = grown
+
+
+def real_grammars() -> list[Grammar]:
+    grammars = [Grammar.builtin(name) for name in ("json", "sql", "python", "c", "go", "java", "javascript")]
+    grammars.append(Grammar.from_ebnf((ROOT / "grammars" / "python_function.ebnf").read_text()))
+    for path in sorted((TEST_DATA / "jsonschemabench").glob("*.json"))[::7]:
+        schema = json.loads(path.read_text())["schema"]
+        for mode in ("generate", "validate"):
+            with contextlib.suppress(GrammarError):
+                grammars.append(Grammar.from_json_schema(schema, mode=mode))
+    return grammars
+
+
+def test_productive_and_nullable_rules_of_real_grammars_are_the_kleene_fixed_points() -> None:
+    checked = 0
+    for grammar in real_grammars():
+        rules = grammar.ir.rules
+        assert nullable_rules(rules) == kleene(rules, nullable=True)
+        productive = kleene(rules, nullable=False)
+        kept = drop_unproductive(rules, grammar.ir.start)
+        assert set(kept) == productive or (kept is rules and productive == set(rules))
+        checked += len(rules)
+    assert checked > 2000
+
+
+def random_grammar(rng: random.Random, size: int) -> dict[str, Rule]:
+    """Rules over a few names (some undefined), with nodes reused by identity across bodies."""
+    names = [f"r{i}" for i in range(size)]
+    leaves: list[Expr] = [Literal(b"a"), EMPTY, NOTHING, ByteClass(()), ByteClass(((1, 2),)), TerminalRef("T"),
+                          CharClass((SURROGATES,)), CharClass((SURROGATES,), True), CharClass(((0, 0x10FFFF),), True),
+                          CharClass(((0, SURROGATES[0] - 1), (SURROGATES[1] + 1, 0x10FFFF)), True),
+                          CharClass(((0x41, 0x5A), SURROGATES))]
+    made: list[Expr] = []
+
+    def expr(depth: int) -> Expr:
+        roll = rng.random()
+        if made and roll < 0.15:
+            return rng.choice(made)  # the same object again: a shared subtree
+        if depth == 0 or roll < 0.45:
+            node = RuleRef(rng.choice([*names, "undefined"])) if rng.random() < 0.5 else rng.choice(leaves)
+        elif roll < 0.65:
+            node = Sequence(tuple(expr(depth - 1) for _ in range(rng.randint(0, 4))))
+        elif roll < 0.85:
+            node = Choice(tuple(expr(depth - 1) for _ in range(rng.randint(0, 4))))
+        else:
+            node = Repeat(expr(depth - 1), rng.choice([0, 0, 1, 2]), rng.choice([None, 3]))
+        made.append(node)
+        return node
+
+    return {name: Rule(name, expr(4)) for name in names}
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_productive_and_nullable_rules_of_random_grammars_are_the_kleene_fixed_points(seed: int) -> None:
+    rules = random_grammar(random.Random(seed), 1 + seed % 12)
+    assert nullable_rules(rules) == kleene(rules, nullable=True)
+    productive = kleene(rules, nullable=False)
+    if "r0" not in productive:
+        with pytest.raises(GrammarError, match="matches no finite string"):
+            drop_unproductive(rules, "r0")
+    else:
+        assert set(drop_unproductive(rules, "r0")) == productive
