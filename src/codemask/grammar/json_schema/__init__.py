@@ -2,9 +2,12 @@
 
 The pieces: :mod:`.nodes` (subschemas with their base URI, draft and pointer), :mod:`.algebra`
 (``allOf``/``anyOf``/``not``/``if`` rewritten to alternatives of plain constraints),
-:mod:`.constraints` (keyword-wise conjunction), :mod:`.builder` (rules per type), :mod:`.numbers`
-and :mod:`.strings` (exact ranges, multiples, escapes, patterns, formats) and :mod:`.layout`
-(whitespace). See ``docs/guides/json-schema.md`` for what is exact and what is approximated.
+:mod:`.constraints` (keyword-wise conjunction), :mod:`.builder` (a rule per value, enums and
+constants) with the rules per type in :mod:`.scalars`, :mod:`.arrays` and :mod:`.objects`,
+:mod:`.evaluation` (what ``unevaluated*`` sees) and :mod:`.satisfies` (single values checked while
+building), :mod:`.numbers` and :mod:`.strings` (exact ranges, multiples, escapes, patterns,
+formats), :mod:`.regular` (intersections of regular languages) and :mod:`.layout` (whitespace).
+See ``docs/guides/json-schema.md`` for what is exact and what is approximated.
 """
 
 from __future__ import annotations
