@@ -62,6 +62,18 @@ def test_streamed_chunks_add_up_to_the_whole_text(smollm2_server: Served) -> Non
     assert raw.rstrip().endswith("data: [DONE]")
 
 
+def test_a_stream_stops_where_the_answer_stops(smollm2_server: Served) -> None:
+    """A stop string is cut from the answer, and so from the stream: the newline that ends the line
+    (and the indentation after it) is never sent, though the model writes it in one token."""
+    api = client(smollm2_server)
+    request: dict[str, Any] = {"model": "smollm2", "prompt": "def add(a, b):\n", "max_tokens": 32,
+                               "temperature": 0, "stop": ["\n"]}
+    whole = api.completions.create(**request).choices[0]
+    chunks = list(api.completions.create(**request, stream=True))
+    assert whole.finish_reason == "stop" and whole.text.strip() and "\n" not in whole.text
+    assert "".join(c.choices[0].text for c in chunks) == whole.text
+
+
 def test_chat_with_a_json_schema_response_format(smollm2_server: Served) -> None:
     answer = client(smollm2_server).chat.completions.create(
         model="smollm2", messages=[{"role": "user", "content": "Describe a cat as JSON."}], temperature=0,

@@ -18,6 +18,7 @@ the batch is full; beyond ``max_queued`` waiting jobs :meth:`ServingEngine.submi
 from __future__ import annotations
 
 import asyncio
+import codecs
 import threading
 import time
 from collections import deque
@@ -32,6 +33,7 @@ from codemask.decoding.pipeline import Stage, StepLayout, without
 from codemask.decoding.row import Row
 from codemask.errors import CodemaskError
 from codemask.repetition import RPG
+from codemask.server.line_end import LineEnd
 
 
 class Overloaded(CodemaskError):
@@ -63,9 +65,45 @@ class Job:
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: bool = False
     submitted: float = field(default_factory=time.perf_counter)
+    streams: list[TextStream] = field(default_factory=list)
 
     def emit(self, event: Event) -> None:
         self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+class TextStream:
+    """What a row's client sees as it is written: its text up to the first stop string, holding back
+    an end that may be the start of one. The loop reports each step's text before it looks for stop
+    strings, and a stop string is cut from the answer; streamed as it came, ``stop: ["\\n"]`` would
+    send the newline (and the indentation after it) that the whole answer leaves out."""
+
+    def __init__(self, job: Job, index: int, row: Row) -> None:
+        self.job, self.index, self.row = job, index, row
+        self.sent = 0  # bytes of the row's text streamed (or held in the decoder)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def __call__(self, _key: int, _tokens: list[int], _text: str) -> None:
+        """The loop's ``on_token``: stream what can no longer be cut."""
+        text = self._take(self._safe_end())
+        if text:
+            self.job.emit(Event(self.index, text))
+
+    def rest(self) -> str:
+        """The row has finished: the rest of its answer (``row.output``)."""
+        return self._take(len(self.row.output), final=True)
+
+    def _take(self, end: int, final: bool = False) -> str:
+        chunk = bytes(self.row.text[self.sent:end]) if end > self.sent else b""
+        self.sent = max(self.sent, end)
+        return self.decoder.decode(chunk, final=final)
+
+    def _safe_end(self) -> int:
+        text, stops = self.row.text, self.row.options.stops
+        found = [at for at in (text.find(stop) for stop in stops) if at >= 0]
+        if found:
+            return min(found)
+        held = max((k for stop in stops for k in range(1, len(stop)) if text.endswith(stop[:k])), default=0)
+        return len(text) - held
 
 
 class Lane:
@@ -109,38 +147,6 @@ class StopTokenBan(Stage):
             logits[torch.tensor(rows, device=logits.device).unsqueeze(1), ids] = float("-inf")
 
 
-class LineEnd(Stage):
-    """A line completion (``until="line"`` with a code grammar) ends on its line. Where the grammar
-    may end (the line, and the file with its suffix, parse): if the completion has already broken the
-    line, only a stop token is left; if not, tokens holding a line break are masked, so the model
-    ends or adds to the same line. Python's grammar folds comment lines into the line's NEWLINE, so
-    without this a model may write comment after comment where it should have stopped."""
-
-    def __init__(self, token_bytes: Sequence[bytes], stop_token_ids: Iterable[int]) -> None:
-        self.breaking = torch.tensor([i for i, t in enumerate(token_bytes) if b"\n" in t], dtype=torch.long)
-        self.stops = torch.tensor(sorted(stop_token_ids), dtype=torch.long)
-        self.rows: list[Row | None] = []
-
-    def admit(self, rows: Sequence[Row]) -> None:
-        self.rows += [row if row.extra.get("end_line") and row.matcher is not None else None for row in rows]
-
-    def retire(self, sequences: Sequence[int]) -> None:
-        self.rows = without(self.rows, sequences)
-
-    def apply(self, logits: torch.Tensor, layout: StepLayout) -> None:
-        for r, (seq, offset) in enumerate(zip(layout.sequences, layout.offsets, strict=True)):
-            row = self.rows[seq]
-            if row is None or offset or not row.token_ids or row.matcher is None or not row.matcher.can_terminate():
-                continue
-            if b"\n" in row.text:
-                stops = self.stops[self.stops < logits.shape[-1]].to(logits.device)
-                kept = logits[r, stops].clone()
-                logits[r] = float("-inf")
-                logits[r, stops] = kept
-            else:
-                logits[r, self.breaking[self.breaking < logits.shape[-1]].to(logits.device)] = float("-inf")
-
-
 class ServingEngine:
     """Owns the model; decodes submitted jobs in its own thread until :meth:`close`."""
 
@@ -170,8 +176,7 @@ class ServingEngine:
 
     def _batch_lane(self) -> Lane:
         loop = self._new_batch_loop()
-        stops = loop.vocab.stop_token_ids
-        loop.pipeline.stages += [StopTokenBan(stops), LineEnd(loop.vocab.token_bytes, stops)]
+        loop.pipeline.stages += [StopTokenBan(loop.vocab.stop_token_ids), LineEnd(loop.vocab)]
         return Lane(loop)
 
     # -- the HTTP side -----------------------------------------------------------------------
@@ -242,8 +247,9 @@ class ServingEngine:
 
     def _admit(self, jobs: list[Job]) -> None:
         for job in jobs:
-            for row in job.rows:
-                row.options.on_token = self._streamer(job, row)
+            for index, row in enumerate(job.rows):
+                job.streams.append(TextStream(job, index, row))
+                row.options.on_token = job.streams[-1]
             try:
                 if job.lane is None:
                     self._batch.admit(job.rows)
@@ -256,15 +262,6 @@ class ServingEngine:
                 continue
             for row in job.rows:
                 self._jobs[id(row)] = job
-
-    def _streamer(self, job: Job, row: Row) -> Callable[[int, list[int], str], None]:
-        index = job.rows.index(row)
-
-        def stream(_key: int, _tokens: list[int], text: str) -> None:
-            if text:
-                job.emit(Event(index, text))
-
-        return stream
 
     def _apply_cancels(self, jobs: list[Job]) -> None:
         for job in jobs:
@@ -296,7 +293,8 @@ class ServingEngine:
         for row in rows:
             job = self._jobs.pop(id(row), None)
             if job is not None:
-                job.emit(Event(job.rows.index(row), done=True, row=row))
+                index = job.rows.index(row)
+                job.emit(Event(index, text=job.streams[index].rest(), done=True, row=row))
 
     def _fail(self, job: Job, exc: BaseException) -> None:
         message = f"{type(exc).__name__}: {exc}"

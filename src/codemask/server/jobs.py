@@ -41,9 +41,16 @@ class Prompt:
 
 
 def completion_job(engine: ServingEngine, request: CompletionRequest, loop: asyncio.AbstractEventLoop) -> Job:
-    """``/v1/completions``: the prompt is the code before the cursor; a ``suffix`` makes it FIM."""
-    fed = completion_prompt(engine.tokenizer, *_window(request.text, request.suffix))
-    prompt = Prompt(fed, request.text, request.suffix)
+    """``/v1/completions``: the prompt is the code before the cursor; a ``suffix`` makes it FIM. A
+    prompt the client already wrote in the model's FIM format is fed as it is, and its two parts are
+    the code before and after the cursor for ``language`` and ``until``."""
+    form = fim_format(engine.tokenizer)
+    parts = form.split(request.text) if form is not None and request.suffix is None else None
+    if parts is not None:
+        prompt = Prompt(request.text, *parts)
+    else:
+        fed = completion_prompt(engine.tokenizer, *_window(request.text, request.suffix))
+        prompt = Prompt(fed, request.text, request.suffix)
     return _job(engine, request, prompt, _grammar(request, prompt), request.max_tokens or 16, request.stop,
                 (request.temperature, request.top_k, request.top_p, request.seed), request.n, loop)
 
