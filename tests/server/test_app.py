@@ -110,6 +110,8 @@ def test_infill_over_plain_http(smollm2_server: Served) -> None:
     streamed = httpx.post(smollm2_server.url + "/infill", json={**body, "stream": True}, timeout=60).text
     parts = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
     assert "".join(p["content"] for p in parts) == answer["content"]
+    context_only = httpx.post(smollm2_server.url + "/infill", json={**body, "n_predict": 0}, timeout=60)
+    assert context_only.status_code == 200 and context_only.json()["content"] == ""  # llama.vim's warm-up
 
 
 def test_until_line_without_a_language_stops_at_the_newline(smollm2_server: Served) -> None:

@@ -66,6 +66,10 @@ def create_app(engine: ServingEngine) -> FastAPI:
 
     @app.post("/infill", response_model=None)
     async def infill(body: InfillRequest, request: Request) -> Any:
+        if body.n_predict == 0:  # llama.vim sends context this way; llama.cpp answers it with nothing
+            nothing = {"content": "", "stop": True, "model": engine.model_name, "tokens_predicted": 0,
+                       "stop_type": "limit"}
+            return StreamingResponse(iter([_sse(nothing)]), media_type="text/event-stream") if body.stream else nothing
         job = infill_job(engine, body, asyncio.get_running_loop())
         return await _answer(engine, job, request, body.stream, _InfillShape(engine.model_name))
 

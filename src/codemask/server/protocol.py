@@ -98,7 +98,7 @@ class InfillRequest(CodemaskFields):
     input_suffix: str = ""
     input_extra: list[ExtraFile] = Field(default_factory=list)
     prompt: str = ""  # text after the prefix, before the cursor (llama.cpp: the current line's start)
-    n_predict: int = Field(default=128, ge=1)
+    n_predict: int = Field(default=128, ge=0)  # 0: nothing written (llama.vim's requests that only bring context)
     temperature: float = Field(default=0.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
