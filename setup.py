@@ -38,7 +38,10 @@ class BuildPyWithData(build_py):
                     shutil.copyfile(file, target / sub / file.name)
 
 
-NATIVE = Extension("codemask.engine._native", ["src/codemask/engine/_native.c"], optional=True,
-                   extra_compile_args=["-O2", "-std=c99"])
+# the extension's parts, one concept a file (`_native.c` holds the module and says what each part does)
+NATIVE_PARTS = ["", "_common", "_walk", "_closure", "_position", "_lexer", "_lex_parser", "_residuals", "_dfa", "_ir",
+                "_follow", "_bits"]
+NATIVE = Extension("codemask.engine._native", [f"src/codemask/engine/_native{part}.c" for part in NATIVE_PARTS],
+                   depends=["src/codemask/engine/_native.h"], optional=True, extra_compile_args=["-O2", "-std=c99"])
 
 setup(cmdclass={"build_py": BuildPyWithData}, ext_modules=[NATIVE])

@@ -62,7 +62,7 @@ build_native() {
     if [[ ! -f $target ]]; then
         include=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
         log "compiling directly against $include"
-        ${CC:-cc} -O2 -std=c99 -shared -fPIC -I"$include" src/codemask/engine/_native.c -o "$target" \
+        ${CC:-cc} -O2 -std=c99 -shared -fPIC -I"$include" src/codemask/engine/_native*.c -o "$target" \
             >>"$OUT/setup.log" 2>&1 || log "direct compile failed: masks will use numpy (see setup.log)"
     fi
 }

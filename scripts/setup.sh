@@ -87,7 +87,7 @@ install_python_deps() {
         quiet "installing torch" "$PY" -m pip install torch==2.13.0
     fi
     local stamp
-    stamp="$STAMPS/deps-$(cat pyproject.toml setup.py src/codemask/engine/_native.c | sha256sum | cut -c1-16)"
+    stamp="$STAMPS/deps-$(cat pyproject.toml setup.py src/codemask/engine/_native*.[ch] | sha256sum | cut -c1-16)"
     if [[ ! -e $stamp ]]; then
         log "installing codemask (editable) with its dev dependencies"
         quiet "installing codemask" "$PY" -m pip install -e ".[dev]"

@@ -13,7 +13,8 @@ from codemask import Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import compiler as compiler_module
 from codemask.engine import lexer_masks
 from codemask.engine.compiler import CompiledGrammar
-from codemask.engine.mask_cache import LazyPositionMasks, PositionMasks, SharedPositions
+from codemask.engine.position_masks import LazyPositionMasks, PositionMasks
+from codemask.engine.shared_positions import SharedPositions
 from codemask.engine.token_trie import token_trie
 from tests.data_paths import TEST_DATA
 from tests.engine.conftest import encode, vocabulary

@@ -23,6 +23,7 @@ import pytest
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import native, parser
 from codemask.engine.automaton import RTN
+from codemask.engine.bitmask import bitmask_width, pack_ids, set_bits
 from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.indentation import IndentingParser, SymbolParser
 from codemask.engine.lexer import LexerCore, LexParserCore
@@ -34,17 +35,12 @@ from codemask.engine.lexer_masks import (
     _walk_native,
     _walk_numpy,
 )
-from codemask.engine.mask_cache import (
-    LazyPositionMasks,
-    PositionClassifier,
-    SharedPositions,
-    Uncertain,
-    num_words,
-    pack_ids,
-    set_bits,
-)
 from codemask.engine.parser import ParserCore
+from codemask.engine.position_classifier import PositionClassifier
+from codemask.engine.position_masks import LazyPositionMasks
+from codemask.engine.shared_positions import SharedPositions
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
+from codemask.engine.uncertain import Uncertain
 from codemask.errors import GrammarError
 from tests.data_paths import TEST_DATA
 from tests.engine.conftest import compiler, encode, vocabulary
@@ -593,7 +589,7 @@ def test_bad_lexer_walk_arguments_raise_instead_of_reading_out_of_bounds() -> No
 
 @pytest.mark.parametrize("accepted", [0.03, 0.5, 0.97])
 @pytest.mark.parametrize("whole", [False, True])
-def test_set_bits_where_in_c_sets_the_bits_mask_cache_sets(accepted: float, whole: bool) -> None:
+def test_set_bits_where_in_c_sets_the_bits_set_bits_sets(accepted: float, whole: bool) -> None:
     """A group's tokens by residual, set where the residual is accepted: token by token, or (with
     the group's packed bits, when most are accepted) all less the refused; as numpy does."""
     rng = np.random.default_rng(3)
@@ -604,7 +600,7 @@ def test_set_bits_where_in_c_sets_the_bits_mask_cache_sets(accepted: float, whol
                           np.arange(700), 0)
     group = UncertainTokens(token_ids, residuals, residual_of)
     ok = rng.random(700) < accepted
-    start = rng.integers(0, 2**32, num_words(vocab_size), dtype=np.uint64).astype(np.uint32)
+    start = rng.integers(0, 2**32, bitmask_width(vocab_size), dtype=np.uint64).astype(np.uint32)
     rows = [start.copy(), start.copy()]
     bits = pack_ids(token_ids, vocab_size).tobytes() if whole else b""
     native.set_bits_where(rows[0], group.by_residual, group.offsets, ok.astype(np.uint8).tobytes(), bits)
@@ -731,7 +727,7 @@ def test_pack_rows_in_c_sets_the_bits_of_the_rows_tokens() -> None:
     lo = np.sort(rng.choice(trie.num_tokens - 50, 300, replace=False))
     hi = lo + rng.integers(0, 50, len(lo))
     vocab_size = vocabulary("llama3").vocab_size
-    words = np.zeros(num_words(vocab_size), dtype=np.uint32)
+    words = np.zeros(bitmask_width(vocab_size), dtype=np.uint32)
     native.pack_rows(words, trie.order, lo, hi)
     assert (words == pack_ids(trie.token_ids(expand_ranges(lo, hi)), vocab_size)).all() and words.any()
     with pytest.raises(IndexError, match="row range out of the trie"):

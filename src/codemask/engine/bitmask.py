@@ -169,6 +169,20 @@ def unpack_bitmask(words: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.unpackbits(as_bytes, axis=-1, count=vocab_size, bitorder="little").view(np.bool_)
 
 
+def pack_ids(token_ids: np.ndarray, vocab_size: int) -> np.ndarray:
+    """A bitmask row with exactly ``token_ids`` set, as uint32 words (the engine's view of the row)."""
+    allowed = np.zeros(bitmask_width(vocab_size) * _BITS_PER_WORD, dtype=bool)
+    allowed[token_ids] = True
+    return pack_bool_mask(allowed).view(np.uint32)
+
+
+def set_bits(words: np.ndarray, token_ids: np.ndarray) -> None:
+    """Set the bits of ``token_ids`` in a uint32 bitmask row, in place."""
+    if len(token_ids):
+        ids = token_ids.astype(np.uint32)
+        np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), ids & np.uint32(31)))
+
+
 # --- validation --------------------------------------------------------------------------------
 
 

@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from codemask.engine import native
 from codemask.engine.automaton import RTN, build_rtn, clear_rule_automata
+from codemask.engine.bitmask import bitmask_width
 from codemask.engine.collection import collection_paused
 from codemask.engine.disk_cache import DiskCache, cache_limit_bytes
 from codemask.engine.lexer import LexerCore, LexParserCore, TerminalAutomata, build_terminal_automata
@@ -44,18 +45,13 @@ from codemask.engine.lexer_masks import (
     ResidualSplit,
     UncertainTokens,
 )
-from codemask.engine.mask_cache import (
-    LazyPositionMasks,
-    MaskComputer,
-    PositionMasks,
-    SharedPositions,
-    Uncertain,
-    build_position_masks,
-    num_words,
-)
+from codemask.engine.mask_computer import MaskComputer
 from codemask.engine.parser import ParserCore
+from codemask.engine.position_masks import LazyPositionMasks, PositionMasks, build_position_masks
 from codemask.engine.samples import has_samples, sample_tokens
+from codemask.engine.shared_positions import SharedPositions
 from codemask.engine.token_trie import ByteVocabulary, token_trie
+from codemask.engine.uncertain import Uncertain
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.ir import GrammarIR, clear_references
 from codemask.grammar.optimize import optimize
@@ -363,7 +359,7 @@ class GrammarCompiler:
         from codemask.engine.matcher import GrammarMatcher  # (the matcher module imports this one)
 
         sequences = list(sequences)
-        row = np.zeros((1, num_words(compiled.vocab_size)), dtype=np.int32)
+        row = np.zeros((1, bitmask_width(compiled.vocab_size)), dtype=np.int32)
         taken = 0
         bar = tqdm(total=sum(len(tokens) for tokens in sequences), desc=progress or "", unit="tok", delay=1.0,
                    leave=False, disable=progress is None)

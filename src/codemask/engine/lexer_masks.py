@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codemask.engine import native
+from codemask.engine.bitmask import bitmask_width, pack_ids, set_bits
 from codemask.engine.lexer import LexerCore, LexerKey, LexParserCore, automata_digest
-from codemask.engine.mask_cache import num_words, pack_ids, set_bits
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
 
@@ -422,7 +422,7 @@ def _pack_ranges(trie: TokenTrie, lo: np.ndarray, hi: np.ndarray, vocab_size: in
     (`native.pack_rows`) where the extension is loaded and no two tokens share their bytes, else
     through a bool array of the vocabulary."""
     if native.enabled() and not trie.has_duplicates:
-        words = np.zeros(num_words(vocab_size), dtype=np.uint32)
+        words = np.zeros(bitmask_width(vocab_size), dtype=np.uint32)
         native.pack_rows(words, trie.order, lo, hi)
         return words
     return pack_ids(trie.token_ids(expand_ranges(lo, hi)), vocab_size)

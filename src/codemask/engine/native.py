@@ -10,7 +10,7 @@ to the core's own Python lists and dicts (`Interner`). Lexer mode has its own: t
 transitions, its trie scan for a new lexer state and its residual walk (`LexerStepper`), the
 parser state after a lexeme and a state's fresh lexer state (`SymbolSteps`), and the recursion
 over residual sets (`ResidualWalker`). The extension is optional: without it (no compiler when
-installed, or a build older than this source) the numpy walk in `mask_cache` and the Python
+installed, or a build older than this source) the numpy walk in `trie_walk` and the Python
 parser run instead, with the same results (the tests compare the two). ``CODEMASK_NATIVE=0``
 turns it off.
 """
@@ -237,7 +237,7 @@ def resolve_residuals(walker: PositionWalker, core: ParserCore, start: int, resi
                       residual_of: np.ndarray, words: np.ndarray) -> None:
     """Set in the uint32 bitmask row ``words`` (in place) the bits of the uncertain ``token_ids``
     whose residual (``residual_of``: tails of the trie's rows) the core accepts from state ``start``
-    (`mask_cache.resolve_residuals` in C)."""
+    (`uncertain.resolve_residuals` in C)."""
     interner = core.native_interner()
     with core.lock:
         walker.resolve(interner, core, start, residual_rows, residual_starts, residual_lengths, token_ids,
@@ -392,7 +392,7 @@ def set_bits_where(words: np.ndarray, tokens: bytes, offsets: bytes, ok: bytes |
     residual ``r`` whose ``ok[r]`` is set (0/1 bytes, or bools): residual ``r``'s tokens are
     ``tokens[offsets[r]:offsets[r + 1]]`` (int32 bytes, `lexer_masks.UncertainTokens.by_residual`).
     ``group``, the packed bits of all the tokens (b"": none), lets a mostly accepted group be set
-    whole, less the refused. The extension must be loaded (`mask_cache.set_bits` is the numpy way)."""
+    whole, less the refused. The extension must be loaded (`bitmask.set_bits` is the numpy way)."""
     _loaded().set_bits_where(_bitmask_row(words), tokens, offsets, ok, group)
 
 

@@ -1,0 +1,759 @@
+/* ---------------------------------------------------------------------------------------------
+ * A rule body's automaton straight from the grammar IR (`automaton.NFABuilder`, then `dfa_of_nfa`).
+ *
+ * `set_ir` gives the IR's expression classes (`grammar.ir`: Literal, CharClass, ByteClass, RuleRef,
+ * TerminalRef, Sequence, Choice, Repeat) and GrammarError once; `dfa_of_expr` walks an expression
+ * (frozen dataclasses with slots, read through their attributes) into a Thompson NFA, character
+ * classes split into UTF-8 byte ranges here, and makes its minimal DFA; `expr_digest` is a 128-bit
+ * digest of an expression with its rule references read as indices, the key of the automaton
+ * cache (a Python hash of a large expression walked it, and an equality check walked it again).
+ * Since the minimal DFA's numbering depends only on its language (breadth first from the start,
+ * symbols in order, then calls by rule: see `dfa_of_nfa`), it is the one the Python builder makes.
+ * ------------------------------------------------------------------------------------------- */
+
+#include "_native.h"
+
+enum { IR_LITERAL, IR_CHARCLASS, IR_BYTECLASS, IR_RULEREF, IR_TERMINALREF, IR_SEQUENCE, IR_CHOICE, IR_REPEAT, IR_KINDS };
+enum { A_VALUE, A_RANGES, A_NEGATED, A_NAME, A_ITEMS, A_ALTERNATIVES, A_ITEM, A_MIN, A_MAX, A_COUNT };
+static PyObject *ir_types[IR_KINDS];
+static PyObject *ir_names[A_COUNT];
+static PyObject *grammar_error_class;
+#define MAX_CODE_POINT 0x10FFFF
+#define MAX_EXPR_DEPTH 100000
+
+PyObject *cm_set_ir(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *types, *error;
+    if (!PyArg_ParseTuple(args, "O!O", &PyTuple_Type, &types, &error)) return NULL;
+    if (PyTuple_GET_SIZE(types) != IR_KINDS) return cm_bad("set_ir: the eight IR classes"), NULL;
+    static const char *names[A_COUNT] = {"value", "ranges", "negated", "name", "items", "alternatives", "item", "min", "max"};
+    for (int k = 0; k < A_COUNT; k++) {
+        if (!ir_names[k] && !(ir_names[k] = PyUnicode_InternFromString(names[k]))) return NULL;
+    }
+    for (int k = 0; k < IR_KINDS; k++) {
+        PyObject *t = PyTuple_GET_ITEM(types, k);
+        if (!PyType_Check(t)) return cm_bad("set_ir: not a class"), NULL;
+        Py_INCREF(t);
+        Py_XSETREF(ir_types[k], t);
+    }
+    Py_INCREF(error);
+    Py_XSETREF(grammar_error_class, error);
+    Py_RETURN_NONE;
+}
+
+static int ir_kind(PyObject *expr) {
+    for (int k = 0; k < IR_KINDS; k++) {
+        if ((PyObject *)Py_TYPE(expr) == ir_types[k]) return k;
+    }
+    PyErr_Format(PyExc_TypeError, "not a grammar expression: %R", expr);
+    return -1;
+}
+
+static int grammar_error(const char *message) {
+    PyErr_SetString(grammar_error_class ? grammar_error_class : PyExc_ValueError, message);
+    return -1;
+}
+
+/* An attribute of an expression that must be a tuple (items, alternatives, ranges). */
+static PyObject *tuple_attr(PyObject *expr, int name) {
+    PyObject *value = PyObject_GetAttr(expr, ir_names[name]);
+    if (value && !PyTuple_Check(value)) {
+        Py_DECREF(value);
+        PyErr_SetString(PyExc_TypeError, "grammar expression: a tuple expected");
+        return NULL;
+    }
+    return value;
+}
+
+/* The ranges of a class as sorted, merged inclusive int pairs (`ir.normalize_ranges`), complemented
+ * within [0, top] where `negated`: `*out` (malloc'd) holds `*count` pairs. */
+static int class_ranges(PyObject *ranges, int negated, int64_t top, int64_t **out, Py_ssize_t *count) {
+    Py_ssize_t n = PyTuple_GET_SIZE(ranges);
+    int64_t *pairs = (int64_t *)malloc((size_t)(2 * n + 2) * sizeof(int64_t));
+    if (!pairs) return PyErr_NoMemory(), -1;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(ranges, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            free(pairs);
+            PyErr_SetString(PyExc_TypeError, "class ranges: (lo, hi) pairs expected");
+            return -1;
+        }
+        long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 0)), hi = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+        if (PyErr_Occurred()) {
+            free(pairs);
+            return -1;
+        }
+        if (lo > hi) continue;
+        pairs[2 * m] = lo;
+        pairs[2 * m + 1] = hi;
+        m++;
+    }
+    /* sort by lo (insertion sort: classes hold few ranges), merge overlapping or adjacent */
+    for (Py_ssize_t i = 1; i < m; i++) {
+        int64_t lo = pairs[2 * i], hi = pairs[2 * i + 1];
+        Py_ssize_t j = i;
+        while (j > 0 && (pairs[2 * (j - 1)] > lo || (pairs[2 * (j - 1)] == lo && pairs[2 * (j - 1) + 1] > hi))) {
+            pairs[2 * j] = pairs[2 * (j - 1)];
+            pairs[2 * j + 1] = pairs[2 * (j - 1) + 1];
+            j--;
+        }
+        pairs[2 * j] = lo;
+        pairs[2 * j + 1] = hi;
+    }
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (k && pairs[2 * i] <= pairs[2 * (k - 1) + 1] + 1) {
+            if (pairs[2 * i + 1] > pairs[2 * (k - 1) + 1]) pairs[2 * (k - 1) + 1] = pairs[2 * i + 1];
+        } else {
+            pairs[2 * k] = pairs[2 * i];
+            pairs[2 * k + 1] = pairs[2 * i + 1];
+            k++;
+        }
+    }
+    if (negated) {
+        int64_t *comp = (int64_t *)malloc((size_t)(2 * k + 2) * sizeof(int64_t));
+        if (!comp) {
+            free(pairs);
+            return PyErr_NoMemory(), -1;
+        }
+        Py_ssize_t c = 0;
+        int64_t next = 0;
+        for (Py_ssize_t i = 0; i < k; i++) {
+            if (pairs[2 * i] > next) {
+                comp[2 * c] = next;
+                comp[2 * c + 1] = pairs[2 * i] - 1;
+                c++;
+            }
+            if (pairs[2 * i + 1] + 1 > next) next = pairs[2 * i + 1] + 1;
+        }
+        if (next <= top) {
+            comp[2 * c] = next;
+            comp[2 * c + 1] = top;
+            c++;
+        }
+        free(pairs);
+        pairs = comp;
+        k = c;
+    }
+    *out = pairs;
+    *count = k;
+    return 0;
+}
+
+typedef struct {
+    IntBuf eps, edges, calls;
+    int32_t count;
+    Py_ssize_t max_states;
+    PyObject *rule_index, *terminal_index; /* terminal_index: None outside lexer mode */
+    int depth;
+} ExprNfa;
+
+/* A new NFA state; -1 with OverflowError past the limit (`automaton._native_dfa` words the refusal). */
+static int32_t xn_state(ExprNfa *b) {
+    if (b->count >= b->max_states) {
+        PyErr_Format(PyExc_OverflowError, "more than %zd automaton states", b->max_states);
+        return -1;
+    }
+    return b->count++;
+}
+
+static int xn_eps(ExprNfa *b, int32_t src, int32_t dst) {
+    return buf_push(&b->eps, src) || buf_push(&b->eps, dst);
+}
+
+static int xn_edge(ExprNfa *b, int32_t src, int32_t lo, int32_t hi, int32_t dst) {
+    return buf_push(&b->edges, src) || buf_push(&b->edges, lo) || buf_push(&b->edges, hi) || buf_push(&b->edges, dst);
+}
+
+/* A chain of byte ranges lo[k]..hi[k] from `src` to `dst`. */
+static int xn_chain(ExprNfa *b, int32_t src, int32_t dst, const int32_t *lo, const int32_t *hi, int n) {
+    int32_t cur = src;
+    for (int k = 0; k < n; k++) {
+        int32_t next = k == n - 1 ? dst : xn_state(b);
+        if (next < 0 || xn_edge(b, cur, lo[k], hi[k], next)) return -1;
+        cur = next;
+    }
+    return 0;
+}
+
+static int utf8_encode(uint32_t c, int32_t *out) {
+    if (c < 0x80) {
+        out[0] = (int32_t)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (int32_t)(0xC0 | (c >> 6));
+        out[1] = (int32_t)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        out[0] = (int32_t)(0xE0 | (c >> 12));
+        out[1] = (int32_t)(0x80 | ((c >> 6) & 0x3F));
+        out[2] = (int32_t)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    out[0] = (int32_t)(0xF0 | (c >> 18));
+    out[1] = (int32_t)(0x80 | ((c >> 12) & 0x3F));
+    out[2] = (int32_t)(0x80 | ((c >> 6) & 0x3F));
+    out[3] = (int32_t)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* The UTF-8 encodings of the code points lo..hi (no surrogates in it), as chains of byte ranges from
+ * `src` to `dst`: the range split until every byte position of it spans a whole range. */
+static int xn_utf8(ExprNfa *b, int32_t src, int32_t dst, uint32_t lo, uint32_t hi) {
+    static const uint32_t last_of_length[3] = {0x7F, 0x7FF, 0xFFFF};
+    for (int i = 0; i < 3; i++) {
+        if (lo <= last_of_length[i] && last_of_length[i] < hi) {
+            return xn_utf8(b, src, dst, lo, last_of_length[i]) || xn_utf8(b, src, dst, last_of_length[i] + 1, hi);
+        }
+    }
+    if (hi < 0x80) return xn_edge(b, src, (int32_t)lo, (int32_t)hi, dst);
+    for (int i = 1; i < 4; i++) {
+        uint32_t m = ((uint32_t)1 << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0) return xn_utf8(b, src, dst, lo, lo | m) || xn_utf8(b, src, dst, (lo | m) + 1, hi);
+            if ((hi & m) != m) return xn_utf8(b, src, dst, lo, (hi & ~m) - 1) || xn_utf8(b, src, dst, hi & ~m, hi);
+        }
+    }
+    int32_t a[4], z[4];
+    int n = utf8_encode(lo, a);
+    utf8_encode(hi, z);
+    return xn_chain(b, src, dst, a, z, n);
+}
+
+static int xn_build(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst);
+
+/* Alternatives that are all byte strings: their minimal acyclic automaton (`automaton.minimal_word_automaton`,
+ * Daciuk et al.'s incremental construction over the sorted words: the states of the previous word
+ * past its common prefix with the next are merged with an equal registered state or registered,
+ * deepest first), put between `src` and `dst`. A chain per alternative made an enum of 35,000
+ * values 400,000 states. The words are the bytes objects `words[0..n)`. */
+typedef struct {
+    const uint8_t *data;
+    Py_ssize_t len;
+} Word;
+
+static int cmp_word(const void *a, const void *b) {
+    const Word *x = (const Word *)a, *y = (const Word *)b;
+    Py_ssize_t n = x->len < y->len ? x->len : y->len;
+    int c = n ? memcmp(x->data, y->data, (size_t)n) : 0;
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static int xn_literal_set(ExprNfa *b, PyObject *const *words_in, Py_ssize_t n, int32_t src, int32_t dst) {
+    Word *words = (Word *)malloc((size_t)(n ? n : 1) * sizeof(Word));
+    IntBuf *out = NULL;     /* per automaton state: its transitions, (byte, target) pairs in byte order */
+    IntBuf final = {0}, path = {0}, key = {0}, nfa_of = {0}, todo = {0};
+    SeqMap reg = {0};
+    Py_ssize_t states = 0, cap = 0;
+    int status = -1;
+    if (!words) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        words[i].data = (const uint8_t *)PyBytes_AS_STRING(words_in[i]);
+        words[i].len = PyBytes_GET_SIZE(words_in[i]);
+    }
+    qsort(words, (size_t)n, sizeof(Word), cmp_word);
+#define NEW_STATE(id)                                                                                 \
+    do {                                                                                              \
+        if (reserve((void **)&out, &cap, states, sizeof(IntBuf), 64)) goto done;                      \
+        out[states] = (IntBuf){0};                                                                    \
+        if (buf_push(&final, 0)) goto done;                                                           \
+        (id) = (int32_t)states++;                                                                     \
+    } while (0)
+    int32_t root;
+    NEW_STATE(root);
+    if (buf_push(&path, root)) goto done;
+    const Word *previous = NULL;
+    for (Py_ssize_t w = 0; w <= n; w++) {
+        if (w < n && previous && !cmp_word(previous, &words[w])) continue; /* (a repeated word) */
+        Py_ssize_t common = 0;
+        if (w < n && previous) {
+            Py_ssize_t limit = words[w].len < previous->len ? words[w].len : previous->len;
+            while (common < limit && words[w].data[common] == previous->data[common]) common++;
+        }
+        /* settle the previous word's states below depth `common` (all of them after the last word) */
+        while (path.size - 1 > common) {
+            int32_t child = path.data[--path.size], parent = path.data[path.size - 1];
+            key.size = 0;
+            if (buf_push(&key, final.data[child])) goto done;
+            for (Py_ssize_t k = 0; k < out[child].size; k++) {
+                if (buf_push(&key, out[child].data[k])) goto done;
+            }
+            uint64_t h = cm_seq_hash(key.data, key.size);
+            int32_t found = cm_seqmap_get(&reg, key.data, key.size, h);
+            if (found >= 0) {
+                out[parent].data[out[parent].size - 1] = found; /* (the parent's last transition led to child) */
+            } else if (cm_seqmap_put(&reg, key.data, key.size, h, child)) {
+                goto done;
+            }
+        }
+        if (w == n) break;
+        for (Py_ssize_t k = common; k < words[w].len; k++) {
+            int32_t next, top = path.data[path.size - 1];
+            NEW_STATE(next);
+            if (buf_push(&out[top], words[w].data[k]) || buf_push(&out[top], next) || buf_push(&path, next)) goto done;
+        }
+        final.data[path.data[path.size - 1]] = 1;
+        previous = &words[w];
+    }
+    /* the states reachable from the root, each an NFA state (the root is `src`) */
+    if (reserve((void **)&nfa_of.data, &nfa_of.cap, 0, sizeof(int32_t), states)) goto done;
+    for (Py_ssize_t q = 0; q < states; q++) nfa_of.data[q] = -1;
+    nfa_of.data[root] = src;
+    if (buf_push(&todo, root)) goto done;
+    while (todo.size) {
+        int32_t q = todo.data[--todo.size];
+        if (final.data[q] && xn_eps(b, nfa_of.data[q], dst)) goto done;
+        for (Py_ssize_t k = 0; k < out[q].size; k += 2) {
+            int32_t byte = out[q].data[k], t = out[q].data[k + 1];
+            if (nfa_of.data[t] < 0) {
+                if ((nfa_of.data[t] = xn_state(b)) < 0 || buf_push(&todo, t)) goto done;
+            }
+            if (xn_edge(b, nfa_of.data[q], byte, byte, nfa_of.data[t])) goto done;
+        }
+    }
+    status = 0;
+#undef NEW_STATE
+done:
+    for (Py_ssize_t q = 0; q < states; q++) free(out[q].data);
+    free(out);
+    free(words);
+    free(final.data);
+    free(path.data);
+    free(key.data);
+    free(nfa_of.data);
+    free(todo.data);
+    cm_seqmap_free(&reg);
+    return status;
+}
+
+static int xn_charclass(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
+    if (b->terminal_index != Py_None) return grammar_error("a character class cannot appear in a parser rule of a lexer-mode grammar");
+    PyObject *ranges = tuple_attr(expr, A_RANGES), *negated = ranges ? PyObject_GetAttr(expr, ir_names[A_NEGATED]) : NULL;
+    int64_t *pairs = NULL;
+    Py_ssize_t count = 0;
+    int is_negated = negated ? PyObject_IsTrue(negated) : -1;
+    int status = is_negated < 0 ? -1 : class_ranges(ranges, is_negated, MAX_CODE_POINT, &pairs, &count);
+    for (Py_ssize_t i = 0; !status && i < count; i++) {
+        int64_t lo = pairs[2 * i], hi = pairs[2 * i + 1];
+        if (lo < 0 || hi > MAX_CODE_POINT) {
+            status = cm_bad("character class: a code point out of range");
+            break;
+        }
+        if (lo < 0xD800) status = xn_utf8(b, src, dst, (uint32_t)lo, (uint32_t)(hi < 0xD7FF ? hi : 0xD7FF));
+        if (!status && hi > 0xDFFF) status = xn_utf8(b, src, dst, (uint32_t)(lo > 0xE000 ? lo : 0xE000), (uint32_t)hi);
+    }
+    free(pairs);
+    Py_XDECREF(ranges);
+    Py_XDECREF(negated);
+    return status;
+}
+
+static int xn_byteclass(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
+    if (b->terminal_index != Py_None) return grammar_error("a byte class cannot appear in a parser rule of a lexer-mode grammar");
+    PyObject *ranges = tuple_attr(expr, A_RANGES);
+    int64_t *pairs = NULL;
+    Py_ssize_t count = 0;
+    int status = ranges ? class_ranges(ranges, 0, 255, &pairs, &count) : -1;
+    for (Py_ssize_t i = 0; !status && i < count; i++) {
+        if (pairs[2 * i] < 0 || pairs[2 * i + 1] > 255) {
+            status = cm_bad("byte class: a byte out of range");
+            break;
+        }
+        status = xn_edge(b, src, (int32_t)pairs[2 * i], (int32_t)pairs[2 * i + 1], dst);
+    }
+    free(pairs);
+    Py_XDECREF(ranges);
+    return status;
+}
+
+static int xn_ref(ExprNfa *b, PyObject *expr, int kind, int32_t src, int32_t dst) {
+    PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+    if (!name) return -1;
+    int status = -1;
+    if (kind == IR_TERMINALREF && b->terminal_index == Py_None) {
+        PyErr_Format(grammar_error_class, "terminal %R used in a grammar without a lexer", name);
+    } else {
+        PyObject *index = PyObject_GetItem(kind == IR_RULEREF ? b->rule_index : b->terminal_index, name);
+        long value = index ? PyLong_AsLong(index) : -1;
+        Py_XDECREF(index);
+        if (!PyErr_Occurred()) {
+            if (value < 0 || value > INT32_MAX) {
+                cm_bad("rule or terminal index out of range");
+            } else if (kind == IR_RULEREF) {
+                status = buf_push(&b->calls, src) || buf_push(&b->calls, (int32_t)value) || buf_push(&b->calls, dst);
+            } else {
+                status = xn_edge(b, src, (int32_t)value, (int32_t)value, dst);
+            }
+        }
+    }
+    Py_DECREF(name);
+    return status;
+}
+
+static int xn_repeat(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
+    PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+    PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
+    PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+    int status = -1;
+    if (!max_obj) goto done;
+    long min = PyLong_AsLong(min_obj), max = max_obj == Py_None ? -1 : PyLong_AsLong(max_obj);
+    if (PyErr_Occurred()) goto done;
+    if (max_obj != Py_None && max < min) {
+        PyErr_Format(grammar_error_class, "repetition {%ld,%ld} has max < min", min, max);
+        goto done;
+    }
+    int32_t cur = src;
+    for (long k = 0; k < min; k++) {
+        int32_t next = xn_state(b);
+        if (next < 0 || xn_build(b, item, cur, next)) goto done;
+        cur = next;
+    }
+    if (max_obj == Py_None) {
+        int32_t loop = xn_state(b), body_end = loop < 0 ? -1 : xn_state(b);
+        if (body_end < 0 || xn_eps(b, cur, loop) || xn_eps(b, body_end, loop) || xn_eps(b, loop, dst) ||
+            xn_build(b, item, loop, body_end))
+            goto done;
+    } else {
+        if (xn_eps(b, cur, dst)) goto done;
+        for (long k = 0; k < max - min; k++) {
+            int32_t next = xn_state(b);
+            if (next < 0 || xn_build(b, item, cur, next) || xn_eps(b, next, dst)) goto done;
+            cur = next;
+        }
+    }
+    status = 0;
+done:
+    Py_XDECREF(item);
+    Py_XDECREF(min_obj);
+    Py_XDECREF(max_obj);
+    return status;
+}
+
+/* `NFABuilder.build`: the NFA of `expr` between states `src` and `dst`. */
+static int xn_build(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (++b->depth > MAX_EXPR_DEPTH) {
+        b->depth--;
+        return grammar_error("grammar expression nested too deeply");
+    }
+    int status = -1;
+    if (kind == IR_LITERAL) {
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        if (value && PyBytes_Check(value)) {
+            Py_ssize_t n = PyBytes_GET_SIZE(value);
+            const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(value);
+            status = n ? 0 : xn_eps(b, src, dst);
+            for (Py_ssize_t k = 0, cur = src; !status && k < n; k++) {
+                int32_t next = k == n - 1 ? dst : xn_state(b);
+                status = next < 0 || xn_edge(b, (int32_t)cur, data[k], data[k], next);
+                cur = next;
+            }
+            if (status > 0) status = -1;
+        } else if (value) {
+            PyErr_SetString(PyExc_TypeError, "a literal's value must be bytes");
+        }
+        Py_XDECREF(value);
+    } else if (kind == IR_CHARCLASS) {
+        status = xn_charclass(b, expr, src, dst);
+    } else if (kind == IR_BYTECLASS) {
+        status = xn_byteclass(b, expr, src, dst);
+    } else if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
+        status = xn_ref(b, expr, kind, src, dst);
+    } else if (kind == IR_SEQUENCE) {
+        PyObject *items = tuple_attr(expr, A_ITEMS);
+        if (items) {
+            Py_ssize_t n = PyTuple_GET_SIZE(items);
+            status = n ? 0 : xn_eps(b, src, dst);
+            int32_t cur = src;
+            for (Py_ssize_t k = 0; !status && k < n; k++) {
+                int32_t next = k == n - 1 ? dst : xn_state(b);
+                status = next < 0 ? -1 : xn_build(b, PyTuple_GET_ITEM(items, k), cur, next);
+                cur = next;
+            }
+            Py_DECREF(items);
+        }
+    } else if (kind == IR_CHOICE) {
+        PyObject *alternatives = tuple_attr(expr, A_ALTERNATIVES);
+        if (alternatives) {
+            /* literal alternatives together as one word automaton (outside lexer mode, as in Python) */
+            Py_ssize_t n = PyTuple_GET_SIZE(alternatives), literals = 0;
+            PyObject **words = (PyObject **)malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
+            status = words ? 0 : (PyErr_NoMemory(), -1);
+            for (Py_ssize_t k = 0; !status && b->terminal_index == Py_None && k < n; k++) {
+                PyObject *alt = PyTuple_GET_ITEM(alternatives, k);
+                if ((PyObject *)Py_TYPE(alt) != ir_types[IR_LITERAL]) continue;
+                PyObject *value = PyObject_GetAttr(alt, ir_names[A_VALUE]);
+                if (!value || !PyBytes_Check(value)) {
+                    if (value) PyErr_SetString(PyExc_TypeError, "a literal's value must be bytes");
+                    Py_XDECREF(value);
+                    status = -1;
+                    break;
+                }
+                words[literals++] = value;
+            }
+            int grouped = literals > 1;
+            if (!status && grouped) status = xn_literal_set(b, words, literals, src, dst);
+            for (Py_ssize_t k = 0; k < literals; k++) Py_DECREF(words[k]);
+            free(words);
+            for (Py_ssize_t k = 0; !status && k < n; k++) {
+                PyObject *alt = PyTuple_GET_ITEM(alternatives, k);
+                if (grouped && (PyObject *)Py_TYPE(alt) == ir_types[IR_LITERAL]) continue;
+                status = xn_build(b, alt, src, dst);
+            }
+            Py_DECREF(alternatives);
+        }
+    } else {
+        status = xn_repeat(b, expr, src, dst);
+    }
+    b->depth--;
+    return status;
+}
+
+/* dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (trans, accepting,
+ * calls): `dfa_of_nfa` of the Thompson NFA of `expr` (rule references read in `rule_index`, terminal
+ * references in `terminal_index`, a dict in lexer mode and None otherwise). */
+PyObject *cm_dfa_of_expr(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *expr;
+    Py_ssize_t alphabet, max_dfa;
+    ExprNfa b;
+    memset(&b, 0, sizeof(b));
+    if (!PyArg_ParseTuple(args, "OO!Onnn", &expr, &PyDict_Type, &b.rule_index, &b.terminal_index, &alphabet,
+                          &b.max_states, &max_dfa))
+        return NULL;
+    if (!ir_types[0]) return cm_bad("dfa_of_expr: set_ir was not called"), NULL;
+    if (b.terminal_index != Py_None && !PyDict_Check(b.terminal_index)) {
+        PyErr_SetString(PyExc_TypeError, "terminal_index: a dict or None");
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int32_t start = xn_state(&b), final = start < 0 ? -1 : xn_state(&b);
+    if (final >= 0 && !xn_build(&b, expr, start, final)) {
+        result = cm_dfa_of_nfa(b.count, start, final, b.eps.data, b.eps.size / 2, b.edges.data, b.edges.size / 4,
+                            b.calls.data, b.calls.size / 3, alphabet, max_dfa);
+    }
+    free(b.eps.data);
+    free(b.edges.data);
+    free(b.calls.data);
+    return result;
+}
+
+/* expr_text(expr) -> str: `grammar.ir.to_text` of an expression (the canonical text that keys the compile
+ * cache), written in one buffer: the Python function made a string and a join per node. */
+typedef struct {
+    char *data;
+    Py_ssize_t size, cap;
+} CharBuf;
+
+static int cb_put(CharBuf *b, const char *s, Py_ssize_t n) {
+    if (b->size + n > b->cap) {
+        Py_ssize_t cap = b->cap ? 2 * b->cap : 256;
+        while (cap < b->size + n) cap *= 2;
+        char *grown = (char *)realloc(b->data, (size_t)cap);
+        if (!grown) return PyErr_NoMemory(), -1;
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->size, s, (size_t)n);
+    b->size += n;
+    return 0;
+}
+
+static int cb_str(CharBuf *b, const char *s) {
+    return cb_put(b, s, (Py_ssize_t)strlen(s));
+}
+
+static int cb_obj(CharBuf *b, PyObject *text) {
+    Py_ssize_t n;
+    const char *utf8 = text ? PyUnicode_AsUTF8AndSize(text, &n) : NULL;
+    return utf8 ? cb_put(b, utf8, n) : -1;
+}
+
+static int text_ranges(CharBuf *b, PyObject *ranges) {
+    char item[64];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ranges); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(ranges, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "class ranges: (lo, hi) pairs expected");
+            return -1;
+        }
+        long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 0)), hi = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+        if (PyErr_Occurred()) return -1;
+        if (lo < 0 || hi < 0) return cm_bad("class ranges: negative code points"), -1;
+        snprintf(item, sizeof(item), "%llx-%llx,", lo, hi);
+        if (cb_str(b, item)) return -1;
+    }
+    return 0;
+}
+
+static int text_expr(CharBuf *b, PyObject *expr, int depth) {
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    int status = -1;
+    if (kind == IR_LITERAL) {
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        PyObject *repr = value ? PyObject_Repr(value) : NULL;
+        status = cb_obj(b, repr);
+        Py_XDECREF(repr);
+        Py_XDECREF(value);
+    } else if (kind == IR_CHARCLASS || kind == IR_BYTECLASS) {
+        PyObject *ranges = tuple_attr(expr, A_RANGES);
+        int negated = 0;
+        if (ranges && kind == IR_CHARCLASS) {
+            PyObject *flag = PyObject_GetAttr(expr, ir_names[A_NEGATED]);
+            negated = flag ? PyObject_IsTrue(flag) : -1;
+            Py_XDECREF(flag);
+        }
+        status = !ranges || negated < 0 || cb_str(b, kind == IR_BYTECLASS ? "b[" : negated ? "[^" : "[") ||
+                         text_ranges(b, ranges) || cb_str(b, "]") ? -1 : 0;
+        Py_XDECREF(ranges);
+    } else if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        status = !name || (kind == IR_TERMINALREF && cb_str(b, "%")) || cb_obj(b, name) ? -1 : 0;
+        Py_XDECREF(name);
+    } else if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        status = parts ? cb_str(b, "(") : -1;
+        for (Py_ssize_t k = 0; !status && parts && k < PyTuple_GET_SIZE(parts); k++) {
+            if (k && cb_str(b, kind == IR_SEQUENCE ? " " : " | ")) status = -1;
+            if (!status) status = text_expr(b, PyTuple_GET_ITEM(parts, k), depth + 1);
+        }
+        if (!status) status = cb_str(b, ")");
+        Py_XDECREF(parts);
+    } else {
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
+        PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+        if (max_obj) {
+            long long min = PyLong_AsLongLong(min_obj), max = max_obj == Py_None ? 0 : PyLong_AsLongLong(max_obj);
+            char bounds[64];
+            if (max_obj == Py_None) {
+                snprintf(bounds, sizeof(bounds), "{%lld,}", min);
+            } else {
+                snprintf(bounds, sizeof(bounds), "{%lld,%lld}", min, max);
+            }
+            status = PyErr_Occurred() || text_expr(b, item, depth + 1) || cb_str(b, bounds) ? -1 : 0;
+        }
+        Py_XDECREF(item);
+        Py_XDECREF(min_obj);
+        Py_XDECREF(max_obj);
+    }
+    return status;
+}
+
+PyObject *cm_expr_text(PyObject *self, PyObject *expr) {
+    (void)self;
+    if (!ir_types[0]) return cm_bad("expr_text: set_ir was not called"), NULL;
+    CharBuf b = {0};
+    PyObject *result = NULL;
+    if (!text_expr(&b, expr, 0)) result = PyUnicode_DecodeUTF8(b.data ? b.data : "", b.size, "strict");
+    free(b.data);
+    return result;
+}
+
+/* A 128-bit digest, two 64-bit lanes mixed word by word. */
+typedef struct {
+    uint64_t a, b;
+} Digest;
+
+static void dg_word(Digest *h, uint64_t w) {
+    h->a = (h->a ^ w) * 0x9E3779B97F4A7C15ull;
+    h->a ^= h->a >> 29;
+    h->b = (h->b + w) * 0xC2B2AE3D27D4EB4Full;
+    h->b ^= h->b >> 31;
+}
+
+static int dg_expr(Digest *h, PyObject *expr, PyObject *rule_index, int depth) {
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    dg_word(h, 0xD1B54A32D192ED03ull + (uint64_t)kind);
+    int status = 0;
+    if (kind == IR_LITERAL) {
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        if (!value || !PyBytes_Check(value)) {
+            if (value) PyErr_SetString(PyExc_TypeError, "a literal's value must be bytes");
+            Py_XDECREF(value);
+            return -1;
+        }
+        Py_ssize_t n = PyBytes_GET_SIZE(value);
+        const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(value);
+        dg_word(h, (uint64_t)n);
+        for (Py_ssize_t k = 0; k < n; k += 8) {
+            uint64_t w = 0;
+            memcpy(&w, data + k, (size_t)(n - k < 8 ? n - k : 8));
+            dg_word(h, w);
+        }
+        Py_DECREF(value);
+    } else if (kind == IR_CHARCLASS || kind == IR_BYTECLASS) {
+        PyObject *ranges = tuple_attr(expr, A_RANGES);
+        if (!ranges) return -1;
+        int negated = 0;
+        if (kind == IR_CHARCLASS) {
+            PyObject *flag = PyObject_GetAttr(expr, ir_names[A_NEGATED]);
+            negated = flag ? PyObject_IsTrue(flag) : -1;
+            Py_XDECREF(flag);
+        }
+        int64_t *pairs = NULL;
+        Py_ssize_t count = 0;
+        status = negated < 0 ? -1 : class_ranges(ranges, negated, kind == IR_CHARCLASS ? MAX_CODE_POINT : 255, &pairs, &count);
+        dg_word(h, (uint64_t)count);
+        for (Py_ssize_t i = 0; !status && i < 2 * count; i++) dg_word(h, (uint64_t)pairs[i]);
+        free(pairs);
+        Py_DECREF(ranges);
+    } else if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        if (!name) return -1;
+        PyObject *index = kind == IR_RULEREF ? PyDict_GetItemWithError(rule_index, name) : NULL;
+        long value = index ? PyLong_AsLong(index) : -1;
+        if (kind == IR_TERMINALREF) {
+            Py_hash_t hash = PyObject_Hash(name);
+            value = hash == -1 ? -1 : (long)hash;
+        }
+        dg_word(h, (uint64_t)value);
+        Py_DECREF(name);
+        if (PyErr_Occurred()) return -1;
+    } else if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        if (!parts) return -1;
+        dg_word(h, (uint64_t)PyTuple_GET_SIZE(parts));
+        for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
+            status = dg_expr(h, PyTuple_GET_ITEM(parts, k), rule_index, depth + 1);
+        }
+        Py_DECREF(parts);
+    } else {
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
+        PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+        if (max_obj) {
+            long long min = PyLong_AsLongLong(min_obj), max = max_obj == Py_None ? -1 : PyLong_AsLongLong(max_obj);
+            dg_word(h, (uint64_t)min);
+            dg_word(h, (uint64_t)max);
+            status = PyErr_Occurred() ? -1 : dg_expr(h, item, rule_index, depth + 1);
+        } else {
+            status = -1;
+        }
+        Py_XDECREF(item);
+        Py_XDECREF(min_obj);
+        Py_XDECREF(max_obj);
+    }
+    return status;
+}
+
+/* expr_digest(expr, rule_index) -> 16 bytes: the automaton cache's key of `expr`, its rule references
+ * read as their indices in `rule_index` (-1 where absent). */
+PyObject *cm_expr_digest(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *expr, *rule_index;
+    if (!PyArg_ParseTuple(args, "OO!", &expr, &PyDict_Type, &rule_index)) return NULL;
+    if (!ir_types[0]) return cm_bad("expr_digest: set_ir was not called"), NULL;
+    Digest h = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull};
+    if (dg_expr(&h, expr, rule_index, 0)) return NULL;
+    uint64_t out[2] = {h.a ^ (h.b >> 17), h.b ^ (h.a << 13)};
+    return PyBytes_FromStringAndSize((const char *)out, sizeof(out));
+}

@@ -1,0 +1,914 @@
+/* ---------------------------------------------------------------------------------------------
+ * A byte-level position's classification in one pass (`position_classifier.PositionClassifier`).
+ *
+ * A `PositionWalker` holds one vocabulary's trie in depth-first preorder (`token_trie.PreorderTrie`),
+ * the sorted rows' token ids, lengths and bytes, and the trie's exact suffix numbers, all checked
+ * once. `classify` scans the trie from a frame-local parser state with the parser state of the
+ * current path kept per depth, jumping over a subtree where the parse dies (the lexer's scan, over
+ * `ParserCore.table`; transitions not known yet are computed on the way by the core's `Interner`,
+ * a row at a time), and gives the position's accepted tokens as a bitmask row and its uncertain
+ * tokens, those that leave the frame after `d` bytes where a caller may go on with the residual
+ * `token[d:]` (its first byte one the frame may be followed by), with the residuals made distinct
+ * by their suffix numbers. The numpy walk of `trie_walk` gives the same sets (the tests compare
+ * them); this one is a single C call per position, well under a millisecond where the numpy walk
+ * and its bookkeeping took 5-15 ms on a wide position. `resolve` walks a position's distinct
+ * residuals from a caller's state and sets the bits of the tokens whose residual it accepts.
+ * ------------------------------------------------------------------------------------------- */
+
+#include "_native.h"
+
+enum { PW_BYTE, PW_DEPTH, PW_LO, PW_HI, PW_TOKEN, PW_END, PW_ORDER, PW_LENGTH, PW_SUFFIX_START, PW_SUFFIX_IDS,
+       PW_MATRIX, PW_NUM_VIEWS };
+
+/* A subtree with at least this many tokens keeps the set of bytes it holds and its height: where
+ * every one of those bytes takes the path's parser state to one same next state, and so on for as
+ * many bytes as the subtree is high, every token below is accepted without visiting its nodes,
+ * unless a state on that chain may end the frame before a byte that may follow it (then some
+ * tokens below are uncertain, and the nodes are visited). A free string's content loops on one
+ * state (most of a vocabulary is printable ASCII other than the quote and the backslash); a
+ * string of bounded length moves along a chain of states, one per character. */
+#define BULK_TOKENS 4
+#define STEP_BITS 12
+#define CHAIN_MAX 1024
+#define CHAIN_LONG (1 << 30)
+
+/* What a walk knows of a parser state it met (`step_info`): the bytes it takes (`alive`), its most
+ * common transition target and the bytes that lead there, and along the chain of those targets
+ * (while each next state's common bytes include these): how many bytes a path of these bytes can
+ * take (`len`, CHAIN_LONG for a loop), the state it then reaches (`end`) and how many of the states
+ * on the way may not end the frame (`no_exit`); -1 while not known. */
+typedef struct {
+    int32_t state, target, len, no_exit, end;
+    uint32_t gen;
+    uint64_t bytes[4], alive[4];
+} StepInfo;
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer v[PW_NUM_VIEWS];
+    Py_ssize_t nodes, rows, width, nwords, max_depth;
+    uint32_t *ok_stamp; /* per row: the generation in which the current walk accepted it */
+    uint32_t gen;
+    int32_t *path;      /* per depth: the parser state after the current path's prefix */
+    int busy;           /* a walk is running (a transition it computes may run Python code) */
+    /* per node with at least BULK_TOKENS tokens below it: the index of the bytes its subtree holds
+     * (-1 for the others), and those bytes as 256-bit sets (`bulk_bytes`, four words each) */
+    int32_t *bulk_of, *bulk_height;
+    uint64_t *bulk_bytes;
+    /* per walk: the states it met (`step_info`), open addressing by state, stamped by walk; full,
+     * a walk visits its nodes one by one */
+    StepInfo *steps;
+    Py_ssize_t steps_used;
+    int32_t *roots;     /* the first-level nodes (depth 1), in order */
+    Py_ssize_t nroots;
+} PositionWalker;
+
+/* The parser core's transition table and per-state flags, taken again after a row is filled (the
+ * core grows them into new arrays). */
+typedef struct {
+    const int32_t *table;
+    const uint8_t *flags, *has_stacks;
+    Py_ssize_t states;
+} CoreView;
+
+static int core_view(Interner *x, PyObject *core, CoreView *v) {
+    Py_ssize_t states = PyList_GET_SIZE(x->state_stacks);
+    if (cm_held_view(&x->held_table, core, "core", "table", sizeof(int32_t), states * x->alphabet) ||
+        cm_held_view(&x->held_flags, core, "core", "flags", 1, states) ||
+        cm_held_view(&x->held_has_stacks, core, "core", "has_stacks", 1, states))
+        return -1;
+    v->table = (const int32_t *)x->held_table.view.buf;
+    v->flags = (const uint8_t *)x->held_flags.view.buf;
+    v->has_stacks = (const uint8_t *)x->held_has_stacks.view.buf;
+    v->states = states;
+    return 0;
+}
+
+/* `ParserCore.step` of a live state for the walks: the memoised transition, the state's whole row
+ * filled where it is not known yet (`fill_row`); FAILED with an exception set. */
+static int32_t core_step(Interner *x, PyObject *core, CoreView *v, int32_t state, uint8_t byte) {
+    if (state < 0 || state >= v->states) return cm_bad("parser state out of range"), FAILED;
+    int32_t next = v->table[(Py_ssize_t)state * 256 + byte];
+    if (next == UNKNOWN) {
+        Ctx *c = cm_ctx_take(x);
+        if (!c) return FAILED;
+        int status = cm_fill_row(x, core, c, state);
+        cm_ctx_give(x, c);
+        if (status || core_view(x, core, v)) return FAILED;
+        next = v->table[(Py_ssize_t)state * 256 + byte];
+    }
+    if (next < DEAD || next >= v->states) return cm_bad("transition to a parser state out of range"), FAILED;
+    return next;
+}
+
+static void pwalker_dealloc(PositionWalker *w) {
+    for (int i = 0; i < PW_NUM_VIEWS; i++) {
+        if (w->v[i].obj) PyBuffer_Release(&w->v[i]);
+    }
+    free(w->ok_stamp);
+    free(w->path);
+    free(w->bulk_of);
+    free(w->bulk_height);
+    free(w->bulk_bytes);
+    free(w->steps);
+    free(w->roots);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+/* `bulk_of`, `bulk_bytes` and `bulk_height`: a node's byte set is its own byte and its children's
+ * sets, and its height one more than its highest child's, so one backward pass over the preorder
+ * computes them all (for every node in scratch, then kept for the nodes with enough tokens below). */
+static int pwalker_bulk(PositionWalker *w) {
+    const uint8_t *byte = w->v[PW_BYTE].buf;
+    const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *end = w->v[PW_END].buf;
+    Py_ssize_t n = w->nodes, kept = 0;
+    uint64_t *all = (uint64_t *)malloc((size_t)(n ? n : 1) * 4 * sizeof(uint64_t));
+    int32_t *height = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    w->bulk_of = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!all || !height || !w->bulk_of) {
+        free(all);
+        free(height);
+        return PyErr_NoMemory(), -1;
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        uint64_t *set = all + 4 * i;
+        memset(set, 0, 4 * sizeof(uint64_t));
+        set[byte[i] >> 6] |= (uint64_t)1 << (byte[i] & 63);
+        height[i] = 1;
+        for (Py_ssize_t c = i + 1; c < end[i]; c = end[c]) {
+            for (int k = 0; k < 4; k++) set[k] |= all[4 * c + k];
+            if (height[c] + 1 > height[i]) height[i] = height[c] + 1;
+        }
+        w->bulk_of[i] = -1;
+        if (hi[i] - lo[i] >= BULK_TOKENS) kept++;
+    }
+    w->bulk_bytes = (uint64_t *)malloc((size_t)(kept ? kept : 1) * 4 * sizeof(uint64_t));
+    w->bulk_height = (int32_t *)malloc((size_t)(kept ? kept : 1) * sizeof(int32_t));
+    if (!w->bulk_bytes || !w->bulk_height) {
+        free(all);
+        free(height);
+        return PyErr_NoMemory(), -1;
+    }
+    kept = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (hi[i] - lo[i] < BULK_TOKENS) continue;
+        memcpy(w->bulk_bytes + 4 * kept, all + 4 * i, 4 * sizeof(uint64_t));
+        w->bulk_height[kept] = height[i];
+        w->bulk_of[i] = (int32_t)kept++;
+    }
+    free(all);
+    free(height);
+    return 0;
+}
+
+/* The walk's record of live state `state` (its row filled first where it is not known yet); NULL
+ * with an exception set on error, or with none when the records are full. */
+static StepInfo *step_info(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state) {
+    size_t mask = ((size_t)1 << STEP_BITS) - 1, i = ((uint32_t)state * 2654435761u) & mask;
+    for (; w->steps[i].gen == w->gen; i = (i + 1) & mask) {
+        if (w->steps[i].state == state) return &w->steps[i];
+    }
+    if (2 * w->steps_used >= (Py_ssize_t)mask) return NULL;
+    const int32_t *row = v->table + (Py_ssize_t)state * 256;
+    for (int b = 0; b < 256; b++) {
+        if (row[b] != UNKNOWN) continue;
+        if (core_step(x, core, v, state, (uint8_t)b) == FAILED) return NULL;
+        row = v->table + (Py_ssize_t)state * 256; /* (the view may have moved) */
+    }
+    /* the most common target: count each run of equal targets into a short list of targets */
+    int32_t targets[256], counts[256];
+    int distinct = 0;
+    for (int b = 0; b < 256; b++) {
+        int32_t t = row[b];
+        if (t < 0) continue;
+        int k = 0;
+        while (k < distinct && targets[k] != t) k++;
+        if (k == distinct) {
+            targets[k] = t;
+            counts[k] = 0;
+            distinct++;
+        }
+        counts[k]++;
+    }
+    StepInfo *e = &w->steps[i];
+    e->state = state;
+    e->target = DEAD;
+    e->len = e->no_exit = e->end = -1;
+    e->gen = w->gen;
+    memset(e->bytes, 0, sizeof(e->bytes));
+    memset(e->alive, 0, sizeof(e->alive));
+    for (int b = 0; b < 256; b++) {
+        if (row[b] >= 0) e->alive[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+    for (int k = 0, best = 0; k < distinct; k++) {
+        if (counts[k] > best) {
+            best = counts[k];
+            e->target = targets[k];
+        }
+    }
+    for (int b = 0; e->target >= 0 && b < 256; b++) {
+        if (row[b] == e->target) e->bytes[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+    w->steps_used++;
+    return e;
+}
+
+static int subset_of(const uint64_t *a, const uint64_t *b) {
+    return !(a[0] & ~b[0]) && !(a[1] & ~b[1]) && !(a[2] & ~b[2]) && !(a[3] & ~b[3]);
+}
+
+static int meets(const uint64_t *a, const uint64_t *b) {
+    return (a[0] & b[0]) || (a[1] & b[1]) || (a[2] & b[2]) || (a[3] & b[3]);
+}
+
+/* `len` and `no_exit` of `e` (and of the states along its chain): the chain is followed to its end
+ * or to a state already known, then filled back. 0 done, -1 on error (an exception is set). */
+static int chain_info(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, StepInfo *e) {
+    StepInfo *chain[CHAIN_MAX];
+    int k = 0;
+    chain[0] = e;
+    while (k + 1 < CHAIN_MAX) {
+        StepInfo *c = chain[k];
+        if (c->target < 0 || c->target == c->state) break;
+        StepInfo *t = step_info(w, x, core, v, c->target);
+        if (!t) {
+            if (PyErr_Occurred()) return -1;
+            break;
+        }
+        if (!subset_of(c->bytes, t->bytes) || t->len >= 0) break;
+        chain[++k] = t;
+    }
+    for (; k >= 0; k--) {
+        StepInfo *c = chain[k];
+        if (c->target < 0) {
+            c->len = c->no_exit = 0;
+            c->end = c->state;
+            continue;
+        }
+        int flagged = v->flags[c->target];
+        if (c->target == c->state) {
+            c->len = CHAIN_LONG;
+            c->no_exit = flagged ? 0 : CHAIN_LONG;
+            c->end = c->state;
+            continue;
+        }
+        int32_t len = 0, no_exit = 0;
+        /* the next state's record, when the chain goes on through it */
+        size_t mask = ((size_t)1 << STEP_BITS) - 1, i = ((uint32_t)c->target * 2654435761u) & mask;
+        StepInfo *next = NULL;
+        for (; w->steps[i].gen == w->gen; i = (i + 1) & mask) {
+            if (w->steps[i].state == c->target) {
+                next = &w->steps[i];
+                break;
+            }
+        }
+        c->end = c->target;
+        if (next && next->len >= 0 && subset_of(c->bytes, next->bytes)) {
+            len = next->len;
+            no_exit = next->no_exit;
+            c->end = next->end;
+        }
+        c->len = len >= CHAIN_LONG - 1 ? CHAIN_LONG : len + 1;
+        c->no_exit = flagged ? 0 : (no_exit >= CHAIN_LONG - 1 ? CHAIN_LONG : no_exit + 1);
+    }
+    return 0;
+}
+
+/* How many bytes below a node (with byte set `bytes` and height `height`, entered from `state`)
+ * every path takes uniformly, all of them accepted and then none (see BULK_TOKENS): the tokens
+ * below the node are then accepted exactly when they are at most that long, and no token below
+ * leaves the frame where a residual could be kept; -1 where this does not hold (the nodes are then
+ * visited one by one), -2 on error (an exception is set). `follow_bits` are the bytes a residual
+ * may begin with (NULL: exits are not kept). */
+static int32_t bulk_reach(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state,
+                          const uint64_t *bytes, int32_t height, const uint64_t *follow_bits) {
+    StepInfo *e = step_info(w, x, core, v, state);
+    if (!e) return PyErr_Occurred() ? -2 : -1;
+    if (e->target < 0 || !subset_of(bytes, e->bytes)) return -1;
+    if (e->len < 0 && chain_info(w, x, core, v, e)) return -2;
+    int32_t reach = e->len < height ? e->len : height;
+    if (follow_bits && meets(bytes, follow_bits) && e->no_exit < (reach < height - 1 ? reach : height - 1)) return -1;
+    if (reach == height) return reach;
+    StepInfo *last = step_info(w, x, core, v, e->end); /* where the chain ends: every byte below must die */
+    if (!last) return PyErr_Occurred() ? -2 : -1;
+    return meets(bytes, last->alive) ? -1 : reach;
+}
+
+/* The arrays' shapes and every index they hold, checked once: the walks then read them unchecked. */
+static int pwalker_check(PositionWalker *w) {
+    Py_ssize_t n = w->v[PW_BYTE].len, rows = w->v[PW_ORDER].len / (Py_ssize_t)sizeof(int32_t);
+    for (int i = PW_DEPTH; i <= PW_END; i++) {
+        if (cm_need(&w->v[i], sizeof(int32_t), n, "trie array")) return -1;
+    }
+    if (cm_need(&w->v[PW_ORDER], sizeof(int32_t), rows, "order") ||
+        cm_need(&w->v[PW_LENGTH], sizeof(int32_t), rows, "lengths") ||
+        cm_need(&w->v[PW_SUFFIX_START], sizeof(int64_t), rows + 1, "suffix_start"))
+        return -1;
+    const int32_t *depth = w->v[PW_DEPTH].buf, *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf;
+    const int32_t *token = w->v[PW_TOKEN].buf, *end = w->v[PW_END].buf, *order = w->v[PW_ORDER].buf;
+    const int32_t *length = w->v[PW_LENGTH].buf;
+    const int64_t *start = w->v[PW_SUFFIX_START].buf;
+    Py_ssize_t ids = w->v[PW_SUFFIX_IDS].len / (Py_ssize_t)sizeof(int64_t);
+    if (cm_need(&w->v[PW_SUFFIX_IDS], sizeof(int64_t), ids, "suffix_ids")) return -1;
+    if (w->width < 1 || cm_need(&w->v[PW_MATRIX], 1, rows * w->width, "matrix")) return -1;
+    w->max_depth = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (depth[i] < 1 || end[i] <= i || end[i] > n || lo[i] < 0 || lo[i] > hi[i] || hi[i] > rows ||
+            token[i] < -1 || token[i] >= rows || (i + 1 < n && depth[i + 1] > depth[i] + 1) || (i == 0 && depth[0] != 1))
+            return cm_bad("trie arrays: a depth, subtree end, token or row range out of order");
+        if (depth[i] > w->max_depth) w->max_depth = depth[i];
+    }
+    if (start[0] != 0 || start[rows] != ids) return cm_bad("suffix_start: not the bounds of the suffix ids");
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (order[r] < 0 || order[r] / 32 >= w->nwords) return cm_bad("order: a token id past the bitmask row");
+        if (length[r] < 1 || length[r] > w->width || start[r + 1] - start[r] != length[r])
+            return cm_bad("lengths: a token length out of the matrix or the suffix ids");
+    }
+    w->nodes = n;
+    w->rows = rows;
+    return 0;
+}
+
+static PyObject *pwalker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"byte", "depth", "lo", "hi", "token", "end", "order", "lengths", "suffix_start",
+                            "suffix_ids", "matrix", "width", "words", NULL};
+    PositionWalker *w = (PositionWalker *)type->tp_alloc(type, 0);
+    if (!w) return NULL;
+    Py_buffer *v = w->v;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*y*y*y*y*y*y*y*y*y*y*nn", names, &v[0], &v[1], &v[2], &v[3],
+                                     &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &w->width, &w->nwords) ||
+        pwalker_check(w)) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    w->ok_stamp = (uint32_t *)calloc((size_t)(w->rows ? w->rows : 1), sizeof(uint32_t));
+    w->path = (int32_t *)malloc((size_t)(w->max_depth + 1) * sizeof(int32_t));
+    if (!w->ok_stamp || !w->path) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    w->steps = (StepInfo *)calloc((size_t)1 << STEP_BITS, sizeof(StepInfo));
+    if (!w->steps) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    if (pwalker_bulk(w)) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    const int32_t *depth = w->v[PW_DEPTH].buf;
+    w->roots = (int32_t *)malloc(257 * sizeof(int32_t));
+    if (!w->roots) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < w->nodes; i++) {
+        if (depth[i] != 1) continue;
+        if (w->nroots == 256) {
+            Py_DECREF(w);
+            return cm_bad("trie arrays: more than 256 first-level nodes"), NULL;
+        }
+        w->roots[w->nroots++] = (int32_t)i;
+    }
+    return (PyObject *)w;
+}
+
+/* The interner argument of a walk: a byte-level core's (calls expanded). */
+static Interner *walk_interner(PyObject *obj) {
+    if (!PyObject_TypeCheck(obj, &cm_InternerType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a ParserCore's native Interner");
+        return NULL;
+    }
+    Interner *x = (Interner *)obj;
+    if (x->alphabet != 256 || x->lazy) {
+        cm_bad("position walks need a byte-level parser core with its calls expanded");
+        return NULL;
+    }
+    return x;
+}
+
+/* Residual tails made distinct by suffix number: an open-addressing map from number to residual. */
+typedef struct {
+    int64_t *key;
+    int32_t *value;
+    size_t mask;
+} SuffixMap;
+
+static int suffix_map_init(SuffixMap *m, Py_ssize_t items) {
+    size_t size = 16;
+    while (size < 2 * (size_t)items) size *= 2;
+    m->key = (int64_t *)malloc(size * sizeof(int64_t));
+    m->value = (int32_t *)malloc(size * sizeof(int32_t));
+    m->mask = size - 1;
+    if (!m->key || !m->value) return PyErr_NoMemory(), -1;
+    memset(m->key, 0xFF, size * sizeof(int64_t));
+    return 0;
+}
+
+/* The residual numbered `key`: its index, or `fresh` (recorded) if it is new. */
+static int32_t suffix_map_get(SuffixMap *m, int64_t key, int32_t fresh) {
+    size_t i = (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
+    for (; m->key[i] >= 0; i = (i + 1) & m->mask) {
+        if (m->key[i] == key) return m->value[i];
+    }
+    m->key[i] = key;
+    m->value[i] = fresh;
+    return fresh;
+}
+
+/* ---- a parser core's memo of trie walks below first bytes (`WalkMemo`) ---- */
+
+/* A first-level group at least this large (in tokens) reads its subtrees from the memo: positions
+ * of one rule very often reach one parser state after their first byte (every branch of a key
+ * complement goes on as the same free string), and what lies below depends only on that state. */
+#define MEMO_MIN_ROWS 4096
+#define MEMO_ENTRIES 96
+#define MEMO_PER_WALK 32 /* (at most: groups of MEMO_MIN_ROWS tokens each in a 128k vocabulary) */
+
+/* The walks below first-level nodes from one parser state (reached by their byte): per root whether
+ * it was walked, the accepted rows as a bitmap over the sorted rows and as a token-id bitmask, and
+ * the exits found, (root, node, depth) triples. */
+typedef struct {
+    int32_t state;
+    uint64_t follow[4]; /* the bytes a residual may begin with when it was walked (all: none kept) */
+    int has_follow;
+    uint8_t done[256];
+    uint64_t *rows;
+    uint32_t *words;
+    Py_ssize_t done_rows;
+    IntBuf exits;
+} MemoEntry;
+
+typedef struct {
+    PyObject_HEAD
+    MemoEntry *entries;
+    Py_ssize_t count;
+} WalkMemo;
+
+static void memo_clear(WalkMemo *m) {
+    for (Py_ssize_t k = 0; k < m->count; k++) {
+        free(m->entries[k].rows);
+        free(m->entries[k].words);
+        free(m->entries[k].exits.data);
+    }
+    m->count = 0;
+}
+
+static void walkmemo_dealloc(WalkMemo *m) {
+    memo_clear(m);
+    free(m->entries);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyObject *walkmemo_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "", names)) return NULL;
+    WalkMemo *m = (WalkMemo *)type->tp_alloc(type, 0);
+    if (!m) return NULL;
+    m->entries = (MemoEntry *)calloc(MEMO_ENTRIES, sizeof(MemoEntry));
+    if (!m->entries) {
+        Py_DECREF(m);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)m;
+}
+
+static void memo_room(WalkMemo *m) {
+    if (m->count > MEMO_ENTRIES - MEMO_PER_WALK) memo_clear(m);
+}
+
+static PyObject *walkmemo_get_entries(WalkMemo *m, void *Py_UNUSED(closure)) {
+    return PyLong_FromSsize_t(m->count);
+}
+
+static PyGetSetDef walkmemo_getset[] = {
+    {"entries", (getter)walkmemo_get_entries, NULL, "how many parser states' walks it holds", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject cm_WalkMemoType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "codemask.engine._native.WalkMemo",
+    .tp_basicsize = sizeof(WalkMemo),
+    .tp_dealloc = (destructor)walkmemo_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "WalkMemo(): one parser core's memo of trie walks below first bytes, for PositionWalker.classify",
+    .tp_getset = walkmemo_getset,
+    .tp_new = walkmemo_new,
+};
+
+/* The memo's entry of `state` walked with `follow_bits` (NULL: exits not kept), made empty if new;
+ * NULL if the memo is full (no exception: the caller walks directly) or on memory error. A walk
+ * empties a nearly full memo before it starts (`memo_room`), so that no entry it reads is freed. */
+static MemoEntry *memo_entry(WalkMemo *m, PositionWalker *w, int32_t state, const uint64_t *follow_bits) {
+    for (Py_ssize_t k = 0; k < m->count; k++) {
+        MemoEntry *e = &m->entries[k];
+        if (e->state == state && e->has_follow == (follow_bits != NULL) &&
+            (!follow_bits || !memcmp(e->follow, follow_bits, sizeof(e->follow))))
+            return e;
+    }
+    if (m->count == MEMO_ENTRIES) return NULL;
+    MemoEntry *e = &m->entries[m->count];
+    memset(e, 0, sizeof(*e));
+    e->rows = (uint64_t *)calloc((size_t)(w->rows / 64 + 1), sizeof(uint64_t));
+    e->words = (uint32_t *)calloc((size_t)w->nwords, sizeof(uint32_t));
+    if (!e->rows || !e->words) {
+        free(e->rows);
+        free(e->words);
+        return (MemoEntry *)PyErr_NoMemory();
+    }
+    e->state = state;
+    e->has_follow = follow_bits != NULL;
+    if (follow_bits) memcpy(e->follow, follow_bits, sizeof(e->follow));
+    m->count++;
+    return e;
+}
+
+/* Where a walk records what it finds: accepted tokens into `words`, and per row either a stamp
+ * (`w->ok_stamp`, a walk of its own) or a bit of a memo entry's `rows`; exits into `exits` as
+ * (root, node, depth) triples. */
+typedef struct {
+    uint32_t *words;
+    uint64_t *rows; /* NULL: stamps */
+    IntBuf *exits;
+    int32_t root;
+    int keep_exits;
+    const uint64_t *follow_bits; /* the bytes exits may continue with, for the bulk test (NULL: none kept) */
+} Sink;
+
+static void sink_ok(PositionWalker *w, const Sink *k, int32_t row) {
+    const int32_t *order = w->v[PW_ORDER].buf;
+    int32_t id = order[row];
+    k->words[id >> 5] |= (uint32_t)1 << (id & 31);
+    if (k->rows) {
+        k->rows[row >> 6] |= (uint64_t)1 << (row & 63);
+    } else {
+        w->ok_stamp[row] = w->gen;
+    }
+}
+
+/* The scan of the preorder nodes `begin`..`stop` (a run of whole subtrees whose parent's state is
+ * `w->path[depth[begin] - 1]`), recording into `k`; 0, or -1 on error. */
+static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, Py_ssize_t begin, Py_ssize_t stop,
+                      const Sink *k) {
+    const uint8_t *byte = w->v[PW_BYTE].buf;
+    const int32_t *depth = w->v[PW_DEPTH].buf, *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf;
+    const int32_t *token = w->v[PW_TOKEN].buf, *end = w->v[PW_END].buf, *length = w->v[PW_LENGTH].buf;
+    for (Py_ssize_t i = begin; i < stop;) {
+        int32_t d = depth[i];
+        int32_t bulk = w->bulk_of[i];
+        if (bulk >= 0) {
+            int32_t height = w->bulk_height[bulk];
+            int32_t reach = bulk_reach(w, x, core, v, w->path[d - 1], w->bulk_bytes + 4 * (Py_ssize_t)bulk, height,
+                                       k->keep_exits ? k->follow_bits : NULL);
+            if (reach == -2) return -1;
+            if (reach >= 0) {
+                int32_t longest = d - 1 + reach; /* the tokens below at most this long are accepted */
+                for (int32_t row = lo[i]; row < hi[i]; row++) {
+                    if (reach < height && length[row] > longest) continue;
+                    sink_ok(w, k, row);
+                }
+                i = end[i];
+                continue;
+            }
+        }
+        int32_t next = v->table[(Py_ssize_t)w->path[d - 1] * 256 + byte[i]];
+        if (next == UNKNOWN || next >= v->states || next < DEAD) {
+            next = core_step(x, core, v, w->path[d - 1], byte[i]);
+            if (next == FAILED) return -1;
+        }
+        if (next < 0) {
+            i = end[i];
+            continue;
+        }
+        if (token[i] >= 0) sink_ok(w, k, token[i]);
+        if (k->keep_exits && v->flags[next] && end[i] > i + 1 &&
+            (buf_push(k->exits, k->root) || buf_push(k->exits, (int32_t)i) || buf_push(k->exits, d)))
+            return -1;
+        if (v->has_stacks[next]) {
+            w->path[d] = next;
+            i++;
+        } else {
+            i = end[i];
+        }
+    }
+    return 0;
+}
+
+/* Walk the subtrees below the roots `r` of `group` (whose byte led to memo entry `e`'s state) that
+ * the entry has not walked yet. */
+static int memo_fill(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, MemoEntry *e, const int32_t *group,
+                     Py_ssize_t count) {
+    const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *token = w->v[PW_TOKEN].buf;
+    const int32_t *end = w->v[PW_END].buf;
+    Sink k = {e->words, e->rows, &e->exits, -1, 1, e->has_follow ? e->follow : NULL};
+    k.keep_exits = e->has_follow;
+    for (Py_ssize_t g = 0; g < count; g++) {
+        int32_t r = group[g], i = w->roots[r];
+        if (e->done[r]) continue;
+        e->done[r] = 1;
+        e->done_rows += hi[i] - lo[i];
+        k.root = r;
+        if (token[i] >= 0) sink_ok(w, &k, token[i]);
+        if (k.keep_exits && v->flags[e->state] && end[i] > i + 1 &&
+            (buf_push(&e->exits, r) || buf_push(&e->exits, i) || buf_push(&e->exits, 1)))
+            return -1;
+        if (!v->has_stacks[e->state] || end[i] <= i + 1) continue;
+        w->path[1] = e->state;
+        if (walk_nodes(w, x, core, v, i + 1, end[i], &k)) return -1;
+    }
+    return 0;
+}
+
+/* Add to `words` the accepted tokens below the roots of `group` from memo entry `e` (all walked): the
+ * entry's token bitmask less its other roots' tokens where the group holds most of it, else bit by
+ * bit from its rows. */
+static int memo_read(PositionWalker *w, MemoEntry *e, const int32_t *group, Py_ssize_t count, uint32_t *words) {
+    const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *order = w->v[PW_ORDER].buf;
+    uint8_t in_group[256] = {0};
+    Py_ssize_t rows = 0;
+    for (Py_ssize_t g = 0; g < count; g++) {
+        in_group[group[g]] = 1;
+        rows += hi[w->roots[group[g]]] - lo[w->roots[group[g]]];
+    }
+    if (2 * rows >= e->done_rows) {
+        uint32_t *mask = (uint32_t *)malloc((size_t)w->nwords * sizeof(uint32_t));
+        if (!mask) return PyErr_NoMemory(), -1;
+        memcpy(mask, e->words, (size_t)w->nwords * sizeof(uint32_t));
+        for (Py_ssize_t r = 0; r < w->nroots; r++) {
+            if (!e->done[r] || in_group[r]) continue;
+            int32_t i = w->roots[r];
+            for (int32_t row = lo[i]; row < hi[i]; row++) {
+                if (e->rows[row >> 6] >> (row & 63) & 1) mask[order[row] >> 5] &= ~((uint32_t)1 << (order[row] & 31));
+            }
+        }
+        for (Py_ssize_t j = 0; j < w->nwords; j++) words[j] |= mask[j];
+        free(mask);
+        return 0;
+    }
+    for (Py_ssize_t g = 0; g < count; g++) {
+        int32_t i = w->roots[group[g]];
+        for (int32_t row = lo[i]; row < hi[i]; row++) {
+            if (e->rows[row >> 6] >> (row & 63) & 1) words[order[row] >> 5] |= (uint32_t)1 << (order[row] & 31);
+        }
+    }
+    return 0;
+}
+
+/* classify(interner, core, start, follow, max_uncertain, memo) -> (words, rows, residual_of, residual_rows,
+ * residual_starts, residual_lengths): the scan described above from parser state `start`; `follow`
+ * (256 bytes of 0/1) are the bytes a residual may begin with, or None where the frame has no caller
+ * (no token is then uncertain). `words` is the uint32 bitmask row of the accepted tokens' ids; the
+ * others are int32 arrays: the uncertain tokens' rows and the distinct residual each continues
+ * with, and per residual the row it is a tail of, where it starts, and its length; or None alone
+ * where more than `max_uncertain` tokens leave the frame (they are then not listed). From a real
+ * parse's state with `follow` None, `words` is that state's mask of the vocabulary. `memo` (a
+ * WalkMemo of this core, or None) keeps the walks below first bytes that lead many tokens to one
+ * state, for later positions that reach it too. */
+static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
+    PyObject *interner, *core, *follow_obj, *memo_obj;
+    int start;
+    Py_ssize_t max_uncertain;
+    if (!PyArg_ParseTuple(args, "OOiOnO", &interner, &core, &start, &follow_obj, &max_uncertain, &memo_obj)) return NULL;
+    Interner *x = walk_interner(interner);
+    if (!x) return NULL;
+    const uint8_t *follow = NULL;
+    if (follow_obj != Py_None) {
+        if (!PyBytes_Check(follow_obj) || PyBytes_GET_SIZE(follow_obj) != 256) {
+            PyErr_SetString(PyExc_TypeError, "follow: 256 bytes of 0/1, or None");
+            return NULL;
+        }
+        follow = (const uint8_t *)PyBytes_AS_STRING(follow_obj);
+    }
+    WalkMemo *memo = NULL;
+    if (memo_obj != Py_None) {
+        if (!PyObject_TypeCheck(memo_obj, &cm_WalkMemoType)) {
+            PyErr_SetString(PyExc_TypeError, "memo: a WalkMemo or None");
+            return NULL;
+        }
+        memo = (WalkMemo *)memo_obj;
+    }
+    if (w->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "PositionWalker.classify re-entered (take the core's lock)");
+        return NULL;
+    }
+    const uint8_t *byte = w->v[PW_BYTE].buf;
+    const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *token = w->v[PW_TOKEN].buf, *end = w->v[PW_END].buf;
+    const int32_t *length = w->v[PW_LENGTH].buf;
+    const int64_t *suffix_start = w->v[PW_SUFFIX_START].buf, *suffix_ids = w->v[PW_SUFFIX_IDS].buf;
+    PyObject *words_out = NULL, *result = NULL;
+    IntBuf exits = {0}, unc[5];
+    memset(unc, 0, sizeof(unc));
+    SuffixMap map = {0};
+    CoreView v;
+    MemoEntry *used[256];
+    Py_ssize_t nused = 0;
+    w->busy = 1;
+    if (core_view(x, core, &v)) goto done;
+    if (start < 0 || start >= v.states) {
+        cm_bad("parser state out of range");
+        goto done;
+    }
+    words_out = PyBytes_FromStringAndSize(NULL, w->nwords * (Py_ssize_t)sizeof(uint32_t));
+    if (!words_out) goto done;
+    uint32_t *words = (uint32_t *)PyBytes_AS_STRING(words_out);
+    memset(words, 0, (size_t)w->nwords * sizeof(uint32_t));
+    if (++w->gen == 0) {
+        memset(w->ok_stamp, 0, (size_t)w->rows * sizeof(uint32_t));
+        for (Py_ssize_t k = 0; k < ((Py_ssize_t)1 << STEP_BITS); k++) w->steps[k].gen = 0;
+        w->gen = 1;
+    }
+    uint32_t gen = w->gen;
+    w->steps_used = 0;
+    for (Py_ssize_t d = 0; d <= w->max_depth; d++) w->path[d] = start; /* (every entry a valid state) */
+    uint64_t follow_bits[4] = {0, 0, 0, 0};
+    for (int b = 0; follow && b < 256; b++) {
+        if (follow[b]) follow_bits[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+    if (memo) memo_room(memo);
+    Sink direct = {words, NULL, &exits, -1, follow != NULL, follow ? follow_bits : NULL};
+    /* the first byte of every root, then its subtree: directly, or through the memo where the roots
+     * that reach one state hold many tokens */
+    int32_t target[256], group[256], placed[256] = {0};
+    for (Py_ssize_t r = 0; r < w->nroots; r++) {
+        target[r] = core_step(x, core, &v, start, byte[w->roots[r]]);
+        if (target[r] == FAILED) goto done;
+    }
+    for (Py_ssize_t r = 0; r < w->nroots; r++) {
+        if (target[r] < 0 || placed[r]) continue;
+        Py_ssize_t count = 0, rows = 0;
+        for (Py_ssize_t q = r; q < w->nroots; q++) {
+            if (target[q] != target[r]) continue;
+            placed[q] = 1;
+            group[count++] = (int32_t)q;
+            rows += hi[w->roots[q]] - lo[w->roots[q]];
+        }
+        MemoEntry *e = NULL;
+        if (memo && rows >= MEMO_MIN_ROWS && v.has_stacks[target[r]]) {
+            e = memo_entry(memo, w, target[r], follow ? follow_bits : NULL);
+            if (!e && PyErr_Occurred()) goto done;
+        }
+        if (e) {
+            if (memo_fill(w, x, core, &v, e, group, count) || memo_read(w, e, group, count, words)) goto done;
+            used[nused] = e;
+            for (Py_ssize_t k = 0; k < e->exits.size; k += 3) {
+                int32_t root = e->exits.data[k];
+                int in_group = 0;
+                for (Py_ssize_t g = 0; g < count && !in_group; g++) in_group = group[g] == root;
+                if (in_group && (buf_push(&exits, (int32_t)(256 + nused)) || buf_push(&exits, e->exits.data[k + 1]) ||
+                                 buf_push(&exits, e->exits.data[k + 2])))
+                    goto done;
+            }
+            nused++;
+            continue;
+        }
+        for (Py_ssize_t g = 0; g < count; g++) {
+            int32_t i = w->roots[group[g]], t = target[group[g]];
+            if (token[i] >= 0) sink_ok(w, &direct, token[i]);
+            if (follow && v.flags[t] && end[i] > i + 1 &&
+                (buf_push(&exits, -1) || buf_push(&exits, i) || buf_push(&exits, 1)))
+                goto done;
+            if (!v.has_stacks[t] || end[i] <= i + 1) continue;
+            w->path[1] = t;
+            if (walk_nodes(w, x, core, &v, i + 1, end[i], &direct)) goto done;
+        }
+    }
+    /* the exits: the tokens below each exit node, by child, where the residual's first byte may
+     * follow the frame and the token is not accepted outright (rows read from the memo entry that
+     * holds the exit's subtree, else from this walk's stamps) */
+    Py_ssize_t count = 0;
+    for (Py_ssize_t k = 0; follow && k < exits.size; k += 3) {
+        int32_t i = exits.data[k + 1];
+        for (int32_t c = i + 1; c < end[i]; c = end[c]) {
+            if (follow[byte[c]]) count += hi[c] - lo[c];
+        }
+    }
+    if (count > max_uncertain) {
+        result = Py_BuildValue("(NO)", words_out, Py_None);
+        words_out = NULL;
+        goto done;
+    }
+    if (suffix_map_init(&map, count)) goto done;
+    for (Py_ssize_t k = 0; follow && k < exits.size; k += 3) {
+        int32_t source = exits.data[k], i = exits.data[k + 1], d = exits.data[k + 2];
+        const uint64_t *ok_rows = source >= 256 ? used[source - 256]->rows : NULL;
+        for (int32_t c = i + 1; c < end[i]; c = end[c]) {
+            if (!follow[byte[c]]) continue;
+            for (int32_t row = lo[c]; row < hi[c]; row++) {
+                if (ok_rows ? (ok_rows[row >> 6] >> (row & 63) & 1) : w->ok_stamp[row] == gen) continue;
+                if (d >= length[row]) {
+                    cm_bad("trie arrays: a token below a node is not longer than the node's prefix");
+                    goto done;
+                }
+                int32_t fresh = (int32_t)unc[2].size;
+                int32_t r = suffix_map_get(&map, suffix_ids[suffix_start[row] + d], fresh);
+                if (buf_push(&unc[0], row) || buf_push(&unc[1], r)) goto done;
+                if (r == fresh && (buf_push(&unc[2], row) || buf_push(&unc[3], d) || buf_push(&unc[4], length[row] - d)))
+                    goto done;
+            }
+        }
+    }
+    result = PyTuple_New(6);
+    if (!result) goto done;
+    PyTuple_SET_ITEM(result, 0, words_out);
+    words_out = NULL;
+    for (int k = 0; k < 5; k++) {
+        PyObject *part = cm_buf_bytes(&unc[k]);
+        if (!part) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyTuple_SET_ITEM(result, k + 1, part);
+    }
+done:
+    w->busy = 0;
+    Py_XDECREF(words_out);
+    free(exits.data);
+    for (int k = 0; k < 5; k++) free(unc[k].data);
+    free(map.key);
+    free(map.value);
+    return result;
+}
+
+/* resolve(interner, core, start, residual_rows, residual_starts, residual_lengths, token_ids, residual_of, words):
+ * walk each residual (a tail of a row of the matrix, int32 arrays) from parser state `start` and
+ * set in the uint32 row `words` the bits of the tokens `token_ids[k]` whose residual
+ * `residual_of[k]` stays alive to its end (`uncertain.resolve_residuals`). */
+static PyObject *pwalker_resolve(PositionWalker *w, PyObject *args) {
+    PyObject *interner, *core;
+    int start;
+    Py_buffer b[6];
+    memset(b, 0, sizeof(b));
+    if (!PyArg_ParseTuple(args, "OOiy*y*y*y*y*w*", &interner, &core, &start, &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
+        return NULL;
+    PyObject *result = NULL;
+    uint8_t *alive = NULL;
+    Interner *x = walk_interner(interner);
+    CoreView v;
+    Py_ssize_t residuals = b[0].len / (Py_ssize_t)sizeof(int32_t), tokens = b[3].len / (Py_ssize_t)sizeof(int32_t);
+    if (!x || cm_need(&b[0], sizeof(int32_t), residuals, "residual_rows") ||
+        cm_need(&b[1], sizeof(int32_t), residuals, "residual_starts") ||
+        cm_need(&b[2], sizeof(int32_t), residuals, "residual_lengths") || cm_need(&b[3], sizeof(int32_t), tokens, "token_ids") ||
+        cm_need(&b[4], sizeof(int32_t), tokens, "residual_of") || cm_need(&b[5], sizeof(uint32_t), w->nwords, "words") ||
+        core_view(x, core, &v))
+        goto done;
+    if (start < 0 || start >= v.states) {
+        cm_bad("parser state out of range");
+        goto done;
+    }
+    const int32_t *rows = b[0].buf, *starts = b[1].buf, *lengths = b[2].buf, *ids = b[3].buf, *of = b[4].buf;
+    const uint8_t *matrix = w->v[PW_MATRIX].buf;
+    if (!(alive = (uint8_t *)malloc((size_t)(residuals ? residuals : 1)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < residuals; r++) {
+        if (rows[r] < 0 || rows[r] >= w->rows || starts[r] < 0 || lengths[r] < 1 ||
+            (Py_ssize_t)starts[r] + lengths[r] > w->width) {
+            index_error("residual out of the matrix");
+            goto done;
+        }
+        const uint8_t *tail = matrix + (Py_ssize_t)rows[r] * w->width + starts[r];
+        int32_t state = start;
+        for (int32_t k = 0; k < lengths[r] && state >= 0; k++) {
+            state = core_step(x, core, &v, state, tail[k]);
+            if (state == FAILED) goto done;
+        }
+        alive[r] = state >= 0;
+    }
+    uint32_t *words = b[5].buf;
+    for (Py_ssize_t k = 0; k < tokens; k++) {
+        if (of[k] < 0 || of[k] >= residuals || ids[k] < 0 || ids[k] / 32 >= w->nwords) {
+            index_error("uncertain token or residual out of range");
+            goto done;
+        }
+        if (alive[of[k]]) words[ids[k] >> 5] |= (uint32_t)1 << (ids[k] & 31);
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    free(alive);
+    for (int i = 0; i < 6; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
+static PyMethodDef pwalker_methods[] = {
+    {"classify", (PyCFunction)pwalker_classify, METH_VARARGS,
+     "classify(interner, core, start, follow, max_uncertain, memo) -> (words, rows, residual_of, residual_rows, "
+     "residual_starts, residual_lengths) or (words, None): a position's accepted and uncertain tokens from its "
+     "frame-local parser state"},
+    {"resolve", (PyCFunction)pwalker_resolve, METH_VARARGS,
+     "resolve(interner, core, start, residual_rows, residual_starts, residual_lengths, token_ids, residual_of, "
+     "words): set the bits of the uncertain tokens whose residual the parser accepts from state start"},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject cm_PositionWalkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "codemask.engine._native.PositionWalker",
+    .tp_basicsize = sizeof(PositionWalker),
+    .tp_dealloc = (destructor)pwalker_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PositionWalker(byte, depth, lo, hi, token, end, order, lengths, suffix_start, suffix_ids, matrix, "
+              "width, words): one vocabulary's trie for classifying byte-level grammar positions in C",
+    .tp_methods = pwalker_methods,
+    .tp_new = pwalker_new,
+};

@@ -1,0 +1,324 @@
+"""The classification of the vocabulary at a grammar's positions: accepted, uncertain (with
+their residuals) or rejected, in chunks of positions of similar width.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from codemask.engine import native
+from codemask.engine.bitmask import bitmask_width
+from codemask.engine.parser import DEAD, ParserCore
+from codemask.engine.shared_positions import RuleSignatures, SharedPositions
+from codemask.engine.token_trie import TokenTrie
+from codemask.engine.trie_walk import LevelResults, SubtreeMemo, first_bytes
+from codemask.engine.uncertain import Uncertain, uncertain_entries
+
+# Assembling masks: a position is wide when at least 1/DENSE_FRACTION of the vocabulary is ok or exits;
+# wide ones are built as dense boolean rows DENSE_CHUNK at a time, narrow ones as sparse bit sets,
+# up to SPARSE_CHUNK positions or SPARSE_TOKENS findings at a time.
+DENSE_FRACTION = 64
+
+
+SPARSE_CHUNK = 512
+
+
+SPARSE_TOKENS = 1 << 18
+
+
+DENSE_CHUNK = 16
+
+
+# A position whose frame more tokens than this may leave (the inside of a counting rule: most of
+# the vocabulary crosses its block's end) lists none of them (`Uncertain.direct`): checking that
+# many residuals against each caller cost more than scanning the trie from the parser's state.
+MAX_LISTED_UNCERTAIN = 16384
+
+
+class PositionClassifier:
+    """Classifies the vocabulary at positions of one grammar: the work behind the mask cache.
+
+    All positions of a call take their first byte in one vectorised step; below the first byte,
+    each (trie node, parser state) subtree is walked once and shared (`SubtreeMemo`), across calls
+    too, so positions classified later (lazily, when a parser state first needs them) reuse what
+    earlier ones walked. Positions are assembled in chunks of similar width: narrow ones (a
+    property name's bytes allow a handful of tokens) many at a time with sparse bit sets, wide
+    ones (inside a free string) a few at a time with dense rows.
+    """
+
+    def __init__(self, core: ParserCore, trie: TokenTrie, vocab_size: int, *, share: bool = True) -> None:
+        if core.lazy:
+            raise ValueError("byte-level position masks need an expanded parser core, not ParserCore(lazy=True) "
+                             "(a lazy core's nodes stand in call states, which have no position mask)")
+        self.core, self.trie, self.vocab_size = core, trie, vocab_size
+        self.share = share
+        self._memo = SubtreeMemo(core, trie)
+
+    @functools.cached_property
+    def _with_callers(self) -> set[int]:
+        return self.core.rtn.rules_with_callers()
+
+    @functools.cached_property
+    def _follow(self) -> np.ndarray:
+        return self.core.rtn.follow_bytes()
+
+    @functools.cached_property
+    def _signatures(self) -> RuleSignatures:
+        return RuleSignatures(self.core.rtn)
+
+    def classify(self, positions: np.ndarray,
+                 progress: str | None = None) -> tuple[np.ndarray, list[Uncertain | None]]:
+        """Per position: its accepted bitmask row and its uncertain tokens (None if none).
+
+        Positions whose rule (with everything it calls) some earlier grammar had too come from
+        the process-wide `SharedPositions`; the others are walked, then shared.
+        """
+        accepted = np.zeros((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
+        uncertain: list[Uncertain | None] = [None] * len(positions)
+        shared = SharedPositions.of(self.trie)
+        keys = [self._shared_key(int(p)) if self.share else None for p in positions]
+        missing = []
+        for i, key in enumerate(keys):
+            found = shared.get(key) if key is not None else None
+            if found is None:
+                missing.append(i)
+            else:
+                accepted[i], uncertain[i] = found
+        if missing:
+            walked = np.array(missing, dtype=np.int64)
+            walk = self._walk_native if native.enabled() else self._walk
+            accepted[walked], walked_uncertain = walk(positions[walked], progress)
+            for i, unc in zip(missing, walked_uncertain, strict=True):
+                uncertain[i] = unc
+                key = keys[i]
+                if key is not None:
+                    shared.put(key, accepted[i].copy(), unc)
+        return accepted, [self._followed(int(p), unc) for p, unc in zip(positions, uncertain, strict=True)]
+
+    def _shared_key(self, position: int) -> tuple[object, ...] | None:
+        """What a position's classification depends on, if its rule calls no recursion.
+
+        That is the rule's automaton with its callees' (the signature), the position in it, and
+        whether the rule has callers; for a rule that is not `RTN.is_shared`, also the bytes
+        that may follow it, which filter its uncertain tokens during the walk. A shared rule (a
+        free string: a value here, an array item or a key there) is walked without that filter,
+        so that every grammar can use its classification, and filtered afterwards (`_followed`).
+        """
+        rtn = self.core.rtn
+        rule = int(rtn.state_rule[position])
+        signature = self._signatures[rule]
+        if signature is None:
+            return None
+        local = position - int(np.searchsorted(rtn.state_rule, rule))
+        if rtn.is_shared(rule):
+            return signature, local, rule in self._with_callers
+        return signature, local, rule in self._with_callers, self._follow[rule].tobytes()
+
+    def _followed(self, position: int, unc: Uncertain | None) -> Uncertain | None:
+        """A shared rule's ``unc`` without the tokens whose residual begins with a byte no caller takes."""
+        rule = int(self.core.rtn.state_rule[position])
+        if unc is None or not self.core.rtn.is_shared(rule):
+            return unc
+        return unc.restricted(self._follow[rule][self.trie.matrix[unc.residual_rows, unc.residual_starts]])
+
+    def _walk(self, positions: np.ndarray, progress: str | None) -> tuple[np.ndarray, list[Uncertain | None]]:
+        core, trie = self.core, self.trie
+        accepted = np.zeros((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
+        uncertain: list[Uncertain | None] = [None] * len(positions)
+        starts = [core.frame_state(int(p)) for p in positions]
+        first = first_bytes(core, trie, starts)
+        self._memo.walk_new(first.idx, first.states)
+        widths = first.found_count(len(starts)) + self._memo.found_count(first, len(starts))
+        order = np.argsort(widths, kind="stable")
+        first = first.reordered(order)
+        bar = tqdm(total=len(positions), desc=progress or "compiling grammar", unit="pos", delay=1.0,
+                   leave=False, disable=progress is None)
+        for lo, hi, dense in _chunks(widths[order], trie.num_tokens):
+            rows = order[lo:hi]
+            walk = classify_chunk(trie, first, self._memo, lo, hi - lo, dense, self._exits_kept(positions[rows]))
+            accepted[rows] = walk.packed(trie, self.vocab_size)
+            for row, unc in zip(rows.tolist(), self._uncertain(positions[rows], walk), strict=True):
+                uncertain[row] = unc
+            bar.update(hi - lo)
+        bar.close()
+        return accepted, uncertain
+
+    def _walk_native(self, positions: np.ndarray,
+                     progress: str | None) -> tuple[np.ndarray, list[Uncertain | None]]:
+        """`_walk` in C: one trie scan per position (`native.classify_position`), the exits kept
+        where a caller can continue them (`_rule_exits`)."""
+        core, trie = self.core, self.trie
+        walker = native.position_walker(trie, self.vocab_size)
+        has_callers, first_byte = self._rule_exits
+        rules = core.rtn.state_rule[positions].tolist()
+        accepted = np.zeros((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
+        uncertain: list[Uncertain | None] = [None] * len(positions)
+        # (no bar at all without a label: making one, even disabled, took milliseconds)
+        bar = None if progress is None else tqdm(total=len(positions), desc=progress, unit="pos", delay=1.0,
+                                                 leave=False)
+        for k, (position, rule) in enumerate(zip(positions.tolist(), rules, strict=True)):
+            if bar is not None:
+                bar.update(1)
+            start = core.frame_state(position)
+            if start != DEAD:
+                follow = first_byte[rule] if has_callers[rule] else None
+                accepted[k], found = native.classify_position(walker, core, start, follow, MAX_LISTED_UNCERTAIN,
+                                                              self._walk_memo)
+                if found is None:
+                    uncertain[k] = Uncertain.unlisted()
+                    continue
+                rows, residual_of, residual_rows, starts, lengths = found
+                if len(rows):
+                    token_ids, residual_of = trie.expand_pairs(rows, residual_of)
+                    uncertain[k] = Uncertain(token_ids=token_ids.astype(np.int32, copy=False),
+                                             residual_of=residual_of.astype(np.int32, copy=False),
+                                             residual_rows=residual_rows, residual_starts=starts,
+                                             residual_len=lengths)
+        if bar is not None:
+            bar.close()
+        if trie.has_duplicates:
+            trie.add_duplicates(accepted)
+        return accepted, uncertain
+
+    @functools.cached_property
+    def _walk_memo(self) -> native.WalkMemo:
+        return native.walk_memo()
+
+    @functools.cached_property
+    def _rule_exits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per rule: whether leaving its frame can continue in a caller (else the residual would
+        follow the end of the input and is refused), and the bytes a residual may begin with: the
+        follow bytes, or any byte for a shared rule (filtered after sharing: see `_followed`)."""
+        rtn = self.core.rtn
+        count = len(rtn.rule_names)
+        has_callers = np.zeros(count, dtype=bool)
+        has_callers[list(self._with_callers)] = True
+        shared = rtn.shared if rtn.shared is not None else np.zeros(count, dtype=bool)
+        return has_callers, self._follow | shared[:, None]
+
+    def _exits_kept(self, positions: np.ndarray) -> ExitFilter:
+        """Which exits of starts at ``positions`` can be uncertain tokens."""
+        has_callers, first_byte = self._rule_exits
+        rules = self.core.rtn.state_rule[positions]
+        return ExitFilter(has_callers[rules], first_byte[rules], self.trie.matrix)
+
+    def _uncertain(self, positions: np.ndarray, walk: FrameWalk) -> list[Uncertain | None]:
+        """The uncertain tokens of each start of ``walk`` (at ``positions``), all at once."""
+        owner = np.concatenate([found.exit_owner for found in walk.sources])
+        rows = np.concatenate([found.exit_token for found in walk.sources])
+        offsets = np.concatenate([found.exit_offset for found in walk.sources])
+        if len(walk.sources) > 1:  # per owner: its first-byte exits, then the memo's
+            by_owner = np.argsort(owner, kind="stable")
+            owner, rows, offsets = owner[by_owner], rows[by_owner], offsets[by_owner]
+        return uncertain_entries(self.trie, owner, rows, offsets, len(positions))
+
+
+def _chunks(widths: np.ndarray, num_tokens: int) -> list[tuple[int, int, bool]]:
+    """Split positions sorted by width into (lo, hi, dense) chunks of bounded total work."""
+    out: list[tuple[int, int, bool]] = []
+    lo = 0
+    while lo < len(widths):
+        dense = bool(widths[lo] * DENSE_FRACTION >= num_tokens)
+        limit = DENSE_CHUNK if dense else SPARSE_CHUNK
+        hi = lo + 1
+        total = int(widths[lo])
+        while hi < len(widths) and hi - lo < limit and (dense or total + widths[hi] <= SPARSE_TOKENS):
+            total += int(widths[hi])
+            hi += 1
+        out.append((lo, hi, dense))
+        lo = hi
+    return out
+
+
+@dataclass
+class FrameWalk:
+    """The classification of the vocabulary from several frame-local start states at once.
+
+    A token is *ok* from a start when all its bytes are consumed with the parse still alive; it
+    is *uncertain* (with the offset where the frame ended) when a prefix of it reaches the
+    frame's bottom and it is not ok. Tokens that are neither are rejected from that start.
+    Findings come from two sources, each grouped by start: the first byte's step and the
+    memoised subtrees below it. ``dense`` holds the ok tokens as boolean rows when the chunk
+    is wide.
+    """
+
+    sources: tuple[LevelResults, ...]
+    count: int
+    dense: np.ndarray | None
+
+    def drop_ok_exits(self, num_tokens: int) -> None:
+        """Remove exits of tokens that are ok from the same start (they are not uncertain)."""
+        if self.dense is not None:
+            dense = self.dense
+            self.sources = tuple(_exits_where(found, ~dense[found.exit_owner, found.exit_token])
+                                 for found in self.sources)
+            return
+        ok_keys = np.sort(np.concatenate([found.ok_owner * num_tokens + found.ok_token for found in self.sources]))
+        self.sources = tuple(_exits_where(found, ~_member(found.exit_owner * num_tokens + found.exit_token, ok_keys))
+                             for found in self.sources)
+
+    def packed(self, trie: TokenTrie, vocab_size: int) -> np.ndarray:
+        """The ok tokens as uint32 bitmask rows over token ids, one per start."""
+        if self.dense is not None:
+            return pack_rows(trie, self.dense, vocab_size)
+        words = np.zeros((self.count, bitmask_width(vocab_size)), dtype=np.uint32)
+        owner = np.concatenate([found.ok_owner for found in self.sources])
+        ids, owner = trie.expand_pairs(np.concatenate([found.ok_token for found in self.sources]), owner)
+        ids = ids.astype(np.int64)
+        np.bitwise_or.at(words, (owner, ids >> 5), np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+        return words
+
+
+@dataclass
+class ExitFilter:
+    """Which exits of a chunk's starts are kept: none for a start whose frame has no caller, and
+    those whose residual begins with a byte its frame may be followed by."""
+
+    callers: np.ndarray  # bool [starts]
+    first_byte: np.ndarray  # bool [starts, 256]
+    matrix: np.ndarray  # the trie's byte matrix
+
+    def apply(self, found: LevelResults) -> LevelResults:
+        owner = found.exit_owner
+        keep = self.first_byte[owner, self.matrix[found.exit_token, found.exit_offset]]
+        return _exits_where(found, keep & self.callers[owner])
+
+
+def classify_chunk(trie: TokenTrie, first: LevelResults, memo: SubtreeMemo, lo: int, count: int,
+                   dense: bool, exits: ExitFilter) -> FrameWalk:
+    """The classification from starts ``lo .. lo+count-1``, from their first bytes and the memo,
+    keeping the exits that ``exits`` keeps."""
+    here = first.owners_between(lo, lo + count)
+    ids = memo.ids(here.idx, here.states)
+    below = memo.gather(ids, here.owner, exits.callers[here.owner], with_ok=not dense)
+    walk = FrameWalk((exits.apply(here), exits.apply(below)), count, None)
+    if dense:
+        ok = memo.dense_rows(ids, here, count)
+        ok.reshape(-1)[here.ok_owner * trie.num_tokens + here.ok_token] = True
+        walk.dense = ok
+    walk.drop_ok_exits(trie.num_tokens)
+    return walk
+
+
+def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """Which ``keys`` occur in ``sorted_keys`` (a binary search each: cheaper than ``np.isin``)."""
+    if not len(sorted_keys):
+        return np.zeros(len(keys), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return np.asarray(sorted_keys[at] == keys)
+
+
+def _exits_where(found: LevelResults, keep: np.ndarray) -> LevelResults:
+    return LevelResults(found.ok_owner, found.ok_token, found.exit_owner[keep], found.exit_token[keep],
+                        found.exit_offset[keep])
+
+
+def pack_rows(trie: TokenTrie, ok: np.ndarray, vocab_size: int) -> np.ndarray:
+    """uint32 bitmask rows (token ids) from boolean rows over the trie's sorted tokens."""
+    padded = np.concatenate([ok, np.zeros((ok.shape[0], 1), dtype=bool)], axis=1)
+    allowed = np.take(padded, trie.row_of_id(bitmask_width(vocab_size) * 32), axis=1)
+    return np.packbits(allowed, axis=1, bitorder="little").view(np.uint32)

@@ -1,0 +1,147 @@
+"""Position classifications shared between grammars: rules with equal digests (of their
+automaton and every rule they call) classify the vocabulary the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import ClassVar
+
+import numpy as np
+
+from codemask.engine.automaton import RTN
+from codemask.engine.token_trie import TokenTrie
+from codemask.engine.uncertain import Uncertain
+
+
+class SharedPositions:
+    """Position classifications shared by every grammar of the process, per vocabulary trie.
+
+    A position's classification depends only on its rule's automaton and those of the rules it
+    calls (the frame is walked in isolation), plus the bytes that may follow the rule; generated
+    grammars (JSON Schema) have the same string, number and whitespace rules again and again,
+    so a server compiling a schema per request walks each of them once. Bounded, least recently
+    used out first.
+    """
+
+    CAPACITY = 2048
+    _by_trie: ClassVar[dict[int, tuple[TokenTrie, SharedPositions]]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[object, ...], tuple[np.ndarray, Uncertain | None]] = OrderedDict()
+        self.hits = 0
+
+    @classmethod
+    def of(cls, trie: TokenTrie) -> SharedPositions:
+        with cls._lock:
+            found = cls._by_trie.get(id(trie))
+            if found is None or found[0] is not trie:
+                found = cls._by_trie[id(trie)] = (trie, cls())
+            return found[1]
+
+    def get(self, key: tuple[object, ...]) -> tuple[np.ndarray, Uncertain | None] | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+            return found
+
+    def clear(self) -> None:
+        """Forget every shared position (the next grammars walk their own)."""
+        with self._lock:
+            self._entries.clear()
+
+    @classmethod
+    def clear_all(cls) -> None:
+        """`clear` the shared positions of every vocabulary."""
+        with cls._lock:
+            tables = [table for _trie, table in cls._by_trie.values()]
+        for table in tables:
+            table.clear()
+
+    def put(self, key: tuple[object, ...], accepted: np.ndarray, uncertain: Uncertain | None) -> None:
+        with self._lock:
+            self._entries[key] = (accepted, uncertain)
+            if len(self._entries) > self.CAPACITY:
+                self._entries.popitem(last=False)
+
+
+class RuleSignatures:
+    """Per rule, a digest of its automaton and, recursively, of every rule it calls.
+
+    Equal digests mean equal frame-local behaviour, so positions can be shared between grammars.
+    Rules that are recursive or call a recursive rule get None (their digest would need a fixed
+    point; they are walked per grammar). Digests are made when first asked for (a position's rule
+    and the rules it calls): hashing every rule of a large grammar took longer than its first masks.
+    """
+
+    def __init__(self, rtn: RTN) -> None:
+        self.rtn = rtn
+        count = len(rtn.rule_names)
+        self._starts = np.searchsorted(rtn.state_rule, np.arange(count)).tolist()
+        self._ends = np.searchsorted(rtn.state_rule, np.arange(count), side="right").tolist()
+        _call_lo, callee, _ret = rtn.call_table
+        pairs = np.array(sorted(set((rtn.state_rule[rtn.call_sites].astype(np.int64) * count + callee).tolist())),
+                         dtype=np.int64)  # (not np.unique: its first call in a process imports numpy.ma, 12 ms)
+        self._callees: list[list[int]] = [[] for _ in range(count)]
+        for owner, called in zip((pairs // count).tolist(), (pairs % count).tolist(), strict=True):
+            self._callees[owner].append(called)
+        self._recursive = self._reaching_recursion()
+        self._digests: dict[int, bytes] = {}
+
+    def _reaching_recursion(self) -> list[bool]:
+        """Per rule, whether it is recursive or calls (through any chain) a recursive rule."""
+        count = len(self._callees)
+        out = [False] * count
+        color = [0] * count  # 0 unseen, 1 on the depth-first stack, 2 done
+        for root in range(count):
+            if color[root]:
+                continue
+            stack = [root]
+            while stack:
+                rule = stack[-1]
+                if color[rule] == 0:
+                    color[rule] = 1
+                    for callee in self._callees[rule]:
+                        if color[callee] == 1:
+                            out[rule] = True  # a call back into the stack: recursion
+                        elif color[callee] == 0:
+                            stack.append(callee)
+                    continue
+                stack.pop()
+                if color[rule] == 2:
+                    continue
+                color[rule] = 2
+                out[rule] = out[rule] or any(out[c] for c in self._callees[rule])
+        return out
+
+    def __getitem__(self, rule: int) -> bytes | None:
+        if self._recursive[rule]:
+            return None
+        todo = [rule]
+        while todo:  # callees first (no recursion below a rule that does not reach any)
+            top = todo[-1]
+            missing = [c for c in self._callees[top] if c not in self._digests]
+            if missing:
+                todo.extend(missing)
+                continue
+            todo.pop()
+            if top not in self._digests:
+                self._digests[top] = _rule_digest(self.rtn, top, self._starts[top], self._ends[top], self._digests)
+        return self._digests[rule]
+
+
+def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callee_digests: dict[int, bytes]) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    trans = rtn.trans[lo:hi]
+    h.update(np.where(trans >= 0, trans - lo, -1).astype(np.int32).tobytes())
+    h.update(rtn.accepting[lo:hi].tobytes())
+    h.update(int(rtn.rule_start[rule] - lo).to_bytes(4, "little"))
+    for state in range(lo, hi):
+        for callee, target in rtn.calls[state]:
+            h.update((state - lo).to_bytes(4, "little") + callee_digests[callee] + (target - lo).to_bytes(4, "little"))
+    return h.digest()

@@ -1,0 +1,61 @@
+"""Positions shared between grammars (`SharedPositions`): what a grammar takes from the process-wide
+cache equals what walking its own automata gives (`PositionClassifier(share=False)`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from codemask import Grammar
+from codemask.engine.position_classifier import PositionClassifier
+from codemask.engine.shared_positions import SharedPositions
+from codemask.engine.token_trie import token_trie
+from tests.engine.conftest import compiler, uncertain_pairs, vocabulary
+
+
+def test_positions_shared_between_grammars_equal_a_fresh_walk() -> None:
+    """Two schemas with the same string and number rules: the second takes those positions from the
+    process-wide cache, and they must be exactly what walking its own automata gives."""
+    trie = token_trie(vocabulary("llama3"))
+    first = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "number"}}}
+    second = {"type": "array", "items": {"type": "object", "properties": {
+        "title": {"type": "string", "maxLength": 80}, "score": {"type": "number"}}}, "maxItems": 40}
+    for schema in (first, second):
+        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema, mode="validate"))
+        positions = np.flatnonzero(compiled.artifacts.rtn.scanning)
+        shared = SharedPositions.of(trie)
+        hits_before = shared.hits
+        reused = PositionClassifier(compiled.core, trie, compiled.vocab_size).classify(positions)
+        fresh = PositionClassifier(compiled.core, trie, compiled.vocab_size, share=False).classify(positions)
+        assert (reused[0] == fresh[0]).all()
+        for a, b in zip(reused[1], fresh[1], strict=True):
+            assert (a is None) == (b is None)
+            if a is not None and b is not None:
+                assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
+    assert shared.hits > hits_before  # the second schema did reuse positions
+
+
+def test_free_string_positions_are_shared_whatever_follows_the_string() -> None:
+    """A free string is one shared rule (`Rule.shared`) whose positions are keyed without the bytes
+    that follow it: a string at the root (nothing follows), as an array item (``,``/``]``) and as
+    an object value reuse one walk, each filtered to its own followers, and equal a fresh walk."""
+    trie = token_trie(vocabulary("llama3"))
+    shared = SharedPositions.of(trie)
+    shared.clear()
+    schemas = [{"type": "string"}, {"type": "array", "items": {"type": "string"}},
+               {"type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]}]
+    string_rule_hits = 0
+    for schema in schemas:
+        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema, mode="validate"))
+        rtn = compiled.artifacts.rtn
+        assert rtn.shared is not None and rtn.shared.sum() == 1  # the free string, never inlined
+        in_string = np.flatnonzero(rtn.scanning & rtn.shared[rtn.state_rule])
+        hits_before = shared.hits
+        reused = PositionClassifier(compiled.core, trie, compiled.vocab_size).classify(in_string)
+        string_rule_hits += shared.hits - hits_before
+        fresh = PositionClassifier(compiled.core, trie, compiled.vocab_size, share=False).classify(in_string)
+        assert (reused[0] == fresh[0]).all()
+        for a, b in zip(reused[1], fresh[1], strict=True):
+            assert (a is None) == (b is None)
+            if a is not None and b is not None:
+                assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
+    assert string_rule_hits > 0  # the later grammars took the string's positions from the first
