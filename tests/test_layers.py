@@ -24,7 +24,8 @@ LAYERS = [
     ("codemask.engine", "codemask.assets"),
     ("codemask.decoding", "codemask.compilers"),
     ("codemask.monitors", "codemask.repetition", "codemask.adadec", "codemask.speculative", "codemask.metrics"),
-    ("codemask.generate", "codemask.hf", "codemask.cli", "codemask.server", "codemask.integrations"),
+    ("codemask.generate", "codemask.hf", "codemask.cli", "codemask.__main__", "codemask.server",
+     "codemask.integrations"),
 ]
 
 
