@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 
 from codemask import Grammar, constrained_generate
 from codemask.server.fim import completion_prompt
+from tests.monitors.conftest import write_project
 from tests.server.conftest import Served
 
 pytestmark = pytest.mark.slow
@@ -233,6 +235,21 @@ def test_fim_line_completions_at_held_out_cursors_parse_in_place(qwen_server: Se
             ast.parse(prefix + choice.text + suffix)
     assert ended >= len(cursors) // 2
     assert completion_prompt(qwen_server.tokenizer, "a", "b").startswith("<|fim_prefix|>")
+
+
+def test_a_workspace_and_path_turn_on_monitors(smollm2_server: Served, tmp_path: Path) -> None:
+    """``workspace`` + ``path``: a language server over the project checks the names the model writes.
+    Alone, SmolLM2 invents a member that ``Inventory`` lacks; monitored, it writes one it has."""
+    project = write_project(tmp_path)
+    prompt = (project / "main.py").read_text(encoding="utf-8") + "inv."
+    body = {"prompt": prompt, "max_tokens": 6, "temperature": 0}
+    plain = httpx.post(smollm2_server.url + "/v1/completions", json=body, timeout=120).json()
+    monitored = httpx.post(smollm2_server.url + "/v1/completions", timeout=120,
+                           json={**body, "workspace": str(project), "path": "main.py"}).json()
+    members = {"capacity", "shelves", "restock_shelf", "total_quantity"}
+    name = re.match(r"\w*", monitored["choices"][0]["text"])
+    assert name is not None and name.group() in members, monitored
+    assert re.match(r"\w*", plain["choices"][0]["text"]).group() not in members  # type: ignore[union-attr]
 
 
 def test_grammar_is_shared_between_requests(smollm2_server: Served) -> None:
