@@ -26,20 +26,37 @@ enum { PW_BYTE, PW_DEPTH, PW_LO, PW_HI, PW_TOKEN, PW_END, PW_ORDER, PW_LENGTH, P
  * unless a state on that chain may end the frame before a byte that may follow it (then some
  * tokens below are uncertain, and the nodes are visited). A free string's content loops on one
  * state (most of a vocabulary is printable ASCII other than the quote and the backslash); a
- * string of bounded length moves along a chain of states, one per character. */
+ * string of bounded length moves along a chain of states, one per character. The bytes of a
+ * multi-byte character go through states of their own, so the byte test refuses every subtree
+ * that holds one (a large share of a 128k vocabulary); where every such character leads from each
+ * state of the chain to the next (`utf8_uniform`), a subtree whose tokens are all well-formed
+ * UTF-8 (`bulk_utf8`), what lies past the last complete character included, is taken whole
+ * when it is no higher than the characters left on the chain (a character takes a byte at least). */
 #define BULK_TOKENS 4
 #define STEP_BITS 12
 #define CHAIN_MAX 1024
 #define CHAIN_LONG (1 << 30)
 
+/* The states of a UTF-8 decoder (RFC 3629: no overlong forms, surrogates or code points past
+ * U+10FFFF): between characters, 1-3 continuation bytes of 80-BF to go, and the four second bytes
+ * of narrower range (after E0, ED, F0 and F4), with two or one more to go after them. */
+enum { U8_START, U8_ONE, U8_TWO, U8_THREE, U8_AFTER_E0, U8_AFTER_ED, U8_AFTER_F0, U8_AFTER_F4, U8_STATES, U8_BAD = U8_STATES };
+
+#define UNSEEN (-4) /* (a record's `inside` not known yet) */
+
 /* What a walk knows of a parser state it met (`step_info`): the bytes it takes (`alive`), its most
  * common transition target and the bytes that lead there, and along the chain of those targets
  * (while each next state's common bytes include these): how many bytes a path of these bytes can
  * take (`len`, CHAIN_LONG for a loop), the state it then reaches (`end`) and how many of the states
- * on the way may not end the frame (`no_exit`); -1 while not known. */
-typedef struct {
-    int32_t state, target, len, no_exit, end;
+ * on the way may not end the frame (`no_exit`); -1 while not known. `next` is the next state's
+ * record while the chain goes on (itself for a loop), `chars` how many characters the chain takes
+ * where each may also be any multi-byte UTF-8 character (`char_chain`) and `chars_end` the state it
+ * then reaches; -1 while not known. */
+typedef struct StepInfo {
+    int32_t state, target, len, no_exit, end, chars, chars_end;
+    int32_t inside[U8_STATES]; /* per decoder state: where its characters end (`inside_target`) */
     uint32_t gen;
+    struct StepInfo *next;
     uint64_t bytes[4], alive[4];
 } StepInfo;
 
@@ -55,6 +72,10 @@ typedef struct {
      * (-1 for the others), and those bytes as 256-bit sets (`bulk_bytes`, four words each) */
     int32_t *bulk_of, *bulk_height;
     uint64_t *bulk_bytes;
+    int32_t *bulk_chars_above; /* per kept node: the characters its parent's prefix begins (`char_starts`) */
+    int32_t *row_chars; /* per row: the characters its token begins, whole or not (`char_starts`) */
+    uint8_t *bulk_utf8; /* per kept node, bit q: every token below is well-formed UTF-8 from the node's byte on,
+                         * decoded from state q (`utf8_bits`) */
     /* per walk: the states it met (`step_info`), open addressing by state, stamped by walk; full,
      * a walk visits its nodes one by one */
     StepInfo *steps;
@@ -110,43 +131,88 @@ static void pwalker_dealloc(PositionWalker *w) {
     free(w->bulk_of);
     free(w->bulk_height);
     free(w->bulk_bytes);
+    free(w->bulk_utf8);
+    free(w->bulk_chars_above);
+    free(w->row_chars);
     free(w->steps);
     free(w->roots);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
-/* `bulk_of`, `bulk_bytes` and `bulk_height`: a node's byte set is its own byte and its children's
- * sets, and its height one more than its highest child's, so one backward pass over the preorder
- * computes them all (for every node in scratch, then kept for the nodes with enough tokens below). */
+static int utf8_next(int q, uint8_t b) {
+    int cont = b >= 0x80 && b <= 0xBF;
+    switch (q) {
+    case U8_START:
+        if (b < 0x80) return U8_START;
+        if (b >= 0xC2 && b <= 0xDF) return U8_ONE;
+        if (b == 0xE0) return U8_AFTER_E0;
+        if (b == 0xED) return U8_AFTER_ED;
+        if (b >= 0xE1 && b <= 0xEF) return U8_TWO;
+        if (b == 0xF0) return U8_AFTER_F0;
+        if (b == 0xF4) return U8_AFTER_F4;
+        if (b >= 0xF1 && b <= 0xF3) return U8_THREE;
+        return U8_BAD;
+    case U8_ONE: return cont ? U8_START : U8_BAD;
+    case U8_TWO: return cont ? U8_ONE : U8_BAD;
+    case U8_THREE: return cont ? U8_TWO : U8_BAD;
+    case U8_AFTER_E0: return b >= 0xA0 && b <= 0xBF ? U8_ONE : U8_BAD;
+    case U8_AFTER_ED: return b >= 0x80 && b <= 0x9F ? U8_ONE : U8_BAD;
+    case U8_AFTER_F0: return b >= 0x90 && b <= 0xBF ? U8_TWO : U8_BAD;
+    default: return b >= 0x80 && b <= 0x8F ? U8_TWO : U8_BAD; /* U8_AFTER_F4 */
+    }
+}
+
+/* Per decoder state q (bit q): whether every token below node `i` is well-formed UTF-8 from its
+ * byte `b` on when decoding reaches it in state q, given the AND of its children's bits `below`. */
+static uint8_t utf8_bits(uint8_t b, uint8_t below) {
+    uint8_t bits = 0;
+    for (int q = 0; q < U8_STATES; q++) {
+        int after = utf8_next(q, b);
+        if (after != U8_BAD && (below >> after & 1)) bits |= (uint8_t)(1u << q);
+    }
+    return bits;
+}
+
+/* `bulk_of`, `bulk_bytes`, `bulk_height` and `bulk_utf8`: a node's byte set is its own byte and its
+ * children's sets, its height one more than its highest child's, and its UTF-8 bits follow from its
+ * byte and its children's (`utf8_bits`), so one backward pass over the preorder computes them all
+ * (for every node in scratch, then kept for the nodes with enough tokens below). */
 static int pwalker_bulk(PositionWalker *w) {
     const uint8_t *byte = w->v[PW_BYTE].buf;
     const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *end = w->v[PW_END].buf;
     Py_ssize_t n = w->nodes, kept = 0;
     uint64_t *all = (uint64_t *)malloc((size_t)(n ? n : 1) * 4 * sizeof(uint64_t));
     int32_t *height = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    uint8_t *utf8 = (uint8_t *)malloc((size_t)(n ? n : 1));
     w->bulk_of = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
-    if (!all || !height || !w->bulk_of) {
+    if (!all || !height || !utf8 || !w->bulk_of) {
         free(all);
         free(height);
+        free(utf8);
         return PyErr_NoMemory(), -1;
     }
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         uint64_t *set = all + 4 * i;
+        uint8_t below = 0xFF;
         memset(set, 0, 4 * sizeof(uint64_t));
         set[byte[i] >> 6] |= (uint64_t)1 << (byte[i] & 63);
         height[i] = 1;
         for (Py_ssize_t c = i + 1; c < end[i]; c = end[c]) {
             for (int k = 0; k < 4; k++) set[k] |= all[4 * c + k];
             if (height[c] + 1 > height[i]) height[i] = height[c] + 1;
+            below &= utf8[c];
         }
+        utf8[i] = utf8_bits(byte[i], below);
         w->bulk_of[i] = -1;
         if (hi[i] - lo[i] >= BULK_TOKENS) kept++;
     }
     w->bulk_bytes = (uint64_t *)malloc((size_t)(kept ? kept : 1) * 4 * sizeof(uint64_t));
     w->bulk_height = (int32_t *)malloc((size_t)(kept ? kept : 1) * sizeof(int32_t));
-    if (!w->bulk_bytes || !w->bulk_height) {
+    w->bulk_utf8 = (uint8_t *)malloc((size_t)(kept ? kept : 1));
+    if (!w->bulk_bytes || !w->bulk_height || !w->bulk_utf8) {
         free(all);
         free(height);
+        free(utf8);
         return PyErr_NoMemory(), -1;
     }
     kept = 0;
@@ -154,10 +220,37 @@ static int pwalker_bulk(PositionWalker *w) {
         if (hi[i] - lo[i] < BULK_TOKENS) continue;
         memcpy(w->bulk_bytes + 4 * kept, all + 4 * i, 4 * sizeof(uint64_t));
         w->bulk_height[kept] = height[i];
+        w->bulk_utf8[kept] = utf8[i];
         w->bulk_of[i] = (int32_t)kept++;
     }
     free(all);
     free(height);
+    free(utf8);
+    return 0;
+}
+
+/* `row_chars` and `bulk_chars_above`: how many characters a token, and the prefix above a kept
+ * node, begin (their bytes that are not continuation bytes 80-BF), over the preorder with the count
+ * of the current path kept per depth. */
+static int char_starts(PositionWalker *w) {
+    const uint8_t *byte = w->v[PW_BYTE].buf;
+    const int32_t *depth = w->v[PW_DEPTH].buf, *token = w->v[PW_TOKEN].buf;
+    int32_t *at = (int32_t *)calloc((size_t)(w->max_depth + 1), sizeof(int32_t));
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < w->nodes; i++) kept += w->bulk_of[i] >= 0;
+    w->row_chars = (int32_t *)malloc((size_t)(w->rows ? w->rows : 1) * sizeof(int32_t));
+    w->bulk_chars_above = (int32_t *)malloc((size_t)(kept ? kept : 1) * sizeof(int32_t));
+    if (!at || !w->row_chars || !w->bulk_chars_above) {
+        free(at);
+        return PyErr_NoMemory(), -1;
+    }
+    for (Py_ssize_t i = 0; i < w->nodes; i++) {
+        int32_t d = depth[i];
+        at[d] = at[d - 1] + ((byte[i] & 0xC0) != 0x80);
+        if (token[i] >= 0) w->row_chars[token[i]] = at[d];
+        if (w->bulk_of[i] >= 0) w->bulk_chars_above[w->bulk_of[i]] = at[d - 1];
+    }
+    free(at);
     return 0;
 }
 
@@ -193,7 +286,9 @@ static StepInfo *step_info(PositionWalker *w, Interner *x, PyObject *core, CoreV
     StepInfo *e = &w->steps[i];
     e->state = state;
     e->target = DEAD;
-    e->len = e->no_exit = e->end = -1;
+    e->len = e->no_exit = e->end = e->chars = e->chars_end = -1;
+    e->next = NULL;
+    for (int q = 0; q < U8_STATES; q++) e->inside[q] = UNSEEN;
     e->gen = w->gen;
     memset(e->bytes, 0, sizeof(e->bytes));
     memset(e->alive, 0, sizeof(e->alive));
@@ -250,6 +345,7 @@ static int chain_info(PositionWalker *w, Interner *x, PyObject *core, CoreView *
             c->len = CHAIN_LONG;
             c->no_exit = flagged ? 0 : CHAIN_LONG;
             c->end = c->state;
+            c->next = c;
             continue;
         }
         int32_t len = 0, no_exit = 0;
@@ -267,6 +363,7 @@ static int chain_info(PositionWalker *w, Interner *x, PyObject *core, CoreView *
             len = next->len;
             no_exit = next->no_exit;
             c->end = next->end;
+            c->next = next;
         }
         c->len = len >= CHAIN_LONG - 1 ? CHAIN_LONG : len + 1;
         c->no_exit = flagged ? 0 : (no_exit >= CHAIN_LONG - 1 ? CHAIN_LONG : no_exit + 1);
@@ -274,20 +371,228 @@ static int chain_info(PositionWalker *w, Interner *x, PyObject *core, CoreView *
     return 0;
 }
 
+/* The lead bytes of multi-byte UTF-8 characters by the range of their second byte and how many
+ * continuation bytes (80-BF) follow that one. */
+static const struct {
+    uint8_t lead_lo, lead_hi, second_lo, second_hi, more;
+} UTF8_LEADS[] = {
+    {0xC2, 0xDF, 0x80, 0xBF, 0}, {0xE0, 0xE0, 0xA0, 0xBF, 1}, {0xE1, 0xEC, 0x80, 0xBF, 1}, {0xED, 0xED, 0x80, 0x9F, 1},
+    {0xEE, 0xEF, 0x80, 0xBF, 1}, {0xF0, 0xF0, 0x90, 0xBF, 2}, {0xF1, 0xF3, 0x80, 0xBF, 2}, {0xF4, 0xF4, 0x80, 0x8F, 2},
+};
+
+/* The states inside a character already checked by `utf8_uniform` (with how many continuation
+ * bytes of 80-BF they have left), so that the characters of one lead byte share their checks. */
+#define UTF8_CHECKED 48
+typedef struct {
+    int32_t state[UTF8_CHECKED];
+    uint8_t more[UTF8_CHECKED];
+    int count;
+} Utf8Checked;
+
+/* Whether every byte of `lo`..`hi` from state `s` (inside a character, so it must not end the
+ * frame), then `more` continuation bytes, leads to `target`: 1 yes, 0 no, -1 on error. */
+static int utf8_rest(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, Utf8Checked *seen, int32_t s,
+                     int lo, int hi, int more, int32_t target) {
+    if (s < 0 || v->flags[s]) return 0;
+    int generic = lo == 0x80 && hi == 0xBF;
+    for (int k = 0; generic && k < seen->count; k++) {
+        if (seen->state[k] == s && seen->more[k] == more) return 1;
+    }
+    for (int b = lo; b <= hi; b++) {
+        int32_t next = core_step(x, core, v, s, (uint8_t)b);
+        if (next == FAILED) return -1;
+        if (more == 0) {
+            if (next != target) return 0;
+            continue;
+        }
+        int found = utf8_rest(w, x, core, v, seen, next, 0x80, 0xBF, more - 1, target);
+        if (found <= 0) return found;
+    }
+    if (generic) {
+        if (seen->count == UTF8_CHECKED) return 0; /* (too many states inside characters: not uniform) */
+        seen->state[seen->count] = s;
+        seen->more[seen->count++] = (uint8_t)more;
+    }
+    return 1;
+}
+
+/* Whether every multi-byte UTF-8 character takes `e`'s state to its common target, through states
+ * that may not end the frame: 1 yes, 0 no, -1 on error (an exception is set). */
+static int utf8_uniform(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, const StepInfo *e) {
+    if (e->target < 0) return 0;
+    Utf8Checked seen;
+    seen.count = 0;
+    for (size_t k = 0; k < sizeof(UTF8_LEADS) / sizeof(UTF8_LEADS[0]); k++) {
+        for (int lead = UTF8_LEADS[k].lead_lo; lead <= UTF8_LEADS[k].lead_hi; lead++) {
+            int32_t s = core_step(x, core, v, e->state, (uint8_t)lead);
+            if (s == FAILED) return -1;
+            int found = utf8_rest(w, x, core, v, &seen, s, UTF8_LEADS[k].second_lo, UTF8_LEADS[k].second_hi,
+                                  UTF8_LEADS[k].more, e->target);
+            if (found <= 0) return found;
+        }
+    }
+    return 1;
+}
+
+/* `chars` and `chars_end` of `e` (its `len` known) and of the states along its chain: 0 where a
+ * multi-byte character does not lead to the common target (`utf8_uniform`), else one more than
+ * the next state's (CHAIN_LONG for a loop). The chain is followed for CHAR_CHAIN_MAX states at
+ * most, each checked through the states inside its characters (several rows to fill per state,
+ * where a long bounded string has hundreds of states), and ends there: `chars` is then a lower
+ * bound, and the state reached takes more, so no subtree is cut at it. 0 done, -1 on error (an
+ * exception is set). */
+#define CHAR_CHAIN_MAX 16
+static int char_chain(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, StepInfo *e) {
+    StepInfo *chain[CHAR_CHAIN_MAX];
+    int k = 0;
+    chain[0] = e;
+    while (k + 1 < CHAR_CHAIN_MAX && chain[k]->next && chain[k]->next != chain[k] && chain[k]->next->chars < 0) {
+        chain[k + 1] = chain[k]->next;
+        k++;
+    }
+    for (; k >= 0; k--) {
+        StepInfo *c = chain[k];
+        int uniform = utf8_uniform(w, x, core, v, c);
+        if (uniform < 0) return -1;
+        if (!uniform) {
+            c->chars = 0;
+            c->chars_end = c->state;
+        } else if (c->next == c) {
+            c->chars = CHAIN_LONG;
+            c->chars_end = c->state;
+        } else if (c->next && c->next->chars >= 0) {
+            c->chars = c->next->chars >= CHAIN_LONG - 1 ? CHAIN_LONG : c->next->chars + 1;
+            c->chars_end = c->next->chars_end;
+        } else {
+            c->chars = 1;
+            c->chars_end = c->target;
+        }
+    }
+    return 0;
+}
+
+/* The bulk test of a subtree whose tokens are all well-formed UTF-8 (`bulk_utf8`) and whose ASCII
+ * bytes all lead to the common target of `e`: each character of a token (the last one perhaps cut
+ * short) moves one state along the chain of characters from `e`, so the tokens below are accepted
+ * exactly when they begin at most as many characters as the chain takes, where every byte below
+ * dies at its end and no state on the way may end the frame where exits are kept, but perhaps the
+ * last (`*exit_at_end`: the longer tokens leave the frame there). Its height where the chain is at
+ * least that long (a character takes a byte at least: every token is accepted), else that many
+ * characters with `*chars` set to it; -1 where this does not hold, -2 on error (an exception is
+ * set). */
+static int32_t bulk_chars(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, StepInfo *e,
+                          const uint64_t *bytes, int32_t height, const uint64_t *follow_bits, int32_t *chars,
+                          int *exit_at_end) {
+    if ((bytes[0] & ~e->bytes[0]) || (bytes[1] & ~e->bytes[1])) return -1;
+    if (e->len < 0 && chain_info(w, x, core, v, e)) return -2;
+    if (e->chars < 0 && char_chain(w, x, core, v, e)) return -2;
+    int32_t reach = e->chars < height ? e->chars : height;
+    if (follow_bits && meets(bytes, follow_bits) && e->no_exit < (reach < height - 1 ? reach : height - 1)) {
+        if (reach == height || e->no_exit != reach - 1) return -1;
+        *exit_at_end = 1;
+    }
+    if (reach == height) return height;
+    StepInfo *last = step_info(w, x, core, v, e->chars_end); /* where the chain ends: every byte below must die */
+    if (!last) return PyErr_Occurred() ? -2 : -1;
+    if (meets(bytes, last->alive)) return -1;
+    *chars = reach;
+    return reach;
+}
+
+/* Per decoder state inside a character: the range of the next byte, how many continuation bytes of
+ * 80-BF follow it, and so how many bytes end the character. */
+static const struct {
+    uint8_t lo, hi, more, bytes;
+} UTF8_REST[U8_STATES] = {
+    {0, 0, 0, 0}, /* (U8_START: between characters) */
+    {0x80, 0xBF, 0, 1}, {0x80, 0xBF, 1, 2}, {0x80, 0xBF, 2, 3}, {0xA0, 0xBF, 1, 2},
+    {0x80, 0x9F, 1, 2}, {0x90, 0xBF, 2, 3}, {0x80, 0x8F, 2, 3},
+};
+
+/* Where the rest of every character from `e`'s state ends when the state is taken to be inside a
+ * character at decoder state `q` (all of them at one state, through states that may not end the
+ * frame), else DEAD; FAILED on error (an exception is set). Kept in `e->inside`. */
+static int32_t inside_target(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, StepInfo *e, int q) {
+    if (e->inside[q] != UNSEEN) return e->inside[q];
+    int32_t t = e->state;
+    for (int k = 0; k <= UTF8_REST[q].more && t >= 0; k++) {
+        t = core_step(x, core, v, t, k ? 0x80 : UTF8_REST[q].lo); /* (one character: its end is the candidate) */
+        if (t == FAILED) return FAILED;
+    }
+    if (t >= 0) {
+        Utf8Checked seen;
+        seen.count = 0;
+        int found = utf8_rest(w, x, core, v, &seen, e->state, UTF8_REST[q].lo, UTF8_REST[q].hi, UTF8_REST[q].more, t);
+        if (found < 0) return FAILED;
+        if (!found) t = DEAD;
+    }
+    e->inside[q] = t < 0 ? DEAD : t;
+    return e->inside[q];
+}
+
+/* The bulk test of a subtree entered inside a character (its tokens well-formed UTF-8 from one of
+ * the decoder states `bits` besides U8_START): where, for such a decoder state, every rest of a
+ * character leads to one same state (`inside_target`) from which the chain of characters takes
+ * what follows as in `bulk_chars` (the characters counted are those that begin below the node). */
+static int32_t bulk_inside(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, StepInfo *e,
+                           const uint64_t *bytes, int32_t height, const uint64_t *follow_bits, uint8_t bits,
+                           int32_t *chars, int *exit_at_end) {
+    for (int q = U8_ONE; q < U8_STATES; q++) {
+        if (!(bits >> q & 1)) continue;
+        int32_t t = inside_target(w, x, core, v, e, q);
+        if (t == FAILED) return -2;
+        if (t < 0) continue;
+        int32_t rest = height - UTF8_REST[q].bytes; /* (bytes past the character's end, at most) */
+        if (rest <= 0) return height;
+        StepInfo *te = step_info(w, x, core, v, t);
+        if (!te) return PyErr_Occurred() ? -2 : -1;
+        if (te->target < 0 || (bytes[0] & ~te->bytes[0]) || (bytes[1] & ~te->bytes[1])) continue;
+        if (te->len < 0 && chain_info(w, x, core, v, te)) return -2;
+        if (te->chars < 0 && char_chain(w, x, core, v, te)) return -2;
+        int32_t reach = te->chars < rest ? te->chars : rest;
+        int exits = 0;
+        if (follow_bits && meets(bytes, follow_bits) && (v->flags[t] || te->no_exit < (reach < rest - 1 ? reach : rest - 1))) {
+            /* (the states after 0, 1, ... characters past the end of this one: only the last may end the frame) */
+            if (reach == rest || (reach ? v->flags[t] || te->no_exit != reach - 1 : !v->flags[t])) continue;
+            exits = 1;
+        }
+        if (reach == rest) return height;
+        StepInfo *last = step_info(w, x, core, v, te->chars_end);
+        if (!last) return PyErr_Occurred() ? -2 : -1;
+        if (meets(bytes, last->alive)) continue;
+        *chars = reach;
+        *exit_at_end = exits;
+        return reach;
+    }
+    return -1;
+}
+
 /* How many bytes below a node (with byte set `bytes` and height `height`, entered from `state`)
  * every path takes uniformly, all of them accepted and then none (see BULK_TOKENS): the tokens
  * below the node are then accepted exactly when they are at most that long, and no token below
- * leaves the frame where a residual could be kept; -1 where this does not hold (the nodes are then
+ * leaves the frame where a residual could be kept but perhaps at the chain's end, where every longer
+ * token then leaves it (`*exit_at_end` set); -1 where this does not hold (the nodes are then
  * visited one by one), -2 on error (an exception is set). `follow_bits` are the bytes a residual
- * may begin with (NULL: exits are not kept). */
+ * may begin with (NULL: exits are not kept); `utf8`: the decoder states from which every token
+ * below is well-formed UTF-8 (`bulk_utf8`), so that the chain may be one of characters
+ * (`bulk_chars`, or `bulk_inside` for a subtree that begins inside a character), and then the
+ * tokens accepted are those that begin at most `*chars` characters below the node where it is set
+ * (not every token accepted). */
 static int32_t bulk_reach(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state,
-                          const uint64_t *bytes, int32_t height, const uint64_t *follow_bits) {
+                          const uint64_t *bytes, int32_t height, const uint64_t *follow_bits, uint8_t utf8,
+                          int32_t *chars, int *exit_at_end) {
     StepInfo *e = step_info(w, x, core, v, state);
     if (!e) return PyErr_Occurred() ? -2 : -1;
-    if (e->target < 0 || !subset_of(bytes, e->bytes)) return -1;
+    if (utf8 & ~1u) return bulk_inside(w, x, core, v, e, bytes, height, follow_bits, utf8, chars, exit_at_end);
+    if (e->target < 0) return -1;
+    if (!subset_of(bytes, e->bytes))
+        return utf8 ? bulk_chars(w, x, core, v, e, bytes, height, follow_bits, chars, exit_at_end) : -1;
     if (e->len < 0 && chain_info(w, x, core, v, e)) return -2;
     int32_t reach = e->len < height ? e->len : height;
-    if (follow_bits && meets(bytes, follow_bits) && e->no_exit < (reach < height - 1 ? reach : height - 1)) return -1;
+    if (follow_bits && meets(bytes, follow_bits) && e->no_exit < (reach < height - 1 ? reach : height - 1)) {
+        if (reach == height || e->no_exit != reach - 1) return -1;
+        *exit_at_end = 1; /* (only the chain's last state may end the frame: the longer tokens leave it there) */
+    }
     if (reach == height) return reach;
     StepInfo *last = step_info(w, x, core, v, e->end); /* where the chain ends: every byte below must die */
     if (!last) return PyErr_Occurred() ? -2 : -1;
@@ -352,7 +657,7 @@ static PyObject *pwalker_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         Py_DECREF(w);
         return PyErr_NoMemory();
     }
-    if (pwalker_bulk(w)) {
+    if (pwalker_bulk(w) || char_starts(w)) {
         Py_DECREF(w);
         return NULL;
     }
@@ -414,6 +719,25 @@ static int32_t suffix_map_get(SuffixMap *m, int64_t key, int32_t fresh) {
     m->key[i] = key;
     m->value[i] = fresh;
     return fresh;
+}
+
+/* Add rows `first`..`last` (those not accepted outright: `ok_rows` of a memo entry, else this walk's
+ * stamps) to the uncertain tokens `unc`, with their residuals from byte `d` on made distinct by
+ * `map`; 0, or -1 on error (an exception is set). */
+static int list_uncertain(PositionWalker *w, SuffixMap *map, IntBuf *unc, const uint64_t *ok_rows, uint32_t gen,
+                          int32_t first, int32_t last, int32_t d) {
+    const int32_t *length = w->v[PW_LENGTH].buf;
+    const int64_t *suffix_start = w->v[PW_SUFFIX_START].buf, *suffix_ids = w->v[PW_SUFFIX_IDS].buf;
+    for (int32_t row = first; row < last; row++) {
+        if (ok_rows ? (ok_rows[row >> 6] >> (row & 63) & 1) : w->ok_stamp[row] == gen) continue;
+        if (d >= length[row]) return cm_bad("trie arrays: a token below a node is not longer than the node's prefix");
+        int32_t fresh = (int32_t)unc[2].size;
+        int32_t r = suffix_map_get(map, suffix_ids[suffix_start[row] + d], fresh);
+        if (buf_push(&unc[0], row) || buf_push(&unc[1], r)) return -1;
+        if (r == fresh && (buf_push(&unc[2], row) || buf_push(&unc[3], d) || buf_push(&unc[4], length[row] - d)))
+            return -1;
+    }
+    return 0;
 }
 
 /* ---- a parser core's memo of trie walks below first bytes (`WalkMemo`) ---- */
@@ -525,7 +849,9 @@ static MemoEntry *memo_entry(WalkMemo *m, PositionWalker *w, int32_t state, cons
 
 /* Where a walk records what it finds: accepted tokens into `words`, and per row either a stamp
  * (`w->ok_stamp`, a walk of its own) or a bit of a memo entry's `rows`; exits into `exits` as
- * (root, node, depth) triples. */
+ * (root, node, depth) triples (every token below the node's children leaves the frame after
+ * `depth` bytes), or (root, -1 - node, code) for a subtree taken whole whose longer tokens leave it
+ * where the chain ends (`bulk_exit_at`). */
 typedef struct {
     uint32_t *words;
     uint64_t *rows; /* NULL: stamps */
@@ -535,7 +861,7 @@ typedef struct {
     const uint64_t *follow_bits; /* the bytes exits may continue with, for the bulk test (NULL: none kept) */
 } Sink;
 
-static void sink_ok(PositionWalker *w, const Sink *k, int32_t row) {
+static inline void sink_ok(PositionWalker *w, const Sink *k, int32_t row) {
     const int32_t *order = w->v[PW_ORDER].buf;
     int32_t id = order[row];
     k->words[id >> 5] |= (uint32_t)1 << (id & 31);
@@ -544,6 +870,41 @@ static void sink_ok(PositionWalker *w, const Sink *k, int32_t row) {
     } else {
         w->ok_stamp[row] = w->gen;
     }
+}
+
+/* A subtree's exit (`Sink`) counts characters rather than bytes. */
+#define CHAR_EXIT (1 << 30)
+
+/* Where token `row` goes on past its first `chars` characters from byte `from` (its bytes from
+ * there that are not continuation bytes: a token that begins more of them). */
+static int32_t char_offset(const PositionWalker *w, int32_t row, int32_t from, int32_t chars) {
+    const uint8_t *token = (const uint8_t *)w->v[PW_MATRIX].buf + (Py_ssize_t)row * w->width;
+    int32_t at = from;
+    for (int32_t seen = 0;; at++) {
+        if ((token[at] & 0xC0) != 0x80 && seen++ == chars) return at;
+    }
+}
+
+/* The most a token below bulk node `node` may hold of what `code` counts, to be accepted: `code`
+ * bytes below the node's prefix, or with CHAR_EXIT that many characters begun there. */
+static inline int32_t bulk_limit(const PositionWalker *w, int32_t node, int32_t code) {
+    const int32_t *depth = w->v[PW_DEPTH].buf;
+    if (code & CHAR_EXIT) return w->bulk_chars_above[w->bulk_of[node]] + (code & ~CHAR_EXIT);
+    return depth[node] - 1 + code;
+}
+
+/* Whether token `row` holds more than `limit` (`bulk_limit`) of what `code` counts. */
+static inline int bulk_longer(const PositionWalker *w, int32_t code, int32_t limit, int32_t row) {
+    const int32_t *length = w->v[PW_LENGTH].buf;
+    return code & CHAR_EXIT ? w->row_chars[row] > limit : length[row] > limit;
+}
+
+/* Where token `row` leaves the frame in the exit (root, -1 - `node`, `code`) of a subtree taken whole
+ * (`limit` from `bulk_limit`), or -1 where it does not (it is accepted): past the chain's end. */
+static int32_t bulk_exit_at(const PositionWalker *w, int32_t node, int32_t code, int32_t limit, int32_t row) {
+    const int32_t *depth = w->v[PW_DEPTH].buf;
+    if (!bulk_longer(w, code, limit, row)) return -1;
+    return code & CHAR_EXIT ? char_offset(w, row, depth[node] - 1, code & ~CHAR_EXIT) : limit;
 }
 
 /* The scan of the preorder nodes `begin`..`stop` (a run of whole subtrees whose parent's state is
@@ -557,16 +918,28 @@ static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *
         int32_t d = depth[i];
         int32_t bulk = w->bulk_of[i];
         if (bulk >= 0) {
-            int32_t height = w->bulk_height[bulk];
+            int32_t height = w->bulk_height[bulk], chars = -1;
+            int exit_at_end = 0;
             int32_t reach = bulk_reach(w, x, core, v, w->path[d - 1], w->bulk_bytes + 4 * (Py_ssize_t)bulk, height,
-                                       k->keep_exits ? k->follow_bits : NULL);
+                                       k->keep_exits ? k->follow_bits : NULL, w->bulk_utf8[bulk], &chars, &exit_at_end);
             if (reach == -2) return -1;
             if (reach >= 0) {
-                int32_t longest = d - 1 + reach; /* the tokens below at most this long are accepted */
-                for (int32_t row = lo[i]; row < hi[i]; row++) {
-                    if (reach < height && length[row] > longest) continue;
-                    sink_ok(w, k, row);
+                int32_t code = chars >= 0 ? CHAR_EXIT | chars : reach; /* the tokens below accepted (`bulk_longer`) */
+                int32_t limit = bulk_limit(w, (int32_t)i, code);
+                if (chars < 0 && reach == height) {
+                    for (int32_t row = lo[i]; row < hi[i]; row++) sink_ok(w, k, row);
+                } else if (chars < 0) {
+                    for (int32_t row = lo[i]; row < hi[i]; row++) {
+                        if (length[row] <= limit) sink_ok(w, k, row);
+                    }
+                } else {
+                    for (int32_t row = lo[i]; row < hi[i]; row++) {
+                        if (w->row_chars[row] <= limit) sink_ok(w, k, row);
+                    }
                 }
+                if (exit_at_end &&
+                    (buf_push(k->exits, k->root) || buf_push(k->exits, (int32_t)(-1 - i)) || buf_push(k->exits, code)))
+                    return -1;
                 i = end[i];
                 continue;
             }
@@ -693,8 +1066,6 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
     }
     const uint8_t *byte = w->v[PW_BYTE].buf;
     const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *token = w->v[PW_TOKEN].buf, *end = w->v[PW_END].buf;
-    const int32_t *length = w->v[PW_LENGTH].buf;
-    const int64_t *suffix_start = w->v[PW_SUFFIX_START].buf, *suffix_ids = w->v[PW_SUFFIX_IDS].buf;
     PyObject *words_out = NULL, *result = NULL;
     IntBuf exits = {0}, unc[5];
     memset(unc, 0, sizeof(unc));
@@ -772,12 +1143,21 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
             if (walk_nodes(w, x, core, &v, i + 1, end[i], &direct)) goto done;
         }
     }
-    /* the exits: the tokens below each exit node, by child, where the residual's first byte may
-     * follow the frame and the token is not accepted outright (rows read from the memo entry that
-     * holds the exit's subtree, else from this walk's stamps) */
+    /* the exits: the tokens below each exit node, by child, and the tokens that exit alone, where
+     * the residual's first byte may follow the frame and the token is not accepted outright (rows
+     * read from the memo entry that holds the exit's subtree, else from this walk's stamps) */
     Py_ssize_t count = 0;
-    for (Py_ssize_t k = 0; follow && k < exits.size; k += 3) {
+    const uint8_t *matrix = w->v[PW_MATRIX].buf;
+    for (Py_ssize_t k = 0; follow && k < exits.size && count <= max_uncertain; k += 3) {
         int32_t i = exits.data[k + 1];
+        if (i < 0) { /* a subtree's exits */
+            int32_t node = -1 - i, code = exits.data[k + 2], limit = bulk_limit(w, node, code);
+            for (int32_t row = lo[node]; row < hi[node]; row++) {
+                int32_t at = bulk_exit_at(w, node, code, limit, row);
+                count += at >= 0 && follow[matrix[(Py_ssize_t)row * w->width + at]];
+            }
+            continue;
+        }
         for (int32_t c = i + 1; c < end[i]; c = end[c]) {
             if (follow[byte[c]]) count += hi[c] - lo[c];
         }
@@ -791,20 +1171,18 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
     for (Py_ssize_t k = 0; follow && k < exits.size; k += 3) {
         int32_t source = exits.data[k], i = exits.data[k + 1], d = exits.data[k + 2];
         const uint64_t *ok_rows = source >= 256 ? used[source - 256]->rows : NULL;
-        for (int32_t c = i + 1; c < end[i]; c = end[c]) {
-            if (!follow[byte[c]]) continue;
-            for (int32_t row = lo[c]; row < hi[c]; row++) {
-                if (ok_rows ? (ok_rows[row >> 6] >> (row & 63) & 1) : w->ok_stamp[row] == gen) continue;
-                if (d >= length[row]) {
-                    cm_bad("trie arrays: a token below a node is not longer than the node's prefix");
-                    goto done;
-                }
-                int32_t fresh = (int32_t)unc[2].size;
-                int32_t r = suffix_map_get(&map, suffix_ids[suffix_start[row] + d], fresh);
-                if (buf_push(&unc[0], row) || buf_push(&unc[1], r)) goto done;
-                if (r == fresh && (buf_push(&unc[2], row) || buf_push(&unc[3], d) || buf_push(&unc[4], length[row] - d)))
+        if (i < 0) { /* a subtree's exits (`d`: its code) */
+            int32_t node = -1 - i, limit = bulk_limit(w, node, d);
+            for (int32_t row = lo[node]; row < hi[node]; row++) {
+                int32_t at = bulk_exit_at(w, node, d, limit, row);
+                if (at >= 0 && follow[matrix[(Py_ssize_t)row * w->width + at]] &&
+                    list_uncertain(w, &map, unc, ok_rows, gen, row, row + 1, at))
                     goto done;
             }
+            continue;
+        }
+        for (int32_t c = i + 1; c < end[i]; c = end[c]) {
+            if (follow[byte[c]] && list_uncertain(w, &map, unc, ok_rows, gen, lo[c], hi[c], d)) goto done;
         }
     }
     result = PyTuple_New(6);
