@@ -471,6 +471,25 @@ static int char_chain(PositionWalker *w, Interner *x, PyObject *core, CoreView *
     return 0;
 }
 
+/* How far a subtree (byte set `bytes`, height `height`) is taken whole along a chain that runs
+ * `length` steps to state `end`, leaving the frame nowhere before `no_exit` steps: the chain's
+ * reach, or -1 where the subtree must be walked (a token could leave the frame before the chain's
+ * last state, or a byte below the chain's end lives on), -2 on error. `*exit_at_end` is set where
+ * only the chain's last state may end the frame: the longer tokens leave it there. */
+static int32_t chain_reach(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t length,
+                           int32_t no_exit, int32_t end, const uint64_t *bytes, int32_t height,
+                           const uint64_t *follow_bits, int *exit_at_end) {
+    int32_t reach = length < height ? length : height;
+    if (follow_bits && meets(bytes, follow_bits) && no_exit < (reach < height - 1 ? reach : height - 1)) {
+        if (reach == height || no_exit != reach - 1) return -1;
+        *exit_at_end = 1;
+    }
+    if (reach == height) return reach;
+    StepInfo *last = step_info(w, x, core, v, end); /* where the chain ends: every byte below must die */
+    if (!last) return PyErr_Occurred() ? -2 : -1;
+    return meets(bytes, last->alive) ? -1 : reach;
+}
+
 /* The bulk test of a subtree whose tokens are all well-formed UTF-8 (`bulk_utf8`) and whose ASCII
  * bytes all lead to the common target of `e`: each character of a token (the last one perhaps cut
  * short) moves one state along the chain of characters from `e`, so the tokens below are accepted
@@ -486,16 +505,9 @@ static int32_t bulk_chars(PositionWalker *w, Interner *x, PyObject *core, CoreVi
     if ((bytes[0] & ~e->bytes[0]) || (bytes[1] & ~e->bytes[1])) return -1;
     if (e->len < 0 && chain_info(w, x, core, v, e)) return -2;
     if (e->chars < 0 && char_chain(w, x, core, v, e)) return -2;
-    int32_t reach = e->chars < height ? e->chars : height;
-    if (follow_bits && meets(bytes, follow_bits) && e->no_exit < (reach < height - 1 ? reach : height - 1)) {
-        if (reach == height || e->no_exit != reach - 1) return -1;
-        *exit_at_end = 1;
-    }
-    if (reach == height) return height;
-    StepInfo *last = step_info(w, x, core, v, e->chars_end); /* where the chain ends: every byte below must die */
-    if (!last) return PyErr_Occurred() ? -2 : -1;
-    if (meets(bytes, last->alive)) return -1;
-    *chars = reach;
+    int32_t reach = chain_reach(w, x, core, v, e->chars, e->no_exit, e->chars_end, bytes, height, follow_bits,
+                                exit_at_end);
+    if (reach >= 0 && reach < height) *chars = reach;
     return reach;
 }
 
@@ -588,15 +600,7 @@ static int32_t bulk_reach(PositionWalker *w, Interner *x, PyObject *core, CoreVi
     if (!subset_of(bytes, e->bytes))
         return utf8 ? bulk_chars(w, x, core, v, e, bytes, height, follow_bits, chars, exit_at_end) : -1;
     if (e->len < 0 && chain_info(w, x, core, v, e)) return -2;
-    int32_t reach = e->len < height ? e->len : height;
-    if (follow_bits && meets(bytes, follow_bits) && e->no_exit < (reach < height - 1 ? reach : height - 1)) {
-        if (reach == height || e->no_exit != reach - 1) return -1;
-        *exit_at_end = 1; /* (only the chain's last state may end the frame: the longer tokens leave it there) */
-    }
-    if (reach == height) return reach;
-    StepInfo *last = step_info(w, x, core, v, e->end); /* where the chain ends: every byte below must die */
-    if (!last) return PyErr_Occurred() ? -2 : -1;
-    return meets(bytes, last->alive) ? -1 : reach;
+    return chain_reach(w, x, core, v, e->len, e->no_exit, e->end, bytes, height, follow_bits, exit_at_end);
 }
 
 /* The arrays' shapes and every index they hold, checked once: the walks then read them unchecked. */
