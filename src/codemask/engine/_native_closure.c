@@ -242,6 +242,10 @@ static int mark_state(Interner *x, PyObject *core, Py_ssize_t id, int flag, int 
         if (!done) return -1;
         Py_DECREF(done);
     }
+    /* (rows are written only here, as their state is interned: the table is reserved untouched) */
+    if (cm_held_view(&x->held_table, core, "core", "table", sizeof(int32_t), (id + 1) * x->alphabet)) return -1;
+    int32_t *row = (int32_t *)x->held_table.view.buf + id * x->alphabet;
+    for (Py_ssize_t symbol = 0; symbol < x->alphabet; symbol++) row[symbol] = UNKNOWN;
     if (cm_held_view(&x->held_flags, core, "core", "flags", 1, id + 1)) return -1;
     ((uint8_t *)x->held_flags.view.buf)[id] = (uint8_t)flag;
     if (cm_held_view(&x->held_has_stacks, core, "core", "has_stacks", 1, id + 1)) return -1;

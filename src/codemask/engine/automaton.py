@@ -782,21 +782,22 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     names = list(rules)
     rule_index = {name: i for i, name in enumerate(names)}
     dfas = [_rule_dfa(name, rules[name], rule_index, alphabet, terminal_index) for name in names]
-    offsets = np.cumsum([0] + [len(d.accepting) for d in dfas])
-    trans_parts: list[np.ndarray] = []
+    sizes = np.array([len(d.accepting) for d in dfas], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    state_rule = np.repeat(np.arange(len(dfas), dtype=np.int32), sizes)
+    trans = np.concatenate([d.trans for d in dfas]).astype(np.int32)
+    np.add(trans, offsets[state_rule].astype(np.int32)[:, None], out=trans, where=trans >= 0)
     calls: list[tuple[tuple[int, int], ...]] = []
-    owners: list[np.ndarray] = []
-    for r, (dfa, off) in enumerate(zip(dfas, offsets[:-1], strict=True)):
-        trans_parts.append(np.where(dfa.trans >= 0, dfa.trans + off, -1).astype(np.int32))
-        calls.extend(tuple((callee, int(t + off)) for callee, t in sorted(c.items())) for c in dfa.calls)
-        owners.append(np.full(len(dfa.accepting), r, dtype=np.int32))
+    for dfa, off in zip(dfas, offsets[:-1].tolist(), strict=True):
+        calls.extend(tuple((callee, t + off) for callee, t in sorted(c.items())) if c else () for c in dfa.calls)
     return RTN(
-        trans=np.concatenate(trans_parts),
+        trans=trans,
         accepting=np.concatenate([d.accepting for d in dfas]),
         calls=calls,
         rule_names=names,
-        rule_start=np.array([off + d.start for d, off in zip(dfas, offsets[:-1], strict=True)], dtype=np.int32),
-        state_rule=np.concatenate(owners),
+        rule_start=np.array([off + d.start for d, off in zip(dfas, offsets[:-1].tolist(), strict=True)],
+                            dtype=np.int32),
+        state_rule=state_rule,
         start_rule=rule_index[start],
         shared=np.array([name in shared for name in names], dtype=bool),
     )

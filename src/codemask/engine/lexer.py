@@ -45,6 +45,7 @@ from codemask.engine.indentation import (
     next_column,
 )
 from codemask.engine.parser import DEAD, UNKNOWN, ParserCore
+from codemask.engine.state_table import grown, unwritten_rows
 from codemask.errors import GrammarError
 from codemask.grammar.ir import Terminal
 
@@ -120,6 +121,10 @@ def build_terminal_automata(terminals: list[Terminal], ignore: set[str]) -> Term
 
 K = TypeVar("K", bound=Hashable)
 
+# Lexer states (and combined states) an interner has room for before its table moves (see
+# `codemask.engine.state_table`): fewer than a byte-level parser meets.
+RESERVED_LEXER_STATES = 4096
+
 
 class _Interner(Generic[K]):
     """Interned keys with a memo table ``table[id, byte]`` of transitions (grown on demand)."""
@@ -127,7 +132,7 @@ class _Interner(Generic[K]):
     def __init__(self) -> None:
         self.keys: list[K] = []
         self._index: dict[K, int] = {}
-        self.table = np.full((64, BYTE_ALPHABET), UNKNOWN, dtype=np.int32)
+        self.table = unwritten_rows(RESERVED_LEXER_STATES, BYTE_ALPHABET)  # (a row written as its key is interned)
         self.lock = threading.RLock()
 
     def intern(self, key: K) -> int:
@@ -136,9 +141,8 @@ class _Interner(Generic[K]):
             found = self._index[key] = len(self.keys)
             self.keys.append(key)
             if found >= len(self.table):
-                grown = np.full((2 * len(self.table), BYTE_ALPHABET), UNKNOWN, dtype=np.int32)
-                grown[: len(self.table)] = self.table
-                self.table = grown
+                self.table = grown(self.table)
+            self.table[found] = UNKNOWN
             self._on_new(found, key)
         return found
 

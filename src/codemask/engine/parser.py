@@ -36,6 +36,7 @@ import numpy as np
 
 from codemask.engine import native
 from codemask.engine.automaton import RTN, distinct_rows
+from codemask.engine.state_table import RESERVED_STATES, grown, unwritten_rows
 from codemask.errors import GrammarError
 
 ROOT = -1
@@ -74,11 +75,12 @@ class ParserCore:
         self.state_stacks: list[tuple[int, ...]] = []
         self.state_flag: list[bool] = []
         self._state_index: dict[tuple[tuple[int, ...], bool], int] = {}
-        self.table = np.full((64, self.alphabet), UNKNOWN, dtype=np.int32)
+        # a row per parser state, written as its state is interned (`unwritten_rows`)
+        self.table = unwritten_rows(RESERVED_STATES, self.alphabet)
         # per parser state, as arrays for vectorised walks: the bottom flag, and whether any stack
         # still waits on input (a state with only the flag refuses every further byte)
-        self.flags = np.zeros(64, dtype=bool)
-        self.has_stacks = np.zeros(64, dtype=bool)
+        self.flags = np.zeros(RESERVED_STATES, dtype=bool)
+        self.has_stacks = np.zeros(RESERVED_STATES, dtype=bool)
         self.lock = threading.RLock()
         self._allowed_sets: dict[int, frozenset[int]] = {}
         self._native = self._native_interner()
@@ -163,14 +165,15 @@ class ParserCore:
             self.state_flag.append(flag)
             if found >= len(self.table):
                 self._grow()
+            self.table[found] = UNKNOWN
             self.flags[found] = flag
             self.has_stacks[found] = bool(stacks)
         return found
 
     def _grow(self) -> None:
+        """Twice the room (the rows of states not interned yet are left unwritten)."""
         size = 2 * len(self.table)
-        table = np.full((size, self.alphabet), UNKNOWN, dtype=np.int32)
-        table[: len(self.table)] = self.table
+        table = grown(self.table)
         self.flags = np.concatenate([self.flags, np.zeros(size - len(self.flags), dtype=bool)])
         self.has_stacks = np.concatenate([self.has_stacks, np.zeros(size - len(self.has_stacks), dtype=bool)])
         self.table = table

@@ -154,12 +154,16 @@ class Terminal:
 
 @dataclass(frozen=True)
 class GrammarIR:
-    """Rules plus the start rule, and for lexer-mode grammars the terminals and ignored ones."""
+    """Rules plus the start rule, and for lexer-mode grammars the terminals and ignored ones.
+
+    ``productive``: the front-end has already dropped the rules that derive no finite string
+    (`optimize.drop_unproductive`), so the optimiser need not look again."""
 
     rules: dict[str, Rule]
     start: str
     terminals: dict[str, Terminal] = field(default_factory=dict)
     ignore: tuple[str, ...] = ()
+    productive: bool = False
 
     @property
     def lexer_mode(self) -> bool:

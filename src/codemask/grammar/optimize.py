@@ -62,7 +62,8 @@ def optimize(ir: GrammarIR) -> GrammarIR:
     """Return an equivalent grammar ready for automaton construction (see module docstring)."""
     check_references(ir)
     rules = reachable_rules(ir.rules, ir.start)
-    rules = drop_unproductive(rules, ir.start)
+    if not ir.productive:  # (a subset of productive rules, reachable from the start, is productive)
+        rules = drop_unproductive(rules, ir.start)
     rules = eliminate_left_recursion(rules, ir.start)
     rules = count_large_repeats(inline_rules(rules, ir.start))
     return GrammarIR(rules=rules, start=ir.start, terminals=ir.terminals, ignore=ir.ignore)
@@ -444,8 +445,13 @@ def _strongly_connected(rules: dict[str, Rule], edges: Callable[[str], Set[str]]
 
 def recursive_rules(rules: dict[str, Rule]) -> set[str]:
     """Rules that can (directly or indirectly) call themselves."""
+    return _recursive(rules, _strongly_connected(rules, lambda r: references(rules[r].body)))
+
+
+def _recursive(rules: dict[str, Rule], components: list[list[str]]) -> set[str]:
+    """The rules of the call graph's strongly connected ``components`` that can call themselves."""
     found: set[str] = set()
-    for component in _strongly_connected(rules, lambda r: references(rules[r].body)):
+    for component in components:
         if len(component) > 1 or component[0] in references(rules[component[0]].body):
             found.update(component)
     return found
@@ -492,12 +498,14 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     Rules with a lookahead assertion keep their identity (their lookahead belongs to them), and
     so do shared rules (`Rule.shared`: their masks are shared between grammars).
     """
-    keep = recursive_rules(rules) | {start} | {n for n, r in rules.items() if r.lookahead is not None or r.shared}
+    # (the components come callees first: non-recursive callees before their callers)
+    components = _strongly_connected(rules, lambda r: references(rules[r].body))
+    keep = _recursive(rules, components) | {start} | {n for n, r in rules.items() if r.lookahead is not None or r.shared}
     uses: Counter[str] = Counter()
     for rule in rules.values():
         _count_uses(rule.body, uses)
     bodies: dict[str, Expr] = {}
-    order = _topological(rules)
+    order = [name for component in components for name in component]
 
     def inlined(name: str) -> Expr | None:
         return None if name in keep else bodies[name]
@@ -536,11 +544,3 @@ def _count_uses(expr: Expr, uses: Counter[str]) -> None:
             # the automaton unrolls a bounded repetition: each copy is a use of the rules inside
             unrolled = max(node.min, 1) + 1 if node.max is None else max(node.max, 1)
             stack.append((node.item, copies * unrolled))
-
-
-def _topological(rules: dict[str, Rule]) -> list[str]:
-    """Rules ordered so that non-recursive callees come before their callers."""
-    order: list[str] = []
-    for component in _strongly_connected(rules, lambda r: references(rules[r].body)):
-        order.extend(component)
-    return order

@@ -54,11 +54,11 @@ def _json_schema_ir(schema: Any, generating: bool, strict: bool, whitespace: str
     rules = {name: Rule(name, body, shared=name in builder.shared) for name, body in builder.rules.items()}
     rules["root"] = Rule("root", seq(layout.around(), value, layout.around()))
     try:
-        drop_unproductive(rules, "root")
+        rules = drop_unproductive(rules, "root")
     except GrammarError:
         raise GrammarError("the schema accepts no JSON value: its constraints contradict each other "
                            "(or it is `false`)") from None
-    return GrammarIR(rules, "root")
+    return GrammarIR(rules, "root", productive=True)
 
 
 def _warn_per_keyword(errors: list[UnsupportedSchemaError]) -> None:

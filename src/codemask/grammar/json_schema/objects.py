@@ -74,32 +74,35 @@ class ObjectRules(ScalarRules):
             if declared or c.min_properties <= len(members):  # else only undeclared keys can reach minProperties
                 others = declared
         for key_expr, value_nodes, _ in others:
+            if key_expr is None:
+                key_expr = self._property_names(c, known)
             members.append((None, self._named("m", seq(key_expr, lay.colon(), self.value(value_nodes, depth + 1)))))
         if self.generating:
             return self._object_in_order(members, c, depth)
         return self._object_states(members, c, depth)
 
-    def _other_keys(self, c: Constraints, known: list[str]) -> list[tuple[Expr, Conjunction, bool]]:
+    def _other_keys(self, c: Constraints, known: list[str]) -> list[tuple[Expr | None, Conjunction, bool]]:
         """(key, value nodes, additional) for keys no ``properties`` names: patterns, then additional ones.
 
         Without ``propertyNames``, the additional keys are exactly the strings that are not known
-        keys (in any spelling), so a known key can never dodge its own schema.
+        keys (in any spelling), so a known key can never dodge its own schema. Their key is None
+        here, built by `_property_names` only where the object keeps them (a closed object has no
+        use for the complement of its keys, the largest rule of a small schema).
         """
         nodes = c.object_nodes
         restrictive = [n for n in nodes if _restricts_others(n) and not (_unevaluated_only(n) and (
             any(evaluates_all(m) for m in descendants(n, nodes)) or statically_evaluated(n).open_ended
             or statically_evaluated(n).patterns))]
-        names = self._property_names(c, known)
         _report_property_names_overlap(c, known)
         if not restrictive:
-            return [(names, [], True)]
+            return [(None, [], True)]
         node = restrictive[0]
         if len(restrictive) > 1:
             if all(not n.get("patternProperties") and _additional(n) is False for n in restrictive):
                 return []
             node.document.unsupported("additionalProperties", node.pointer,
                                       "additional or pattern properties constrained by several subschemas")
-            return [(names, [], True)]
+            return [(None, [], True)]
         patterns = node.get("patternProperties") or {}
         additional = _additional(node)
         keyword = "additionalProperties" if "additionalProperties" in node.schema else "unevaluatedProperties"
@@ -111,7 +114,7 @@ class ObjectRules(ScalarRules):
                 node.document.unsupported("patternProperties", node.pointer,
                                           f"more than {MAX_PATTERN_SUBSETS} patterns, or patterns too large to "
                                           "partition: a key matching one may be read by another's schema")
-        out: list[tuple[Expr, Conjunction, bool]] = []
+        out: list[tuple[Expr | None, Conjunction, bool]] = []
         for pattern, sub in patterns.items():
             content = pattern_content_at(pattern, node)
             if content is None:
@@ -119,11 +122,11 @@ class ObjectRules(ScalarRules):
             key = seq(strings.QUOTE, self._named("s", strings.content_to_json(content)), strings.QUOTE)
             out.append((key, [node.child(sub, "patternProperties", pattern)], False))
         if additional is not False:
-            out.append((names, [node.child(additional, keyword)], True))
+            out.append((None, [node.child(additional, keyword)], True))
         return out
 
     def _pattern_keys(self, node: Node, patterns: dict[str, Any], known: list[str], additional: Any,
-                      keyword: str) -> list[tuple[Expr, Conjunction, bool]] | None:
+                      keyword: str) -> list[tuple[Expr | None, Conjunction, bool]] | None:
         """Keys partitioned exactly by which patterns they match, None if the automaton is too large.
 
         A key matching several patterns must satisfy all their schemas; a key matching none (and
@@ -138,7 +141,7 @@ class ObjectRules(ScalarRules):
                                 choice(*(strings.string_content(k) for k in known))]
         subs = [node.child(sub, "patternProperties", p) for p, sub in patterns.items()]
         count = len(subs)
-        out: list[tuple[Expr, Conjunction, bool]] = []
+        out: list[tuple[Expr | None, Conjunction, bool]] = []
         try:
             for mask in range(1, 1 << count):
                 chosen = [i for i in range(count) if mask >> i & 1]

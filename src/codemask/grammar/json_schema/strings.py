@@ -154,8 +154,10 @@ def _other_raw_ascii(taken: str) -> Expr:
     return char_class(raw) if raw else NOTHING
 
 
+@functools.cache
 def escaped_or_beyond_ascii() -> Expr:
-    """Any escaped string character, or a raw one beyond ASCII."""
+    """Any escaped string character, or a raw one beyond ASCII (cached: every object's key trie
+    ends its branches with it)."""
     short = [literal("\\" + letter) for letter in _SHORT_ESCAPES.values()]
     return choice(char_class(_subtract(((0x80, MAX_CODE_POINT),), _SURROGATES)), *short,
                   _unicode_escapes(_subtract(((0, MAX_CODE_POINT),), _SURROGATES)))

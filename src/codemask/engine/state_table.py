@@ -1,0 +1,34 @@
+"""Transition tables with a row per interned state, filled in as states are met.
+
+Parser and lexer cores memoise their transitions in an int32 table, one row of 256 (or alphabet
+many) entries per state, which grows while a grammar is in use — in the middle of decoding. Growing
+it by copying into a fresh, pre-filled array touched every page of the new table at once: 7 ms at
+4,096 states and 16 ms at 8,192 on a machine where a page fault costs microseconds (a virtual
+machine whose host backs memory lazily), and numpy asks for huge pages for arrays of 4 MB and
+more, so the first write into each 2 MB cleared a whole huge page at once (4-5 ms). So a table
+reserves room for many states as address space, and each state writes its own row when it is
+interned: memory is taken page by page as it is used.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+# States a table has room for before it must move (then it doubles): address space, not memory.
+RESERVED_STATES = 16384
+
+
+def unwritten_rows(rows: int, width: int) -> np.ndarray:
+    """An int32 ``[rows, width]`` array whose memory is taken page by page as it is written (its
+    contents are undefined until then: anonymous memory of its own, in ordinary pages)."""
+    buffer = mmap.mmap(-1, max(rows * width * 4, 1))
+    return np.frombuffer(buffer, dtype=np.int32, count=rows * width).reshape(rows, width)
+
+
+def grown(table: np.ndarray) -> np.ndarray:
+    """``table`` with twice the rows, the new ones unwritten."""
+    bigger = unwritten_rows(2 * len(table), table.shape[1])
+    bigger[: len(table)] = table
+    return bigger
