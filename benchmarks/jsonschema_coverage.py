@@ -631,6 +631,7 @@ def slim(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "invalid_rejected": sum(not r["accepted"] for r in runs if not r["valid"]),
                     "wrong": [{"instance": i, "valid": r["valid"], "why": r.get("failure") or r.get("error")}
                               for i, r in enumerate(runs) if r["accepted"] != r["valid"]],
+                    "mask_max_us": _slowest_mask_us(runs),
                 })
                 for key in ("warnings", "tests_failed"):
                     if o.get(key):
@@ -640,6 +641,16 @@ def slim(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             engines[name] = item
         out.append({**{k: record[k] for k in ("schema", "subset", "valid", "invalid")}, "engines": engines})
     return out
+
+
+def _slowest_mask_us(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The slowest mask over a schema's timed instances: µs, instance and token step (where the
+    tail of the mask times comes from)."""
+    timed = [(t, i, step) for i, r in enumerate(runs) for step, t in enumerate(r.get("times_ns") or [])]
+    if not timed:
+        return None
+    t, instance, step = max(timed)
+    return {"us": round(t / 1e3, 1), "instance": instance, "step": step}
 
 
 # -- reporting -------------------------------------------------------------------------------------

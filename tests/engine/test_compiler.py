@@ -182,3 +182,30 @@ def test_a_grammar_compiled_by_two_threads_at_once_is_compiled_once() -> None:
     for thread in threads:
         thread.join()
     assert len(found) == 2 and found[0] is found[1] and other is not found[0]
+
+
+def test_a_compiled_grammar_keeps_a_record_of_its_grammar_but_not_the_rules() -> None:
+    """The rules of a large schema are tens of thousands of objects the garbage collector would walk
+    in every full collection: once compiled, nothing of codemask's keeps them (the record keeps the
+    kind, output, options and cache key), and the compiled grammar works on."""
+    import gc
+
+    from codemask.errors import GrammarError
+    from codemask.grammar.ir import Literal
+
+    marker = "zq_only_in_this_schema"
+    grammar = Grammar.from_json_schema({"type": "object", "properties": {marker: {"type": "integer"}},
+                                        "required": [marker]})
+    compiled = GrammarCompiler(vocabulary("gpt2"), cache_dir=False).compile(grammar)
+    record = compiled.grammar
+    assert (record.kind, record.output, record.cache_key) == (grammar.kind, "json", grammar.cache_key)
+    with pytest.raises(GrammarError, match="without the rules"):
+        _ = record.ir
+    assert "zq_only_in_this_schema" in str(grammar.ir.rules)  # (the user's grammar keeps them)
+    del grammar
+    gc.collect()
+    assert not [o for o in gc.get_objects() if type(o) is Literal and marker.encode() in o.value]
+    matcher = GrammarMatcher(compiled)
+    for token in encode("gpt2", '{"' + marker + '": 12}'):
+        assert matcher.is_token_allowed(token) and matcher.accept_token(token)
+    assert matcher.can_terminate()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from codemask import Grammar
+from codemask.engine import native
 from codemask.errors import GrammarError
 from codemask.grammar.ir import (
     EMPTY,
@@ -78,15 +79,18 @@ def real_grammars() -> list[Grammar]:
     return grammars
 
 
-def test_productive_and_nullable_rules_of_real_grammars_are_the_kleene_fixed_points() -> None:
+@pytest.mark.parametrize("in_c", [True, False])
+def test_productive_and_nullable_rules_of_real_grammars_are_the_kleene_fixed_points(in_c: bool) -> None:
+    """In C (`native.least_fixed_point`) and in Python."""
     checked = 0
-    for grammar in real_grammars():
-        rules = grammar.ir.rules
-        assert nullable_rules(rules) == kleene(rules, nullable=True)
-        productive = kleene(rules, nullable=False)
-        kept = drop_unproductive(rules, grammar.ir.start)
-        assert set(kept) == productive or (kept is rules and productive == set(rules))
-        checked += len(rules)
+    with native.using(in_c):
+        for grammar in real_grammars():
+            rules = grammar.ir.rules
+            assert nullable_rules(rules) == kleene(rules, nullable=True)
+            productive = kleene(rules, nullable=False)
+            kept = drop_unproductive(rules, grammar.ir.start)
+            assert set(kept) == productive or (kept is rules and productive == set(rules))
+            checked += len(rules)
     assert checked > 2000
 
 
@@ -117,13 +121,45 @@ def random_grammar(rng: random.Random, size: int) -> dict[str, Rule]:
     return {name: Rule(name, expr(4)) for name in names}
 
 
+@pytest.mark.parametrize("in_c", [True, False])
 @pytest.mark.parametrize("seed", range(300))
-def test_productive_and_nullable_rules_of_random_grammars_are_the_kleene_fixed_points(seed: int) -> None:
+def test_productive_and_nullable_rules_of_random_grammars_are_the_kleene_fixed_points(seed: int, in_c: bool) -> None:
     rules = random_grammar(random.Random(seed), 1 + seed % 12)
-    assert nullable_rules(rules) == kleene(rules, nullable=True)
-    productive = kleene(rules, nullable=False)
-    if "r0" not in productive:
-        with pytest.raises(GrammarError, match="matches no finite string"):
-            drop_unproductive(rules, "r0")
-    else:
-        assert set(drop_unproductive(rules, "r0")) == productive
+    with native.using(in_c):
+        assert nullable_rules(rules) == kleene(rules, nullable=True)
+        productive = kleene(rules, nullable=False)
+        if "r0" not in productive:
+            with pytest.raises(GrammarError, match="matches no finite string"):
+                drop_unproductive(rules, "r0")
+        else:
+            assert set(drop_unproductive(rules, "r0")) == productive
+
+
+def test_the_inliners_measures_in_c_are_the_python_ones() -> None:
+    """`native.rule_uses` and `native.expr_size` (with callee sizes to splice in) against
+    `_count_uses` and `expr_size`, over real and random grammars; and the optimised grammar is the
+    same either way."""
+    from collections import Counter
+
+    from codemask.grammar.optimize import _count_uses, expr_size, optimize
+
+    grammars = [grammar.ir.rules for grammar in real_grammars()]
+    grammars += [random_grammar(random.Random(seed), 1 + seed % 12) for seed in range(200)]
+    compared = 0
+    for rules in grammars:
+        sizes = {name: expr_size(rule.body, {}) for name, rule in list(rules.items())[::2]}
+        for rule in rules.values():
+            python: Counter[str] = Counter()
+            _count_uses(rule.body, python)
+            in_c: dict[str, int] = {}
+            native.rule_uses(rule.body, in_c)
+            assert in_c == dict(python)
+            assert native.expr_size(rule.body, sizes) == expr_size(rule.body, sizes)
+            compared += 1
+    assert compared > 3000
+    for grammar in real_grammars()[::3]:
+        with native.using(True):
+            fast = optimize(grammar.ir)
+        with native.using(False):
+            slow = optimize(grammar.ir)
+        assert fast.rules == slow.rules

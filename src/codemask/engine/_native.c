@@ -27,7 +27,8 @@
  * `_native_closure.c` (`Interner`), `_native_position.c` (`PositionWalker`, `WalkMemo`),
  * `_native_lexer.c` (`LexerStepper`), `_native_lex_parser.c` (`SymbolSteps`), `_native_residuals.c`
  * (`ResidualWalker`), `_native_dfa.c` (`dfa_of_nfa`: a rule's minimal DFA), `_native_ir.c`
- * (`dfa_of_expr`, `expr_text`, `expr_digest`: a rule body's automaton from the grammar IR),
+ * (`dfa_of_expr`, `expr_text`, `expr_digest`: a rule body's automaton from the grammar IR, and
+ * `least_fixed_point`, `rule_uses`, `expr_size`: the optimiser's analyses),
  * `_native_follow.c` (`follow_bytes`), `_native_bits.c` (`set_bits_where`, `distinct`,
  * `pack_rows`) and `_native_common.c` (buffers, hash maps, argument checks); this file holds the
  * module's method table.
@@ -55,6 +56,10 @@ static PyMethodDef methods[] = {
     {"expr_text", cm_expr_text, METH_O, "expr_text(expr) -> str: grammar.ir.to_text of a grammar expression"},
     {"expr_digest", cm_expr_digest, METH_VARARGS,
      "expr_digest(expr, rule_index) -> bytes: a 128-bit digest of an expression, rule references as indices"},
+    {"least_fixed_point", cm_least_fixed_point, METH_VARARGS,
+     "least_fixed_point(bodies, rule_index, nullable) -> bytes: per rule, whether it is productive (or nullable)"},
+    {"rule_uses", cm_rule_uses, METH_VARARGS, "rule_uses(expr, uses): add the copies of each rule reference to uses"},
+    {"expr_size", cm_expr_size, METH_VARARGS, "expr_size(expr, inlined) -> (weight, depth, kind): optimize.expr_size"},
     {"pack_rows", cm_pack_rows, METH_VARARGS,
      "pack_rows(words, order, lo, hi): words[t >> 5] |= 1 << (t & 31) for t = order[row], every row in lo[i]:hi[i]"},
     {"distinct", cm_distinct, METH_VARARGS,

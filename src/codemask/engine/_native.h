@@ -203,6 +203,9 @@ PyObject *cm_set_ir(PyObject *self, PyObject *args);
 PyObject *cm_dfa_of_expr(PyObject *self, PyObject *args);
 PyObject *cm_expr_text(PyObject *self, PyObject *expr);
 PyObject *cm_expr_digest(PyObject *self, PyObject *args);
+PyObject *cm_least_fixed_point(PyObject *self, PyObject *args);
+PyObject *cm_rule_uses(PyObject *self, PyObject *args);
+PyObject *cm_expr_size(PyObject *self, PyObject *args);
 
 /* _native_follow.c */
 PyObject *cm_follow_bytes(PyObject *self, PyObject *args);

@@ -757,3 +757,395 @@ PyObject *cm_expr_digest(PyObject *self, PyObject *args) {
     uint64_t out[2] = {h.a ^ (h.b >> 17), h.b ^ (h.a << 13)};
     return PyBytes_FromStringAndSize((const char *)out, sizeof(out));
 }
+
+/* -- least fixed points over rules (`optimize._least_fixed_point`) ----------------------------- */
+
+/* The and/or gates of a least fixed point: `need[g]` inputs of gate `g` still to hold, and edges
+ * from a gate to the gates it feeds (>= 0) or to the body of rule `r` (~r); a reference to rule `r`
+ * is a gate of one input that holds once `r` does (`watch`). Nodes met again (shared subtrees)
+ * are read once (`memo`, by address). */
+#define LF_FALSE (-5) /* (FAILED is -3, and UNKNOWN -2 the memo's absent entry) */
+#define LF_TRUE (-6)
+
+typedef struct {
+    IntBuf need, edge_src, edge_dst, watch_rule, watch_gate, inputs;
+    U64Map memo;
+    PyObject *rule_index;
+    int nullable;
+} Gates;
+
+static int32_t lf_new(Gates *g, int32_t need) {
+    int32_t id = (int32_t)g->need.size;
+    return buf_push(&g->need, need) ? FAILED : id;
+}
+
+static int lf_edge(Gates *g, int32_t src, int32_t dst) {
+    return buf_push(&g->edge_src, src) || buf_push(&g->edge_dst, dst) ? -1 : 0;
+}
+
+/* LF_TRUE or LF_FALSE for a node other than a sequence, choice, repetition or reference: whether it
+ * derives a string (a class of nothing but surrogates matches no UTF-8 either), or the empty one. */
+static int32_t lf_leaf(Gates *g, PyObject *expr, int kind) {
+    if (kind == IR_LITERAL) {
+        if (!g->nullable) return LF_TRUE;
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        if (!value) return FAILED;
+        Py_ssize_t n = PyObject_Length(value);
+        Py_DECREF(value);
+        return n < 0 ? FAILED : n == 0 ? LF_TRUE : LF_FALSE;
+    }
+    if (g->nullable) return LF_FALSE; /* (classes and terminals consume input) */
+    if (kind == IR_BYTECLASS) {
+        PyObject *ranges = tuple_attr(expr, A_RANGES);
+        if (!ranges) return FAILED;
+        int32_t holds = PyTuple_GET_SIZE(ranges) ? LF_TRUE : LF_FALSE;
+        Py_DECREF(ranges);
+        return holds;
+    }
+    if (kind != IR_CHARCLASS) return LF_TRUE;
+    PyObject *ranges = tuple_attr(expr, A_RANGES);
+    PyObject *flag = ranges ? PyObject_GetAttr(expr, ir_names[A_NEGATED]) : NULL;
+    int negated = flag ? PyObject_IsTrue(flag) : -1;
+    Py_XDECREF(flag);
+    int64_t *pairs = NULL;
+    Py_ssize_t count = 0;
+    int status = negated < 0 ? -1 : class_ranges(ranges, negated, MAX_CODE_POINT, &pairs, &count);
+    Py_XDECREF(ranges);
+    if (status) return FAILED;
+    int32_t holds = LF_FALSE;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (pairs[2 * i] < 0xD800 || pairs[2 * i + 1] > 0xDFFF) holds = LF_TRUE;
+    }
+    free(pairs);
+    return holds;
+}
+
+static int32_t lf_gate(Gates *g, PyObject *expr, int depth);
+
+/* The gate of all (`every`) or any of `parts`; the parts after one that decides it whatever the set
+ * (a failing item, a holding alternative) are not read. */
+static int32_t lf_combined(Gates *g, PyObject *parts, int every, int depth) {
+    int32_t decides = every ? LF_FALSE : LF_TRUE;
+    Py_ssize_t base = g->inputs.size;
+    int32_t made = every ? LF_TRUE : LF_FALSE;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(parts); k++) {
+        int32_t part = lf_gate(g, PyTuple_GET_ITEM(parts, k), depth + 1);
+        if (part == FAILED || part == decides) {
+            g->inputs.size = base;
+            return part;
+        }
+        if (part >= 0 && buf_push(&g->inputs, part)) return FAILED;
+    }
+    int32_t *in = g->inputs.data + base;
+    Py_ssize_t n = g->inputs.size - base, distinct = 0;
+    qsort(in, (size_t)n, sizeof(int32_t), cm_cmp_int32);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!distinct || in[i] != in[distinct - 1]) in[distinct++] = in[i];
+    }
+    if (distinct == 1) {
+        made = in[0];
+    } else if (distinct > 1) {
+        made = lf_new(g, every ? (int32_t)distinct : 1);
+        for (Py_ssize_t i = 0; made != FAILED && i < distinct; i++) {
+            if (lf_edge(g, g->inputs.data[base + i], made)) made = FAILED;
+        }
+    }
+    g->inputs.size = base;
+    return made;
+}
+
+/* LF_TRUE or LF_FALSE where `expr` holds or fails whatever the set, else its gate; FAILED on error. */
+static int32_t lf_gate(Gates *g, PyObject *expr, int depth) {
+    uint64_t key = (uint64_t)(uintptr_t)expr;
+    int32_t made = u64_get(&g->memo, key);
+    if (made != UNKNOWN) return made;
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply"), FAILED;
+    int kind = ir_kind(expr);
+    if (kind < 0) return FAILED;
+    if (kind == IR_RULEREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *index = name ? PyDict_GetItemWithError(g->rule_index, name) : NULL;
+        long rule = index ? PyLong_AsLong(index) : -1;
+        Py_XDECREF(name);
+        if (PyErr_Occurred()) return FAILED;
+        made = lf_new(g, 1); /* (a rule not in the set never holds: its gate never fires) */
+        if (made != FAILED && rule >= 0 && (buf_push(&g->watch_rule, (int32_t)rule) || buf_push(&g->watch_gate, made)))
+            made = FAILED;
+    } else if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        made = parts ? lf_combined(g, parts, kind == IR_SEQUENCE, depth) : FAILED;
+        Py_XDECREF(parts);
+    } else if (kind == IR_REPEAT) {
+        PyObject *min_obj = PyObject_GetAttr(expr, ir_names[A_MIN]);
+        long long min = min_obj ? PyLong_AsLongLong(min_obj) : -1;
+        Py_XDECREF(min_obj);
+        if (PyErr_Occurred()) return FAILED;
+        if (min == 0) {
+            made = LF_TRUE;
+        } else {
+            PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+            made = item ? lf_gate(g, item, depth + 1) : FAILED;
+            Py_XDECREF(item);
+        }
+    } else {
+        made = lf_leaf(g, expr, kind);
+    }
+    if (made != FAILED && cm_u64_put(&g->memo, key, made)) return FAILED;
+    return made;
+}
+
+/* Offsets of a CSR grouping of `n` pairs by `keys` (< `count`), and the pairs' order. */
+static int csr(const int32_t *keys, Py_ssize_t n, Py_ssize_t count, Py_ssize_t **lo, int32_t **order) {
+    *lo = (Py_ssize_t *)calloc((size_t)count + 1, sizeof(Py_ssize_t));
+    *order = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!*lo || !*order) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < n; i++) (*lo)[keys[i] + 1]++;
+    for (Py_ssize_t k = 0; k < count; k++) (*lo)[k + 1] += (*lo)[k];
+    Py_ssize_t *at = (Py_ssize_t *)malloc((size_t)(count ? count : 1) * sizeof(Py_ssize_t));
+    if (!at) return PyErr_NoMemory(), -1;
+    memcpy(at, *lo, (size_t)count * sizeof(Py_ssize_t));
+    for (Py_ssize_t i = 0; i < n; i++) (*order)[at[keys[i]]++] = (int32_t)i;
+    free(at);
+    return 0;
+}
+
+/* least_fixed_point(bodies, rule_index, nullable) -> bytes: per rule of `bodies` (a list, in the
+ * order of `rule_index`'s indices), 1 where its body holds in the least set of rules closed under:
+ * a sequence holds when all its items do, a choice when one alternative does, a repetition when it
+ * may be empty or its item holds, a reference when its rule is in the set; a literal, class or
+ * terminal as it derives a string (`nullable` false: the productive rules) or the empty one
+ * (`nullable`). Each node is read once and each edge counted down once. */
+PyObject *cm_least_fixed_point(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *bodies, *rule_index;
+    int nullable;
+    if (!PyArg_ParseTuple(args, "O!O!p", &PyList_Type, &bodies, &PyDict_Type, &rule_index, &nullable)) return NULL;
+    if (!ir_types[0]) return cm_bad("least_fixed_point: set_ir was not called"), NULL;
+    Py_ssize_t rules = PyList_GET_SIZE(bodies);
+    Gates g = {.rule_index = rule_index, .nullable = nullable};
+    PyObject *result = NULL;
+    uint8_t *found = (uint8_t *)calloc((size_t)(rules ? rules : 1), 1);
+    IntBuf ready = {0};
+    Py_ssize_t *edge_lo = NULL, *watch_lo = NULL;
+    int32_t *edge_order = NULL, *watch_order = NULL;
+    if (!found || cm_u64_init(&g.memo, 10)) goto done;
+    for (Py_ssize_t r = 0; r < rules; r++) {
+        int32_t root = lf_gate(&g, PyList_GET_ITEM(bodies, r), 0);
+        if (root == FAILED) goto done;
+        if (root == LF_TRUE ? buf_push(&ready, (int32_t)r) : root >= 0 && lf_edge(&g, root, ~(int32_t)r)) goto done;
+    }
+    Py_ssize_t gates = g.need.size;
+    for (Py_ssize_t i = 0; i < g.watch_rule.size; i++) {
+        if (g.watch_rule.data[i] >= rules) {
+            cm_bad("least_fixed_point: a rule index beyond the bodies");
+            goto done;
+        }
+    }
+    if (csr(g.edge_src.data, g.edge_src.size, gates, &edge_lo, &edge_order) ||
+        csr(g.watch_rule.data, g.watch_rule.size, rules, &watch_lo, &watch_order))
+        goto done;
+    IntBuf stack = {0};
+    while (ready.size) {
+        int32_t r = ready.data[--ready.size];
+        if (found[r]) continue;
+        found[r] = 1;
+        for (Py_ssize_t w = watch_lo[r]; w < watch_lo[r + 1]; w++) {
+            if (buf_push(&stack, g.watch_gate.data[watch_order[w]])) goto fired;
+        }
+        while (stack.size) {
+            int32_t gate = stack.data[--stack.size];
+            for (Py_ssize_t e = edge_lo[gate]; e < edge_lo[gate + 1]; e++) {
+                int32_t target = g.edge_dst.data[edge_order[e]];
+                if (target < 0) {
+                    if (buf_push(&ready, ~target)) goto fired;
+                } else if (--g.need.data[target] == 0 && buf_push(&stack, target)) {
+                    goto fired;
+                }
+            }
+        }
+    }
+    result = PyBytes_FromStringAndSize((const char *)found, rules);
+fired:
+    free(stack.data);
+done:
+    free(found);
+    free(ready.data);
+    free(edge_lo);
+    free(edge_order);
+    free(watch_lo);
+    free(watch_order);
+    free(g.need.data);
+    free(g.edge_src.data);
+    free(g.edge_dst.data);
+    free(g.watch_rule.data);
+    free(g.watch_gate.data);
+    free(g.inputs.data);
+    free(g.memo.keys);
+    free(g.memo.values);
+    return result;
+}
+
+/* -- the inliner's measures (`optimize._count_uses`, `optimize.expr_size`) ---------------------- */
+
+#define SAT_MAX ((int64_t)1 << 60)
+
+static int64_t sat_add(int64_t a, int64_t b) {
+    return a > SAT_MAX - b ? SAT_MAX : a + b;
+}
+
+static int64_t sat_mul(int64_t a, int64_t b) {
+    return b && a > SAT_MAX / b ? SAT_MAX : a * b;
+}
+
+/* A repetition's bounds: `*min`, and `*max` (-1 where unbounded). */
+static int repeat_bounds(PyObject *expr, long long *min, long long *max) {
+    PyObject *min_obj = PyObject_GetAttr(expr, ir_names[A_MIN]);
+    PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+    if (max_obj) {
+        *min = PyLong_AsLongLong(min_obj);
+        *max = max_obj == Py_None ? -1 : PyLong_AsLongLong(max_obj);
+    }
+    Py_XDECREF(min_obj);
+    Py_XDECREF(max_obj);
+    return !max_obj || PyErr_Occurred() ? -1 : 0;
+}
+
+static int uses_of(PyObject *expr, PyObject *uses, int64_t copies, int depth) {
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (kind == IR_RULEREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        if (!name) return -1;
+        PyObject *before = PyDict_GetItemWithError(uses, name);
+        long long had = before ? PyLong_AsLongLong(before) : 0;
+        PyObject *now = PyErr_Occurred() ? NULL : PyLong_FromLongLong(sat_add(had, copies));
+        int status = now ? PyDict_SetItem(uses, name, now) : -1;
+        Py_XDECREF(now);
+        Py_DECREF(name);
+        return status;
+    }
+    if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        if (!parts) return -1;
+        int status = 0;
+        for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
+            status = uses_of(PyTuple_GET_ITEM(parts, k), uses, copies, depth + 1);
+        }
+        Py_DECREF(parts);
+        return status;
+    }
+    if (kind == IR_REPEAT) {
+        long long min, max;
+        if (repeat_bounds(expr, &min, &max)) return -1;
+        /* the automaton unrolls a bounded repetition: each copy is a use of the rules inside */
+        int64_t unrolled = max < 0 ? (min > 1 ? min : 1) + 1 : (max > 1 ? max : 1);
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        int status = item ? uses_of(item, uses, sat_mul(copies, unrolled), depth + 1) : -1;
+        Py_XDECREF(item);
+        return status;
+    }
+    return 0;
+}
+
+/* rule_uses(expr, uses): adds to the dict `uses` every rule reference in `expr`, once per copy the
+ * automaton will hold (`optimize._count_uses`). */
+PyObject *cm_rule_uses(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *expr, *uses;
+    if (!PyArg_ParseTuple(args, "OO!", &expr, &PyDict_Type, &uses)) return NULL;
+    if (!ir_types[0]) return cm_bad("rule_uses: set_ir was not called"), NULL;
+    if (uses_of(expr, uses, 1, 0)) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* `expr_weight` of a node other than a sequence, choice, repetition or reference. */
+static int64_t leaf_weight(PyObject *expr, int kind) {
+    if (kind == IR_LITERAL) {
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        Py_ssize_t n = value ? PyObject_Length(value) : -1;
+        Py_XDECREF(value);
+        return n < 0 ? -1 : n > 1 ? n : 1;
+    }
+    if (kind == IR_CHARCLASS || kind == IR_BYTECLASS) {
+        PyObject *ranges = tuple_attr(expr, A_RANGES);
+        if (!ranges) return -1;
+        int64_t weight = 1 + PyTuple_GET_SIZE(ranges);
+        Py_DECREF(ranges);
+        return weight;
+    }
+    return 1;
+}
+
+typedef struct {
+    int64_t weight, depth;
+    PyObject *kind; /* borrowed: an IR class */
+} Size;
+
+static int size_of(PyObject *expr, PyObject *inlined, Size *out, int depth) {
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (kind == IR_RULEREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *known = name ? PyDict_GetItemWithError(inlined, name) : NULL;
+        Py_XDECREF(name);
+        if (PyErr_Occurred()) return -1;
+        *out = (Size){1, 1, ir_types[IR_RULEREF]};
+        if (known) {
+            if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 3) return cm_bad("expr_size: (weight, depth, kind)");
+            out->weight = PyLong_AsLongLong(PyTuple_GET_ITEM(known, 0));
+            out->depth = PyLong_AsLongLong(PyTuple_GET_ITEM(known, 1));
+            out->kind = PyTuple_GET_ITEM(known, 2);
+            if (PyErr_Occurred()) return -1;
+        }
+        return 0;
+    }
+    if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        if (!parts) return -1;
+        int64_t weight = 1, deepest = 0;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(parts); k++) {
+            Size part;
+            if (size_of(PyTuple_GET_ITEM(parts, k), inlined, &part, depth + 1)) {
+                Py_DECREF(parts);
+                return -1;
+            }
+            weight = sat_add(weight, part.weight);
+            /* (a sequence inlined into a sequence, a choice into a choice, is spliced: no level) */
+            int64_t d = part.kind == ir_types[kind] ? part.depth - 1 : part.depth;
+            if (d > deepest) deepest = d;
+        }
+        Py_DECREF(parts);
+        *out = (Size){weight, 1 + deepest, ir_types[kind]};
+        return 0;
+    }
+    if (kind == IR_REPEAT) {
+        long long min, max;
+        if (repeat_bounds(expr, &min, &max)) return -1;
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        Size inner;
+        int status = item ? size_of(item, inlined, &inner, depth + 1) : -1;
+        Py_XDECREF(item);
+        if (status) return -1;
+        int64_t copies = max < 0 ? (min > 1 ? min : 1) : (max > 1 ? max : 1);
+        *out = (Size){sat_add(1, sat_mul(copies, inner.weight)), 1 + inner.depth, ir_types[IR_REPEAT]};
+        return 0;
+    }
+    int64_t weight = leaf_weight(expr, kind);
+    if (weight < 0) return -1;
+    *out = (Size){weight, 1, ir_types[kind]};
+    return 0;
+}
+
+/* expr_size(expr, inlined) -> (weight, depth, kind): `optimize.expr_size`, the weights saturating
+ * at 2**60. */
+PyObject *cm_expr_size(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *expr, *inlined;
+    if (!PyArg_ParseTuple(args, "OO!", &expr, &PyDict_Type, &inlined)) return NULL;
+    if (!ir_types[0]) return cm_bad("expr_size: set_ir was not called"), NULL;
+    Size size;
+    if (size_of(expr, inlined, &size, 0)) return NULL;
+    return Py_BuildValue("(LLO)", (long long)size.weight, (long long)size.depth, size.kind);
+}

@@ -53,7 +53,7 @@ from codemask.engine.shared_positions import SharedPositions
 from codemask.engine.token_trie import ByteVocabulary, token_trie
 from codemask.engine.uncertain import Uncertain
 from codemask.grammar.grammar import Grammar
-from codemask.grammar.ir import GrammarIR, clear_references
+from codemask.grammar.ir import GrammarIR, clear_references, references_remembered
 from codemask.grammar.optimize import optimize
 
 # A compiled grammar starts a new generation of parser states past this many (`CompiledGrammar`):
@@ -282,7 +282,7 @@ class GrammarCompiler:
         if compiled is None:
             artifacts = self._build(grammar)
             self._store(key, artifacts)
-            compiled = CompiledGrammar(grammar, self.vocab, artifacts, max_states=self.max_parser_states)
+            compiled = CompiledGrammar(grammar.detached(), self.vocab, artifacts, max_states=self.max_parser_states)
         loaded = self._load_mask_state(key, compiled)
         if not loaded and self._precomputes_lexer(compiled):
             self._precompute_lexer(compiled)
@@ -299,7 +299,7 @@ class GrammarCompiler:
         if artifacts is None or self._lacks_masks(artifacts):
             return None
         try:
-            return CompiledGrammar(grammar, self.vocab, artifacts, max_states=self.max_parser_states)
+            return CompiledGrammar(grammar.detached(), self.vocab, artifacts, max_states=self.max_parser_states)
         except Exception:  # (whatever an unsound entry makes the engine raise: rebuilding is the answer)
             return None
 
@@ -379,7 +379,7 @@ class GrammarCompiler:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _build(self, grammar: Grammar) -> CompiledArtifacts:
-        with collection_paused():  # (its trees and automata are all alive until it ends)
+        with collection_paused(), references_remembered():  # (its trees and automata all live until it ends)
             return self._build_artifacts(grammar)
 
     def _build_artifacts(self, grammar: Grammar) -> CompiledArtifacts:

@@ -277,6 +277,24 @@ def expr_digest(expr: Expr, rule_index: dict[str, int]) -> bytes:
     return digest
 
 
+def least_fixed_point(bodies: list[Expr], rule_index: dict[str, int], nullable: bool) -> bytes:
+    """`optimize._least_fixed_point` in C: per rule (``bodies`` in the order of ``rule_index``), 1
+    where it derives a finite string (or, ``nullable``, the empty one). The extension must be loaded."""
+    found: bytes = _ir_module().least_fixed_point(bodies, rule_index, nullable)
+    return found
+
+
+def rule_uses(expr: Expr, uses: dict[str, int]) -> None:
+    """`optimize._count_uses` in C (counts past 2**60 saturate). The extension must be loaded."""
+    _ir_module().rule_uses(expr, uses)
+
+
+def expr_size(expr: Expr, inlined: dict[str, tuple[int, int, type]]) -> tuple[int, int, type]:
+    """`optimize.expr_size` in C (weights past 2**60 saturate). The extension must be loaded."""
+    size: tuple[int, int, type] = _ir_module().expr_size(expr, inlined)
+    return size
+
+
 def expr_text(expr: Expr) -> str:
     """`grammar.ir.to_text` of a grammar expression, made in C. The extension must be loaded."""
     text: str = _ir_module().expr_text(expr)

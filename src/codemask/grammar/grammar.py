@@ -27,7 +27,8 @@ class Grammar:
     def __init__(self, ir: GrammarIR, kind: str) -> None:
         if ir.start not in ir.rules:
             raise GrammarError(f"start rule {ir.start!r} is not defined")
-        self.ir = ir
+        self._ir: GrammarIR | None = ir
+        self._start = ir.start
         self.kind = kind
         self._key: str | None = None
         self.completion: dict[str, Any] = {}  # GrammarMatcher options: prefix, until, suffix
@@ -38,6 +39,24 @@ class Grammar:
         self.item_penalty: float | None = None
 
     @property
+    def ir(self) -> GrammarIR:
+        """The grammar's rules (`codemask.grammar.ir`)."""
+        if self._ir is None:
+            raise GrammarError("this is a compiled grammar's record of its grammar, without the rules "
+                               "(CompiledGrammar.grammar): read them from the Grammar that was compiled")
+        return self._ir
+
+    def detached(self) -> Grammar:
+        """This grammar without its rules: its kind, options, output and cache key — what a compiled
+        grammar keeps of it. The rules are tens of thousands of small objects for a large schema,
+        which Python's garbage collector walks in every full collection for as long as they live (a
+        5-7 ms pause in the middle of decoding, and a server keeps many compiled grammars)."""
+        record = copy.copy(self)
+        record._key = self.cache_key
+        record._ir = None
+        return record
+
+    @property
     def cache_key(self) -> str:
         """A hash of the grammar's canonical text: equal grammars share compiled artefacts."""
         if self._key is None:
@@ -45,7 +64,8 @@ class Grammar:
         return self._key
 
     def __repr__(self) -> str:
-        return f"Grammar(kind={self.kind!r}, rules={len(self.ir.rules)}, start={self.ir.start!r})"
+        rules = "detached" if self._ir is None else len(self._ir.rules)
+        return f"Grammar(kind={self.kind!r}, rules={rules}, start={self._start!r})"
 
     @classmethod
     def from_ebnf(cls, text: str, start: str = "root", *, source: str = "<ebnf>") -> Grammar:

@@ -17,8 +17,10 @@ accept, priorities, ignored terminals between lexemes) instead of plain byte-lev
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TypeAlias, Union
 
@@ -294,6 +296,28 @@ def clear_references() -> None:
     """Forget the remembered `references` (and the expressions they hold alive)."""
     with _REFERENCES_LOCK:
         _REFERENCES.clear()
+
+
+_builds_remembering = 0  # blocks of `references_remembered` running now, in any thread
+
+
+@contextlib.contextmanager
+def references_remembered() -> Iterator[None]:
+    """A block (a compile) that asks `references` of the same bodies several times: what is
+    remembered meanwhile is forgotten when the last such block in the process ends. Remembering
+    holds the expressions alive, and a large schema's rules are tens of thousands of objects that
+    Python's garbage collector would walk in every full collection long after the compile (a
+    5-7 ms pause in the middle of decoding)."""
+    global _builds_remembering
+    with _REFERENCES_LOCK:
+        _builds_remembering += 1
+    try:
+        yield
+    finally:
+        with _REFERENCES_LOCK:
+            _builds_remembering -= 1
+            if not _builds_remembering:
+                _REFERENCES.clear()
 
 
 def to_text(expr: Expr) -> str:
