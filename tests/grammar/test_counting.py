@@ -82,3 +82,39 @@ def test_token_masks_agree_with_the_length_bounds_on_a_real_tokenizer(low: int, 
                 break
         accepted = accepted and matcher.can_terminate()
         assert accepted == (low <= len(value) <= high), (n, text[:40])
+
+
+def test_rules_without_a_large_repetition_are_found_in_c_and_kept_as_they_are() -> None:
+    """`native.largest_repeat_bound` against a walk in Python, over real schemas with and without
+    length bounds; the rewrite is the same with the C prefilter as without it."""
+    from codemask.engine import native
+    from codemask.grammar.counting import count_large_repeats
+    from codemask.grammar.ir import Choice, Expr, Sequence
+    from tests.data_paths import TEST_DATA
+
+    def largest(expr: Expr) -> int:
+        if isinstance(expr, Sequence | Choice):
+            parts = expr.items if isinstance(expr, Sequence) else expr.alternatives
+            return max((largest(p) for p in parts), default=0)
+        if isinstance(expr, Repeat):
+            return max(expr.min, expr.max or 0, largest(expr.item))
+        return 0
+
+    schemas = [json.loads(p.read_text())["schema"] for p in sorted((TEST_DATA / "jsonschemabench").glob("*.json"))[::5]]
+    schemas.append({"type": "object", "properties": {"a": {"type": "string", "maxLength": 200},
+                                                    "b": {"type": "array", "items": {}, "minItems": 40}}})
+    bounds = []
+    for schema in schemas:
+        try:
+            rules = Grammar.from_json_schema(schema, mode="validate").ir.rules
+        except GrammarError:
+            continue
+        for rule in rules.values():
+            bounds.append(native.largest_repeat_bound(rule.body))
+            assert bounds[-1] == largest(rule.body)
+        with native.using(True):
+            fast = count_large_repeats(rules)
+        with native.using(False):
+            slow = count_large_repeats(rules)
+        assert fast == slow
+    assert max(bounds) > COUNTED_FROM and min(bounds) == 0

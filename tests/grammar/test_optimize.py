@@ -135,20 +135,23 @@ def test_productive_and_nullable_rules_of_random_grammars_are_the_kleene_fixed_p
             assert set(drop_unproductive(rules, "r0")) == productive
 
 
-def test_the_inliners_measures_in_c_are_the_python_ones() -> None:
-    """`native.rule_uses` and `native.expr_size` (with callee sizes to splice in) against
-    `_count_uses` and `expr_size`, over real and random grammars; and the optimised grammar is the
-    same either way."""
+def test_the_optimisers_measures_in_c_are_the_python_ones() -> None:
+    """`native.rule_uses`, `native.expr_size` (with callee sizes to splice in) and
+    `native.left_calls` against `_count_uses`, `expr_size` and `_left_calls`, over real and random
+    grammars; and the optimised grammar is the same either way."""
     from collections import Counter
 
-    from codemask.grammar.optimize import _count_uses, expr_size, optimize
+    from codemask.grammar.optimize import _count_uses, _left_calls, expr_size, optimize
 
     grammars = [grammar.ir.rules for grammar in real_grammars()]
     grammars += [random_grammar(random.Random(seed), 1 + seed % 12) for seed in range(200)]
     compared = 0
     for rules in grammars:
         sizes = {name: expr_size(rule.body, {}) for name, rule in list(rules.items())[::2]}
+        with native.using(False):
+            nullable = nullable_rules(rules)
         for rule in rules.values():
+            assert native.left_calls(rule.body, nullable) == _left_calls(rule.body, nullable)
             python: Counter[str] = Counter()
             _count_uses(rule.body, python)
             in_c: dict[str, int] = {}

@@ -1149,3 +1149,139 @@ PyObject *cm_expr_size(PyObject *self, PyObject *args) {
     if (size_of(expr, inlined, &size, 0)) return NULL;
     return Py_BuildValue("(LLO)", (long long)size.weight, (long long)size.depth, size.kind);
 }
+
+/* -- left calls (`optimize.left_calls`) and large repetitions (`counting`) ---------------------- */
+
+/* Whether `expr` derives the empty string, given the set `nullable` of rule names
+ * (`optimize.is_nullable`): 1, 0, or -1 on error. */
+static int lc_nullable(PyObject *expr, PyObject *nullable, int depth) {
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (kind == IR_LITERAL) {
+        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        Py_ssize_t n = value ? PyObject_Length(value) : -1;
+        Py_XDECREF(value);
+        return n < 0 ? -1 : n == 0;
+    }
+    if (kind == IR_RULEREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        int found = name ? PySet_Contains(nullable, name) : -1;
+        Py_XDECREF(name);
+        return found;
+    }
+    if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        if (!parts) return -1;
+        int every = kind == IR_SEQUENCE, result = every;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(parts); k++) {
+            int part = lc_nullable(PyTuple_GET_ITEM(parts, k), nullable, depth + 1);
+            if (part < 0 || part != every) {
+                result = part;
+                break;
+            }
+        }
+        Py_DECREF(parts);
+        return result;
+    }
+    if (kind == IR_REPEAT) {
+        long long min, max;
+        if (repeat_bounds(expr, &min, &max)) return -1;
+        if (min == 0) return 1;
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        int result = item ? lc_nullable(item, nullable, depth + 1) : -1;
+        Py_XDECREF(item);
+        return result;
+    }
+    return 0; /* (classes and terminals consume input) */
+}
+
+static int lc_add(PyObject *expr, PyObject *nullable, PyObject *found, int depth) {
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (kind == IR_RULEREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        int status = name ? PySet_Add(found, name) : -1;
+        Py_XDECREF(name);
+        return status;
+    }
+    if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        if (!parts) return -1;
+        int status = 0;
+        for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
+            PyObject *part = PyTuple_GET_ITEM(parts, k);
+            status = lc_add(part, nullable, found, depth + 1);
+            if (!status && kind == IR_SEQUENCE) {
+                int empty = lc_nullable(part, nullable, depth + 1);
+                if (empty <= 0) {
+                    status = empty; /* (a part that consumes input ends the left edge) */
+                    break;
+                }
+            }
+        }
+        Py_DECREF(parts);
+        return status;
+    }
+    if (kind == IR_REPEAT) {
+        long long min, max;
+        if (repeat_bounds(expr, &min, &max)) return -1;
+        if (max == 0) return 0;
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        int status = item ? lc_add(item, nullable, found, depth + 1) : -1;
+        Py_XDECREF(item);
+        return status;
+    }
+    return 0;
+}
+
+/* left_calls(expr, nullable) -> set: the rules `expr` may call before consuming any input, given
+ * the set of nullable rule names (`optimize.left_calls`). */
+PyObject *cm_left_calls(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *expr, *nullable;
+    if (!PyArg_ParseTuple(args, "OO", &expr, &nullable)) return NULL;
+    if (!PyAnySet_Check(nullable)) return PyErr_SetString(PyExc_TypeError, "left_calls: a set of names"), NULL;
+    if (!ir_types[0]) return cm_bad("left_calls: set_ir was not called"), NULL;
+    PyObject *found = PySet_New(NULL);
+    if (found && lc_add(expr, nullable, found, 0)) Py_CLEAR(found);
+    return found;
+}
+
+static int largest_bound(PyObject *expr, long long *largest, int depth) {
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        if (!parts) return -1;
+        int status = 0;
+        for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
+            status = largest_bound(PyTuple_GET_ITEM(parts, k), largest, depth + 1);
+        }
+        Py_DECREF(parts);
+        return status;
+    }
+    if (kind == IR_REPEAT) {
+        long long min, max;
+        if (repeat_bounds(expr, &min, &max)) return -1;
+        if (min > *largest) *largest = min;
+        if (max > *largest) *largest = max;
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        int status = item ? largest_bound(item, largest, depth + 1) : -1;
+        Py_XDECREF(item);
+        return status;
+    }
+    return 0;
+}
+
+/* largest_repeat_bound(expr) -> int: the largest bound (min or max) of a repetition in `expr`, 0 if
+ * none (`counting` leaves a body without a large one as it is). */
+PyObject *cm_largest_repeat_bound(PyObject *self, PyObject *expr) {
+    (void)self;
+    if (!ir_types[0]) return cm_bad("largest_repeat_bound: set_ir was not called"), NULL;
+    long long largest = 0;
+    if (largest_bound(expr, &largest, 0)) return NULL;
+    return PyLong_FromLongLong(largest);
+}

@@ -295,6 +295,19 @@ def expr_size(expr: Expr, inlined: dict[str, tuple[int, int, type]]) -> tuple[in
     return size
 
 
+def left_calls(expr: Expr, nullable: set[str] | frozenset[str]) -> set[str]:
+    """`optimize.left_calls` in C. The extension must be loaded."""
+    found: set[str] = _ir_module().left_calls(expr, nullable)
+    return found
+
+
+def largest_repeat_bound(expr: Expr) -> int:
+    """The largest bound (min or max) of a repetition in ``expr``, 0 if it has none. The extension
+    must be loaded."""
+    bound: int = _ir_module().largest_repeat_bound(expr)
+    return bound
+
+
 def expr_text(expr: Expr) -> str:
     """`grammar.ir.to_text` of a grammar expression, made in C. The extension must be loaded."""
     text: str = _ir_module().expr_text(expr)

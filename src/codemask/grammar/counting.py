@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from codemask.engine import native
 from codemask.grammar.ir import Choice, Expr, Repeat, Rule, RuleRef, Sequence, choice, seq
 
 # Copies of the item in the leaf rule; repetitions up to COUNTED_FROM stay plain copies.
@@ -27,11 +28,17 @@ COUNTED_FROM = 2 * BLOCK
 
 
 def count_large_repeats(rules: dict[str, Rule]) -> dict[str, Rule]:
-    """The rules with every repetition bounded above ``COUNTED_FROM`` made of counting rules."""
+    """The rules with every repetition bounded above ``COUNTED_FROM`` made of counting rules (a
+    rule without one as it is: with the C extension that is found without walking it in Python)."""
     counter = _Counters(set(rules))
-    out = {name: replace(rule, body=counter.rewrite(rule.body)) for name, rule in rules.items()}
+    out = {name: rule if _small_repeats_only(rule.body) else replace(rule, body=counter.rewrite(rule.body))
+           for name, rule in rules.items()}
     out.update(counter.new_rules)
     return out
+
+
+def _small_repeats_only(expr: Expr) -> bool:
+    return native.enabled() and native.largest_repeat_bound(expr) <= COUNTED_FROM
 
 
 @dataclass

@@ -282,20 +282,27 @@ def is_nullable(expr: Expr, nullable: set[str]) -> bool:
 
 
 def left_calls(expr: Expr, nullable: set[str]) -> set[str]:
-    """Rules that ``expr`` may call before consuming any input."""
+    """Rules that ``expr`` may call before consuming any input (in C where the extension is loaded:
+    the walks of every rule's left edge were most of the left-recursion check)."""
+    if native.enabled():
+        return native.left_calls(expr, nullable)
+    return _left_calls(expr, nullable)
+
+
+def _left_calls(expr: Expr, nullable: set[str]) -> set[str]:
     if isinstance(expr, RuleRef):
         return {expr.name}
     if isinstance(expr, Sequence):
         found: set[str] = set()
         for item in expr.items:
-            found |= left_calls(item, nullable)
+            found |= _left_calls(item, nullable)
             if not is_nullable(item, nullable):
                 break
         return found
     if isinstance(expr, Choice):
-        return set().union(*(left_calls(alt, nullable) for alt in expr.alternatives)) if expr.alternatives else set()
+        return set().union(*(_left_calls(alt, nullable) for alt in expr.alternatives)) if expr.alternatives else set()
     if isinstance(expr, Repeat):
-        return left_calls(expr.item, nullable) if expr.max != 0 else set()
+        return _left_calls(expr.item, nullable) if expr.max != 0 else set()
     return set()
 
 
