@@ -136,11 +136,12 @@ def test_productive_and_nullable_rules_of_random_grammars_are_the_kleene_fixed_p
 
 
 def test_the_optimisers_measures_in_c_are_the_python_ones() -> None:
-    """`native.rule_uses`, `native.expr_size` (with callee sizes to splice in) and
-    `native.left_calls` against `_count_uses`, `expr_size` and `_left_calls`, over real and random
-    grammars; and the optimised grammar is the same either way."""
+    """`native.rule_uses`, `native.expr_size` (with callee sizes to splice in), `native.left_calls`
+    and `native.expr_names` against `_count_uses`, `expr_size`, `_left_calls` and the references'
+    walk, over real and random grammars; and the optimised grammar is the same either way."""
     from collections import Counter
 
+    from codemask.grammar.ir import _walk_names
     from codemask.grammar.optimize import _count_uses, _left_calls, expr_size, optimize
 
     grammars = [grammar.ir.rules for grammar in real_grammars()]
@@ -152,6 +153,7 @@ def test_the_optimisers_measures_in_c_are_the_python_ones() -> None:
             nullable = nullable_rules(rules)
         for rule in rules.values():
             assert native.left_calls(rule.body, nullable) == _left_calls(rule.body, nullable)
+            assert native.expr_names(rule.body) == _walk_names(rule.body)
             python: Counter[str] = Counter()
             _count_uses(rule.body, python)
             in_c: dict[str, int] = {}

@@ -28,8 +28,8 @@
  * `_native_lexer.c` (`LexerStepper`), `_native_lex_parser.c` (`SymbolSteps`), `_native_residuals.c`
  * (`ResidualWalker`), `_native_dfa.c` (`dfa_of_nfa`: a rule's minimal DFA), `_native_ir.c`
  * (`dfa_of_expr`, `expr_text`, `expr_digest`: a rule body's automaton from the grammar IR, and
- * `least_fixed_point`, `rule_uses`, `expr_size`, `left_calls`, `largest_repeat_bound`: the
- * optimiser's analyses),
+ * `least_fixed_point`, `rule_uses`, `expr_size`, `left_calls`, `largest_repeat_bound`,
+ * `expr_names`: the optimiser's analyses),
  * `_native_follow.c` (`follow_bytes`), `_native_bits.c` (`set_bits_where`, `distinct`,
  * `pack_rows`) and `_native_common.c` (buffers, hash maps, argument checks); this file holds the
  * module's method table.
@@ -40,7 +40,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 21
+#define NATIVE_VERSION 22
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -64,6 +64,7 @@ static PyMethodDef methods[] = {
     {"left_calls", cm_left_calls, METH_VARARGS, "left_calls(expr, nullable) -> set: optimize.left_calls"},
     {"largest_repeat_bound", cm_largest_repeat_bound, METH_O,
      "largest_repeat_bound(expr) -> int: the largest bound of a repetition in expr (0 if none)"},
+    {"expr_names", cm_expr_names, METH_O, "expr_names(expr) -> (frozenset, frozenset): the rules and terminals named"},
     {"pack_rows", cm_pack_rows, METH_VARARGS,
      "pack_rows(words, order, lo, hi): words[t >> 5] |= 1 << (t & 31) for t = order[row], every row in lo[i]:hi[i]"},
     {"distinct", cm_distinct, METH_VARARGS,

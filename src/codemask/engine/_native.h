@@ -208,6 +208,7 @@ PyObject *cm_rule_uses(PyObject *self, PyObject *args);
 PyObject *cm_expr_size(PyObject *self, PyObject *args);
 PyObject *cm_left_calls(PyObject *self, PyObject *args);
 PyObject *cm_largest_repeat_bound(PyObject *self, PyObject *expr);
+PyObject *cm_expr_names(PyObject *self, PyObject *expr);
 
 /* _native_follow.c */
 PyObject *cm_follow_bytes(PyObject *self, PyObject *args);

@@ -1285,3 +1285,46 @@ PyObject *cm_largest_repeat_bound(PyObject *self, PyObject *expr) {
     if (largest_bound(expr, &largest, 0)) return NULL;
     return PyLong_FromLongLong(largest);
 }
+
+/* -- references (`ir.references`, `ir.terminal_references`) ------------------------------------ */
+
+static int names_of(PyObject *expr, PyObject *rules, PyObject *terminals, int depth) {
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
+    int kind = ir_kind(expr);
+    if (kind < 0) return -1;
+    if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        int status = name ? PySet_Add(kind == IR_RULEREF ? rules : terminals, name) : -1;
+        Py_XDECREF(name);
+        return status;
+    }
+    if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
+        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+        if (!parts) return -1;
+        int status = 0;
+        for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
+            status = names_of(PyTuple_GET_ITEM(parts, k), rules, terminals, depth + 1);
+        }
+        Py_DECREF(parts);
+        return status;
+    }
+    if (kind == IR_REPEAT) {
+        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        int status = item ? names_of(item, rules, terminals, depth + 1) : -1;
+        Py_XDECREF(item);
+        return status;
+    }
+    return 0;
+}
+
+/* expr_names(expr) -> (frozenset, frozenset): the rules and the terminals `expr` references. */
+PyObject *cm_expr_names(PyObject *self, PyObject *expr) {
+    (void)self;
+    if (!ir_types[0]) return cm_bad("expr_names: set_ir was not called"), NULL;
+    PyObject *rules = PyFrozenSet_New(NULL), *terminals = PyFrozenSet_New(NULL), *result = NULL;
+    /* (filled before anything else sees them, as CPython's own frozenset construction does) */
+    if (rules && terminals && !names_of(expr, rules, terminals, 0)) result = PyTuple_Pack(2, rules, terminals);
+    Py_XDECREF(rules);
+    Py_XDECREF(terminals);
+    return result;
+}

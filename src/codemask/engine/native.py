@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 21
+EXPECTED_VERSION = 22
 
 
 def _load() -> ModuleType | None:
@@ -308,6 +308,15 @@ def largest_repeat_bound(expr: Expr) -> int:
     return bound
 
 
+def expr_names(expr: Expr) -> tuple[frozenset[str], frozenset[str]] | None:
+    """The rules and the terminals ``expr`` references, walked in C (`grammar.ir.references` uses
+    it); None where the extension is off."""
+    if not _enabled:
+        return None
+    found: tuple[frozenset[str], frozenset[str]] = _ir_module().expr_names(expr)
+    return found
+
+
 def expr_text(expr: Expr) -> str:
     """`grammar.ir.to_text` of a grammar expression, made in C. The extension must be loaded."""
     text: str = _ir_module().expr_text(expr)
@@ -510,3 +519,9 @@ def residual_walker(*, steps: SymbolSteps, split: Callable[[Any, int, frozenset[
         raise ValueError(f"limit must be at least 1 result a generation, got {limit}")
     found: ResidualWalker = _MODULE.ResidualWalker(steps, split, limit)
     return found
+
+
+if _MODULE is not None:  # (`references` is asked of every rule several times per compile)
+    from codemask.grammar import ir as _ir
+
+    _ir.use_names_walk(expr_names)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeAlias, Union
 
@@ -258,10 +258,20 @@ def _names(expr: Expr) -> tuple[frozenset[str], frozenset[str]]:
     """The rules and the terminals ``expr`` references: one walk for both."""
     key = id(expr)
     with _REFERENCES_LOCK:
-        found = _REFERENCES.get(key)
-        if found is not None and found[0] is expr:
+        remembered = _REFERENCES.get(key)
+        if remembered is not None and remembered[0] is expr:
             _REFERENCES.move_to_end(key)
-            return found[1]
+            return remembered[1]
+    walked = _names_in_c(expr) if _names_in_c is not None else None
+    result = walked if walked is not None else _walk_names(expr)
+    with _REFERENCES_LOCK:
+        _REFERENCES[key] = (expr, result)  # (the expression is kept, so that no other one takes its id)
+        if len(_REFERENCES) > REFERENCES_CACHE:
+            _REFERENCES.popitem(last=False)
+    return result
+
+
+def _walk_names(expr: Expr) -> tuple[frozenset[str], frozenset[str]]:
     rules: set[str] = set()
     terminals: set[str] = set()
     stack = [expr]
@@ -278,12 +288,18 @@ def _names(expr: Expr) -> tuple[frozenset[str], frozenset[str]]:
             stack.extend(node.alternatives)  # type: ignore[union-attr]
         elif kind is Repeat:
             stack.append(node.item)  # type: ignore[union-attr]
-    result = (frozenset(rules), frozenset(terminals))
-    with _REFERENCES_LOCK:
-        _REFERENCES[key] = (expr, result)  # (the expression is kept, so that no other one takes its id)
-        if len(_REFERENCES) > REFERENCES_CACHE:
-            _REFERENCES.popitem(last=False)
-    return result
+    return frozenset(rules), frozenset(terminals)
+
+
+# The walk of `_names` in C: set by `codemask.engine.native` (a layer above this one), None where it
+# is not in use (it returns None then too, when the C extension is switched off).
+_names_in_c: Callable[[Expr], tuple[frozenset[str], frozenset[str]] | None] | None = None
+
+
+def use_names_walk(walk: Callable[[Expr], tuple[frozenset[str], frozenset[str]] | None]) -> None:
+    """Have `references` walk expressions with ``walk`` (the C extension's)."""
+    global _names_in_c
+    _names_in_c = walk
 
 
 # `references` of this many expressions are remembered.
