@@ -18,8 +18,8 @@ LAYERS = [
     ("codemask.errors", "codemask._version", "codemask.shipped"),
     ("codemask.grammar.ir",),  # the IR every front-end produces
     # IR -> automata
-    ("codemask.engine.collection", "codemask.engine.token_trie", "codemask.engine.native", "codemask.engine.automaton",
-     "codemask.vocab"),
+    ("codemask.engine.collection", "codemask.engine.state_table", "codemask.engine.token_trie",
+     "codemask.engine.native", "codemask.engine.automaton", "codemask.vocab"),
     ("codemask.grammar",),  # front-ends
     ("codemask.engine", "codemask.assets"),
     ("codemask.decoding", "codemask.compilers"),

@@ -12,15 +12,16 @@ from tests.engine.conftest import compiler
 from tests.engine.test_native import assert_same_core, drive, explore_lexer, grammar_of, met_candidate_sets
 
 
-def test_unwritten_rows_are_a_writable_table_and_growing_keeps_them() -> None:
-    table = unwritten_rows(8, 256)
-    assert table.shape == (8, 256) and table.dtype == np.int32 and table.flags.writeable
-    table[:] = np.arange(8 * 256, dtype=np.int32).reshape(8, 256)
+@pytest.mark.parametrize("rows", [8, 8192])  # (numpy's memory, and from 4 MB on anonymous memory of its own)
+def test_unwritten_rows_are_a_writable_table_and_growing_keeps_them(rows: int) -> None:
+    table = unwritten_rows(rows, 256)
+    assert table.shape == (rows, 256) and table.dtype == np.int32 and table.flags.writeable
+    table[:8] = np.arange(8 * 256, dtype=np.int32).reshape(8, 256)
     bigger = grown(table)
-    assert bigger.shape == (16, 256) and bigger.flags.writeable
-    assert (bigger[:8] == table).all()
-    bigger[15] = -2  # (the new rows are written as their states come)
-    assert (bigger[15] == -2).all() and (bigger[:8] == table).all()
+    assert bigger.shape == (2 * rows, 256) and bigger.flags.writeable
+    assert (bigger[:8] == table[:8]).all()
+    bigger[-1] = -2  # (the new rows are written as their states come)
+    assert (bigger[-1] == -2).all() and (bigger[:8] == table[:8]).all()
 
 
 @pytest.mark.parametrize(("source", "lazy"), [("json", False), ("sql", True)])

@@ -26,6 +26,7 @@ import numpy as np
 
 from codemask.engine import native
 from codemask.engine.collection import collection_paused
+from codemask.engine.state_table import unwritten_rows
 from codemask.engine.token_trie import expand_ranges
 from codemask.errors import GrammarError
 from codemask.grammar.ir import (
@@ -785,7 +786,8 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     sizes = np.array([len(d.accepting) for d in dfas], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     state_rule = np.repeat(np.arange(len(dfas), dtype=np.int32), sizes)
-    trans = np.concatenate([d.trans for d in dfas]).astype(np.int32)
+    trans = unwritten_rows(int(offsets[-1]), alphabet)
+    np.concatenate([d.trans for d in dfas], out=trans, casting="same_kind")
     np.add(trans, offsets[state_rule].astype(np.int32)[:, None], out=trans, where=trans >= 0)
     calls: list[tuple[tuple[int, int], ...]] = []
     for dfa, off in zip(dfas, offsets[:-1].tolist(), strict=True):

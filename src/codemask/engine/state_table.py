@@ -9,37 +9,31 @@ more, so the first write into each 2 MB cleared a whole huge page at once (4-5 m
 reserves room for many states as address space, and each state writes its own row when it is
 interned: memory is taken page by page as it is used.
 
-Even page by page, first touches were most of the cost of a walk that meets thousands of new
-states (a counted string's positions: 578 page faults, 3.5 of 4.6 ms). So the memory of a table
-whose core is gone goes back to a small pool, and the next table (the next request's grammar)
-starts on pages that are already there.
+A grammar's automaton (`RTN.trans`, 15 MB for a large schema) is made in the same memory: huge
+pages cost the same 4-5 ms per 2 MB there.
 """
 
 from __future__ import annotations
 
 import mmap
-import threading
-import weakref
 
 import numpy as np
 
 # States a table has room for before it must move (then it doubles): address space, not memory.
 RESERVED_STATES = 16384
-# Bytes of dead tables' memory kept for new tables (resident: their touched pages stay so).
-POOL_BYTES = 64 << 20
-
-_pool: list[mmap.mmap] = []
-_pool_lock = threading.Lock()
+# The size from which numpy asks the kernel for huge pages (``madvise``).
+HUGE_PAGES_FROM = 4 << 20
 
 
 def unwritten_rows(rows: int, width: int) -> np.ndarray:
     """An int32 ``[rows, width]`` array whose memory is taken page by page as it is written (its
-    contents are undefined until then: ordinary pages of its own, or a dead table's)."""
-    size = max(rows * width * 4, 1)
-    buffer = _pooled(size) or mmap.mmap(-1, size)
-    table = np.frombuffer(buffer, dtype=np.int32, count=rows * width).reshape(rows, width)
-    weakref.finalize(table, _give_back, buffer).atexit = False  # (at exit the table may still be in use)
-    return table
+    contents are undefined until then): from 4 MB on, where numpy's own allocation asks for huge
+    pages, anonymous memory of its own in ordinary pages; below, numpy's (often pages the process
+    already has)."""
+    if rows * width * 4 < HUGE_PAGES_FROM:
+        return np.empty((rows, width), dtype=np.int32)
+    buffer = mmap.mmap(-1, rows * width * 4)
+    return np.frombuffer(buffer, dtype=np.int32, count=rows * width).reshape(rows, width)
 
 
 def grown(table: np.ndarray) -> np.ndarray:
@@ -47,19 +41,3 @@ def grown(table: np.ndarray) -> np.ndarray:
     bigger = unwritten_rows(2 * len(table), table.shape[1])
     bigger[: len(table)] = table
     return bigger
-
-
-def _pooled(size: int) -> mmap.mmap | None:
-    with _pool_lock:
-        for i, buffer in enumerate(_pool):
-            if len(buffer) == size:
-                return _pool.pop(i)
-    return None
-
-
-def _give_back(buffer: mmap.mmap) -> None:
-    """Keep a dead table's memory for the next table of its size, within `POOL_BYTES` (else it is
-    unmapped once the dying array lets go of it)."""
-    with _pool_lock:
-        if sum(map(len, _pool)) + len(buffer) <= POOL_BYTES:
-            _pool.append(buffer)
