@@ -178,15 +178,18 @@ def literal(text: str | bytes) -> Literal:
 
 
 def seq(*items: Expr) -> Expr:
-    """A sequence, flattening nested sequences and fusing adjacent literals."""
+    """A sequence, flattening nested sequences and fusing adjacent literals. (Written for speed: a
+    JSON Schema's object states make tens of thousands; the IR's classes have no subclasses.)"""
     flat: list[Expr] = []
     for item in items:
-        parts = item.items if isinstance(item, Sequence) else (item,)
-        for part in parts:
-            if isinstance(part, Literal) and flat and isinstance(flat[-1], Literal):
-                flat[-1] = Literal(flat[-1].value + part.value)
-            elif not (isinstance(part, Literal) and not part.value):
+        for part in item.items if type(item) is Sequence else (item,):
+            if type(part) is not Literal:
                 flat.append(part)
+            elif part.value:
+                if flat and type(flat[-1]) is Literal:
+                    flat[-1] = Literal(flat[-1].value + part.value)
+                else:
+                    flat.append(part)
     return flat[0] if len(flat) == 1 else Sequence(tuple(flat))
 
 
@@ -195,7 +198,7 @@ def choice(*alternatives: Expr) -> Expr:
     alternatives are deduplicated by hashing (a scan of the list so far made 100,000 of them
     take minutes), a few by that scan (a hash walks a whole expression, a comparison stops at
     the first difference)."""
-    parts = [part for alt in alternatives for part in (alt.alternatives if isinstance(alt, Choice) else (alt,))]
+    parts = [part for alt in alternatives for part in (alt.alternatives if type(alt) is Choice else (alt,))]
     if len(parts) > SMALL_CHOICE:
         unique = tuple(dict.fromkeys(parts))
     else:

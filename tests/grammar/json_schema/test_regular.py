@@ -6,9 +6,6 @@ import itertools
 import random
 import re
 
-import numpy as np
-import pytest
-
 from codemask.engine.recognizer import Recognizer
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.ir import NOTHING, Expr, GrammarIR, Rule, literal
@@ -48,21 +45,21 @@ def test_string_under_two_patterns_and_a_length() -> None:
         assert checker.accepts(f'"{word}"') == expected, word
 
 
-@pytest.mark.parametrize("limit", [regular.CODE_LIMIT, 0])
-def test_bytes_are_grouped_by_the_targets_they_lead_to(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
-    """Both ways of grouping (target tuples as numbers, or as columns) against a dictionary."""
-    monkeypatch.setattr(regular, "CODE_LIMIT", limit)
-    rng = random.Random(limit)
+def test_bytes_are_grouped_by_the_targets_they_lead_to() -> None:
+    """Every byte some operand moves on is in exactly the group of its target tuple; bytes ascend
+    within a group and groups come in the order of their first bytes."""
+    rng = random.Random(0)
     for _ in range(50):
         operands = rng.randint(1, 6)
-        targets = np.array([[rng.choice([-1, -1, 0, 1, 2, rng.randint(0, 900)]) for _ in range(256)]
-                            for _ in range(operands)])
-        expected: dict[tuple[int, ...], list[int]] = {}
-        for byte in range(256):
-            if (targets[:, byte] >= 0).any():
-                expected.setdefault(tuple(targets[:, byte]), []).append(byte)
-        assert regular._byte_groups(targets) == [(group, group[0]) for group in expected.values()]
-    assert regular._byte_groups(np.full((2, 256), -1)) == []
+        rows = [[rng.choice([-1, -1, 0, 1, 2, rng.randint(0, 900)]) for _ in range(256)] for _ in range(operands)]
+        groups = regular._byte_groups(rows)
+        moving = [byte for byte in range(256) if any(row[byte] >= 0 for row in rows)]
+        assert sorted(byte for group in groups.values() for byte in group) == moving
+        for targets, group in groups.items():
+            assert group == sorted(group) and all(tuple(row[byte] for row in rows) == targets for byte in group)
+        firsts = [group[0] for group in groups.values()]
+        assert firsts == sorted(firsts)
+    assert regular._byte_groups([[-1] * 256, [-1] * 256]) == {}
 
 
 def test_many_operands_combine_exactly() -> None:

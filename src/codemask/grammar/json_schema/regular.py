@@ -15,14 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from codemask.engine.automaton import BYTE_ALPHABET, DFA, compile_expr
 from codemask.grammar.ir import EMPTY, NOTHING, ByteClass, Expr, RuleRef, choice, seq
 
 MAX_PRODUCT_STATES = 2000
-# `_byte_groups` numbers target tuples below this (int64); more operands group columns instead.
-CODE_LIMIT = 2**62
 
 
 class TooLarge(Exception):
@@ -42,10 +38,8 @@ def combine(operands: list[Expr], accept: Callable[[tuple[bool, ...]], bool], pr
     order = [start]
     edges: list[dict[int, list[int]]] = []
     for state in order:
-        targets = np.stack([_row(d, s) for d, s in zip(dfas, state, strict=True)])  # [operands, 256]
         by_target: dict[int, list[int]] = {}
-        for byte_list, column in _byte_groups(targets):
-            nxt = tuple(int(t) for t in targets[:, column])
+        for nxt, byte_list in _byte_groups([_row(d, s) for d, s in zip(dfas, state, strict=True)]).items():
             if nxt not in index:
                 if len(order) >= MAX_PRODUCT_STATES:
                     raise TooLarge
@@ -67,30 +61,25 @@ def combine(operands: list[Expr], accept: Callable[[tuple[bool, ...]], bool], pr
     return RuleRef(f"{prefix}0")
 
 
-def _byte_groups(targets: np.ndarray) -> list[tuple[list[int], int]]:
-    """The bytes some operand moves on, grouped by the tuple of targets they lead to: each group's
-    bytes (ascending) and its first byte, groups in the order of their first bytes."""
-    alive = np.flatnonzero((targets >= 0).any(axis=0))
-    if not len(alive):
-        return []
-    columns = targets[:, alive] + 1  # (-1, no state, is 0)
-    radix = int(columns.max()) + 1
-    if radix ** len(columns) <= CODE_LIMIT:  # each target tuple as one number
-        codes = np.zeros(len(alive), dtype=np.int64)
-        for row in columns:
-            codes = codes * radix + row
-        _unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    else:
-        _unique, first, inverse = np.unique(columns, axis=1, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    by_group = np.split(alive[np.argsort(inverse, kind="stable")], np.cumsum(np.bincount(inverse))[:-1])
-    return [(by_group[group].tolist(), int(alive[first[group]])) for group in np.argsort(first)]
+def _byte_groups(rows: list[list[int]]) -> dict[tuple[int, ...], list[int]]:
+    """The bytes some operand moves on (``rows``: each operand's targets by byte, -1 none), grouped
+    by the tuple of targets they lead to: each group's bytes ascending, groups in the order of their
+    first bytes. (Plain Python: numpy's per-call overhead on 256 columns was most of the product.)"""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for byte, targets in enumerate(zip(*rows, strict=True)):
+        if max(targets) >= 0:
+            groups.setdefault(targets, []).append(byte)
+    return groups
 
 
-def _row(dfa: DFA, state: int) -> np.ndarray:
+def _row(dfa: DFA, state: int) -> list[int]:
     if state < 0:
-        return np.full(BYTE_ALPHABET, -1, dtype=np.int64)
-    return np.asarray(dfa.trans[state], dtype=np.int64)
+        return _NO_ROW
+    row: list[int] = dfa.trans[state].tolist()
+    return row
+
+
+_NO_ROW = [-1] * BYTE_ALPHABET
 
 
 def _co_reachable(edges: list[dict[int, list[int]]], accepting: list[bool]) -> set[int]:
