@@ -136,13 +136,14 @@ def test_productive_and_nullable_rules_of_random_grammars_are_the_kleene_fixed_p
 
 
 def test_the_optimisers_measures_in_c_are_the_python_ones() -> None:
-    """`native.rule_uses`, `native.expr_size` (with callee sizes to splice in), `native.left_calls`
-    and `native.expr_names` against `_count_uses`, `expr_size`, `_left_calls` and the references'
-    walk, over real and random grammars; and the optimised grammar is the same either way."""
+    """`native.rule_uses`, `native.expr_size` (with callee sizes to splice in), `native.left_calls`,
+    `native.expr_names` and `native.substitute` against `_count_uses`, `expr_size`, `_left_calls`,
+    the references' walk and `_substitute`, over real and random grammars; and the optimised
+    grammar is the same either way."""
     from collections import Counter
 
     from codemask.grammar.ir import _walk_names
-    from codemask.grammar.optimize import _count_uses, _left_calls, expr_size, optimize
+    from codemask.grammar.optimize import _count_uses, _left_calls, _substitute, expr_size, optimize
 
     grammars = [grammar.ir.rules for grammar in real_grammars()]
     grammars += [random_grammar(random.Random(seed), 1 + seed % 12) for seed in range(200)]
@@ -151,9 +152,14 @@ def test_the_optimisers_measures_in_c_are_the_python_ones() -> None:
         sizes = {name: expr_size(rule.body, {}) for name, rule in list(rules.items())[::2]}
         with native.using(False):
             nullable = nullable_rules(rules)
+        # references replaced by other bodies, by nothing (dropping alternatives, voiding sequences
+        # and repetitions) and by the empty string
+        names = sorted(rules)
+        replacements = {name: [rules[names[-1 - i]].body, NOTHING, EMPTY][i % 3] for i, name in enumerate(names[::2])}
         for rule in rules.values():
             assert native.left_calls(rule.body, nullable) == _left_calls(rule.body, nullable)
             assert native.expr_names(rule.body) == _walk_names(rule.body)
+            assert native.substitute(rule.body, replacements) == _substitute(rule.body, replacements.get)
             python: Counter[str] = Counter()
             _count_uses(rule.body, python)
             in_c: dict[str, int] = {}

@@ -29,7 +29,7 @@
  * (`ResidualWalker`), `_native_dfa.c` (`dfa_of_nfa`: a rule's minimal DFA), `_native_ir.c`
  * (`dfa_of_expr`, `expr_text`, `expr_digest`: a rule body's automaton from the grammar IR, and
  * `least_fixed_point`, `rule_uses`, `expr_size`, `left_calls`, `largest_repeat_bound`,
- * `expr_names`: the optimiser's analyses),
+ * `expr_names`, `substitute`: the optimiser's analyses and rewrites),
  * `_native_follow.c` (`follow_bytes`), `_native_bits.c` (`set_bits_where`, `distinct`,
  * `pack_rows`) and `_native_common.c` (buffers, hash maps, argument checks); this file holds the
  * module's method table.
@@ -65,6 +65,8 @@ static PyMethodDef methods[] = {
     {"largest_repeat_bound", cm_largest_repeat_bound, METH_O,
      "largest_repeat_bound(expr) -> int: the largest bound of a repetition in expr (0 if none)"},
     {"expr_names", cm_expr_names, METH_O, "expr_names(expr) -> (frozenset, frozenset): the rules and terminals named"},
+    {"substitute", cm_substitute, METH_VARARGS,
+     "substitute(expr, replacements, seq, choice, repeat, nothing) -> Expr: optimize._substitute"},
     {"pack_rows", cm_pack_rows, METH_VARARGS,
      "pack_rows(words, order, lo, hi): words[t >> 5] |= 1 << (t & 31) for t = order[row], every row in lo[i]:hi[i]"},
     {"distinct", cm_distinct, METH_VARARGS,

@@ -1328,3 +1328,106 @@ PyObject *cm_expr_names(PyObject *self, PyObject *expr) {
     Py_XDECREF(terminals);
     return result;
 }
+
+/* -- rule references replaced (`optimize._substitute`) ----------------------------------------- */
+
+typedef struct {
+    PyObject *map, *seq, *choice, *repeat, *nothing; /* names -> expressions; the IR's builders */
+} Substitution;
+
+static int is_nothing(PyObject *expr) {
+    if ((PyObject *)Py_TYPE(expr) != ir_types[IR_CHOICE]) return 0;
+    PyObject *alts = tuple_attr(expr, A_ALTERNATIVES);
+    int empty = alts ? PyTuple_GET_SIZE(alts) == 0 : -1;
+    Py_XDECREF(alts);
+    return empty;
+}
+
+static PyObject *substituted(Substitution *s, PyObject *expr, int depth);
+
+/* A sequence or choice with its parts substituted: the same object where no part changed. */
+static PyObject *substituted_parts(Substitution *s, PyObject *expr, int kind, int depth) {
+    PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+    if (!parts) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(parts);
+    PyObject *out = PyTuple_New(n), *result = NULL;
+    int changed = 0, nothing = 0;
+    Py_ssize_t kept = 0;
+    if (!out) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *part = PyTuple_GET_ITEM(parts, k), *made = substituted(s, part, depth + 1);
+        if (!made) goto done;
+        changed |= made != part;
+        int empty = is_nothing(made);
+        if (empty < 0) {
+            Py_DECREF(made);
+            goto done;
+        }
+        if (empty && kind == IR_CHOICE) { /* (an alternative that matches nothing is dropped) */
+            Py_DECREF(made);
+            continue;
+        }
+        nothing |= empty;
+        PyTuple_SET_ITEM(out, kept++, made);
+    }
+    if (!changed) {
+        result = Py_NewRef(expr);
+    } else if (nothing || (kind == IR_CHOICE && kept == 0)) {
+        result = Py_NewRef(s->nothing);
+    } else {
+        if (kept < n && _PyTuple_Resize(&out, kept)) goto done;
+        result = PyObject_Call(kind == IR_SEQUENCE ? s->seq : s->choice, out, NULL);
+    }
+done:
+    Py_XDECREF(out);
+    Py_DECREF(parts);
+    return result;
+}
+
+static PyObject *substituted(Substitution *s, PyObject *expr, int depth) {
+    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply"), NULL;
+    int kind = ir_kind(expr);
+    if (kind < 0) return NULL;
+    if (kind == IR_RULEREF) {
+        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *found = name ? PyDict_GetItemWithError(s->map, name) : NULL;
+        Py_XDECREF(name);
+        if (PyErr_Occurred()) return NULL;
+        return Py_NewRef(found ? found : expr);
+    }
+    if (kind == IR_SEQUENCE || kind == IR_CHOICE) return substituted_parts(s, expr, kind, depth);
+    if (kind != IR_REPEAT) return Py_NewRef(expr);
+    PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+    PyObject *made = item ? substituted(s, item, depth + 1) : NULL, *result = NULL;
+    if (made == item) {
+        result = made ? Py_NewRef(expr) : NULL;
+    } else if (made) {
+        PyObject *min_obj = PyObject_GetAttr(expr, ir_names[A_MIN]);
+        PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+        int empty = max_obj ? is_nothing(made) : -1;
+        long long min = empty >= 0 ? PyLong_AsLongLong(min_obj) : -1;
+        if (empty > 0 && !PyErr_Occurred()) { /* (nothing repeated: only the empty string, where allowed) */
+            result = min == 0 ? PyObject_CallNoArgs(s->seq) : Py_NewRef(s->nothing);
+        } else if (empty == 0) {
+            result = PyObject_CallFunctionObjArgs(s->repeat, made, min_obj, max_obj, NULL);
+        }
+        Py_XDECREF(min_obj);
+        Py_XDECREF(max_obj);
+    }
+    Py_XDECREF(made);
+    Py_XDECREF(item);
+    return result;
+}
+
+/* substitute(expr, replacements, seq, choice, repeat, nothing) -> Expr: `expr` with each reference
+ * to a rule named in the dict `replacements` replaced by its expression, rebuilt with the IR's
+ * builders where anything changed and the same object elsewhere (`optimize._substitute`). */
+PyObject *cm_substitute(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *expr;
+    Substitution s;
+    if (!PyArg_ParseTuple(args, "OO!OOOO", &expr, &PyDict_Type, &s.map, &s.seq, &s.choice, &s.repeat, &s.nothing))
+        return NULL;
+    if (!ir_types[0]) return cm_bad("substitute: set_ir was not called"), NULL;
+    return substituted(&s, expr, 0);
+}

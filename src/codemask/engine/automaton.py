@@ -786,7 +786,7 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     sizes = np.array([len(d.accepting) for d in dfas], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     state_rule = np.repeat(np.arange(len(dfas), dtype=np.int32), sizes)
-    trans = unwritten_rows(int(offsets[-1]), alphabet)
+    trans = unwritten_rows(int(offsets[-1]), alphabet, whole=True)
     np.concatenate([d.trans for d in dfas], out=trans, casting="same_kind")
     np.add(trans, offsets[state_rule].astype(np.int32)[:, None], out=trans, where=trans >= 0)
     calls: list[tuple[tuple[int, int], ...]] = []

@@ -317,6 +317,16 @@ def expr_names(expr: Expr) -> tuple[frozenset[str], frozenset[str]] | None:
     return found
 
 
+def substitute(expr: Expr, replacements: dict[str, Expr]) -> Expr:
+    """``expr`` with each reference to a rule named in ``replacements`` replaced by its expression
+    (`optimize._substitute`), walked in C and rebuilt with the IR's builders where anything changed.
+    The extension must be loaded."""
+    from codemask.grammar import ir
+
+    made: Expr = _ir_module().substitute(expr, replacements, ir.seq, ir.choice, ir.Repeat, ir.NOTHING)
+    return made
+
+
 def expr_text(expr: Expr) -> str:
     """`grammar.ir.to_text` of a grammar expression, made in C. The extension must be loaded."""
     text: str = _ir_module().expr_text(expr)

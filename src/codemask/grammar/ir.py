@@ -84,6 +84,15 @@ class Sequence:
     """Items matched one after the other. The empty sequence matches the empty string."""
 
     items: tuple[Expr, ...]
+    # the hash, made once: a hash walks the whole tree, and front-ends key dicts by expressions
+    _hash: int | None = field(default=None, init=False, compare=False, repr=False)
+
+    def __hash__(self) -> int:
+        found = self._hash
+        if found is None:
+            found = hash((Sequence, self.items))
+            object.__setattr__(self, "_hash", found)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,14 @@ class Choice:
     """Any one of the alternatives. The empty choice matches nothing."""
 
     alternatives: tuple[Expr, ...]
+    _hash: int | None = field(default=None, init=False, compare=False, repr=False)  # (as `Sequence`'s)
+
+    def __hash__(self) -> int:
+        found = self._hash
+        if found is None:
+            found = hash((Choice, self.alternatives))
+            object.__setattr__(self, "_hash", found)
+        return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,11 +199,9 @@ def drop_unproductive(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
         raise GrammarError(f"the start rule {start!r} matches no finite string")
     if len(productive) == len(rules):
         return rules
-    return {
-        name: replace(rule, body=_substitute(rule.body, lambda ref: None if ref in productive else NOTHING))
-        for name, rule in rules.items()
-        if name in productive
-    }
+    unproductive = {ref: NOTHING for rule in rules.values() for ref in references(rule.body) if ref not in productive}
+    return {name: replace(rule, body=substitute(rule.body, unproductive)) for name, rule in rules.items()
+            if name in productive}
 
 
 def _productive_leaf(expr: Expr) -> bool:
@@ -219,6 +217,14 @@ def _productive_leaf(expr: Expr) -> bool:
 def _nullable_leaf(expr: Expr) -> bool:
     """Whether a node other than a sequence, choice, repetition or reference derives the empty string."""
     return isinstance(expr, Literal) and not expr.value
+
+
+def substitute(expr: Expr, replacements: dict[str, Expr]) -> Expr:
+    """``expr`` with each reference to a rule named in ``replacements`` replaced by its expression
+    (in C where the extension is loaded: rebuilding in Python was most of the inliner's time)."""
+    if native.enabled():
+        return native.substitute(expr, replacements)
+    return _substitute(expr, replacements.get)
 
 
 def _substitute(expr: Expr, replace: Callable[[str], Expr | None]) -> Expr:
@@ -528,14 +534,11 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
         else:
             _count_uses(rule.body, uses)
     bodies: dict[str, Expr] = {}
+    inlined: dict[str, Expr] = {}  # the bodies of the rules inlined so far
     order = [name for component in components for name in component]
-
-    def inlined(name: str) -> Expr | None:
-        return None if name in keep else bodies[name]
-
     sizes: dict[str, tuple[int, int, type]] = {}  # an inlined rule's body: `expr_size`
     for name in order:
-        body = _substitute(rules[name].body, inlined)
+        body = substitute(rules[name].body, inlined)
         bodies[name] = body
         limit = INLINE_WEIGHT_LIMIT
         if uses[name] > 1:
@@ -549,6 +552,7 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
             keep.add(name)
         else:
             sizes[name] = size
+            inlined[name] = body
     return {name: replace(rules[name], body=bodies[name]) for name in rules if name in keep}
 
 

@@ -66,8 +66,9 @@ def _byte_groups(rows: list[list[int]]) -> dict[tuple[int, ...], list[int]]:
     by the tuple of targets they lead to: each group's bytes ascending, groups in the order of their
     first bytes. (Plain Python: numpy's per-call overhead on 256 columns was most of the product.)"""
     groups: dict[tuple[int, ...], list[int]] = {}
+    nowhere = (-1,) * len(rows)
     for byte, targets in enumerate(zip(*rows, strict=True)):
-        if max(targets) >= 0:
+        if targets != nowhere:
             groups.setdefault(targets, []).append(byte)
     return groups
 
