@@ -19,8 +19,11 @@ import functools
 import itertools
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
+from collections.abc import Sequence as ReadOnlyList
 from dataclasses import dataclass
 from itertools import pairwise
+from types import MappingProxyType
 
 import numpy as np
 
@@ -317,8 +320,14 @@ class DFA:
 
     trans: np.ndarray  # [n, alphabet] int32, -1 = none
     accepting: np.ndarray  # [n] bool
-    calls: list[dict[int, int]]  # per state: callee rule -> target state
+    calls: ReadOnlyList[Mapping[int, int]]  # per state: callee rule -> target state
     start: int = 0
+
+    @functools.cached_property
+    def call_rows(self) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
+        """The states that call, each with its (callee rule, target state) pairs by callee: the
+        few states of a large rule that `build_rtn` numbers calls for."""
+        return [(state, tuple(sorted(c.items()))) for state, c in enumerate(self.calls) if c]
 
 
 def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
@@ -530,7 +539,7 @@ def trim(dfa: DFA) -> DFA:
     remap[keep] = np.arange(len(keep), dtype=np.int32)
     trans = dfa.trans[keep]
     trans = np.where(trans >= 0, remap[trans], -1).astype(np.int32)
-    calls = [{r: int(remap[t]) for r, t in dfa.calls[s].items() if remap[t] >= 0} for s in keep]
+    calls = [{r: int(remap[t]) for r, t in dfa.calls[s].items() if remap[t] >= 0} for s in keep.tolist()]
     return DFA(trans=trans, accepting=dfa.accepting[keep], calls=calls, start=int(remap[dfa.start]))
 
 
@@ -607,10 +616,18 @@ def _native_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_
                                f"states in one rule); {TOO_LARGE_HINT}") from None
         raise GrammarError(f"grammar is too large to compile (over {MAX_NFA_STATES:,} automaton states); "
                            f"{TOO_LARGE_HINT}") from None
-    calls: list[dict[int, int]] = [{} for _ in range(len(accepting))]
-    for state, rule, target in call_list.tolist():
-        calls[state][rule] = target
-    return DFA(trans=trans, accepting=accepting, calls=calls)
+    calls: list[Mapping[int, int]] = [_NO_CALLS] * len(accepting)
+    rows: dict[int, dict[int, int]] = {}
+    for state, rule, target in call_list.tolist():  # (by state, then rule)
+        rows.setdefault(state, {})[rule] = target
+    for state, called in rows.items():
+        calls[state] = called
+    dfa = DFA(trans=trans, accepting=accepting, calls=calls)
+    dfa.__dict__["call_rows"] = [(state, tuple(called.items())) for state, called in rows.items()]
+    return dfa
+
+
+_NO_CALLS: Mapping[int, int] = MappingProxyType({})  # (shared by every state that calls nothing)
 
 
 # Rule automata kept for reuse across compilations (bodies with their callee indices).
@@ -789,9 +806,10 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     trans = unwritten_rows(int(offsets[-1]), alphabet, whole=True)
     np.concatenate([d.trans for d in dfas], out=trans, casting="same_kind")
     np.add(trans, offsets[state_rule].astype(np.int32)[:, None], out=trans, where=trans >= 0)
-    calls: list[tuple[tuple[int, int], ...]] = []
+    calls: list[tuple[tuple[int, int], ...]] = [()] * int(offsets[-1])
     for dfa, off in zip(dfas, offsets[:-1].tolist(), strict=True):
-        calls.extend(tuple((callee, t + off) for callee, t in sorted(c.items())) if c else () for c in dfa.calls)
+        for state, called in dfa.call_rows:
+            calls[off + state] = tuple((callee, t + off) for callee, t in called)
     return RTN(
         trans=trans,
         accepting=np.concatenate([d.accepting for d in dfas]),

@@ -179,6 +179,8 @@ def any_char() -> Expr:
 
 def string_content(text: str) -> Expr:
     """The inside of :func:`string_literal` (no quotes)."""
+    if text and text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return literal(text)  # (every character spelled raw: what the characters' sequence fuses to)
     return seq(*(literal_char(c) for c in text))
 
 
