@@ -120,7 +120,7 @@ PyObject *cm_distinct(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         if (slots[numbers[i]] == i) keys[k++] = numbers[i];
     }
-    qsort(keys, (size_t)count, sizeof(int64_t), cm_cmp_int64);
+    cm_sort_int64(keys, count);
     for (Py_ssize_t j = 0; j < count; j++) {
         chosen[j] = slots[keys[j]];
         slots[keys[j]] = (int32_t)j;

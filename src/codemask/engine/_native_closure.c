@@ -227,7 +227,7 @@ static Py_ssize_t scan_node(Interner *x, Scan *e) {
     if (!e->merged) return e->first; /* one node waits here: it is its own merged node */
     int32_t *ids = e->parents.data;
     Py_ssize_t n = e->parents.size, k = n ? 1 : 0;
-    qsort(ids, (size_t)n, sizeof(int32_t), cm_cmp_int32);
+    cm_sort_int32(ids, n);
     for (Py_ssize_t i = 1; i < n; i++) {
         if (ids[i] != ids[k - 1]) ids[k++] = ids[i];
     }
@@ -412,7 +412,7 @@ static int32_t closure(Interner *x, PyObject *core, Ctx *c, const int32_t *stack
         Py_ssize_t id = scan_node(x, &c->entries[i]);
         if (id < 0 || buf_push(&c->ids, (int32_t)id)) goto done;
     }
-    qsort(c->ids.data, (size_t)c->ids.size, sizeof(int32_t), cm_cmp_int32);
+    cm_sort_int32(c->ids.data, c->ids.size);
     result = intern_state(x, core, c->ids.data, c->ids.size, flag);
 done:
     ctx_drop_sets(c);

@@ -200,11 +200,6 @@ int cm_cmp_int32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int cm_cmp_int64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 int cm_cmp_uint64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);

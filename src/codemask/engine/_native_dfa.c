@@ -278,12 +278,6 @@ typedef struct {
     IntBuf accepting, call_out; /* per DFA state 0/1; (state, rule, target) triples */
 } Subsets;
 
-static int cmp_pair(const void *a, const void *b) {
-    const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
-    if (x[0] != y[0]) return (x[0] > y[0]) - (x[0] < y[0]);
-    return (x[1] > y[1]) - (x[1] < y[1]);
-}
-
 /* The DFA state of the epsilon closure of the sorted, distinct NFA states `targets` (`n` of them),
  * interned (with a new transition row) if new; -1 on error. */
 static int32_t subset_of_targets(Subsets *d, const int32_t *targets, Py_ssize_t n) {
@@ -309,7 +303,7 @@ static int32_t subset_of_targets(Subsets *d, const int32_t *targets, Py_ssize_t 
             if (buf_push(&d->stack, t) || buf_push(&d->set, t)) return -1;
         }
     }
-    qsort(d->set.data, (size_t)d->set.size, sizeof(int32_t), cm_cmp_int32);
+    cm_sort_int32(d->set.data, d->set.size);
     uint64_t hs = cm_seq_hash(d->set.data, d->set.size);
     int32_t id = cm_seqmap_get(&d->subsets, d->set.data, d->set.size, hs);
     if (id < 0) {
@@ -348,7 +342,7 @@ static int expand_subset(Subsets *d, int32_t id, IntBuf *scratch, int32_t *open_
         }
     }
     Py_ssize_t count = events->size / 2;
-    qsort(events->data, (size_t)count, 2 * sizeof(int32_t), cmp_pair);
+    cm_sort_pairs(events->data, count);
     for (Py_ssize_t i = 0; i < count;) {
         int32_t point = events->data[2 * i];
         for (; i < count && events->data[2 * i] == point; i++) {
@@ -371,7 +365,7 @@ static int expand_subset(Subsets *d, int32_t id, IntBuf *scratch, int32_t *open_
         }
         open->size = kept;
         if (!targets->size) continue;
-        qsort(targets->data, (size_t)targets->size, sizeof(int32_t), cm_cmp_int32);
+        cm_sort_int32(targets->data, targets->size);
         Py_ssize_t unique = 1;
         for (Py_ssize_t k = 1; k < targets->size; k++) {
             if (targets->data[k] != targets->data[unique - 1]) targets->data[unique++] = targets->data[k];
@@ -390,7 +384,7 @@ static int expand_subset(Subsets *d, int32_t id, IntBuf *scratch, int32_t *open_
     for (Py_ssize_t k = 0; k < open->size; k++) open_count[open->data[k]] = 0;
     /* calls, by rule: the closure of each rule's targets */
     Py_ssize_t calls = pairs->size / 2;
-    qsort(pairs->data, (size_t)calls, 2 * sizeof(int32_t), cmp_pair);
+    cm_sort_pairs(pairs->data, calls);
     for (Py_ssize_t i = 0; i < calls;) {
         int32_t rule = pairs->data[2 * i];
         targets->size = 0;
@@ -416,6 +410,7 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
     IntBuf scratch[4];
     memset(scratch, 0, sizeof(scratch));
     int32_t *open_count = NULL, *alive_map = NULL, *stack = NULL, *tail = NULL, *label = NULL, *head = NULL;
+    int32_t *class_at = NULL;
     int32_t *cls = NULL, *order = NULL, *rev_lo = NULL, *rev = NULL;
     uint8_t *alive = NULL, *acc = NULL;
     d.states = states;
@@ -494,24 +489,25 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
     }
     Py_ssize_t kept = 0;
     for (Py_ssize_t q = 0; q < n; q++) alive_map[q] = alive[q] ? (int32_t)kept++ : -1;
-    /* the kept automaton's transitions, over the symbol intervals between every range's ends */
-    IntBuf bounds = {0};
+    /* the kept automaton's transitions, over the symbol intervals between every range's ends:
+     * `class_at[b]` marks each range end, then numbers them in order (a symbol's interval is that of
+     * the last end at or below it) */
+    class_at = (int32_t *)calloc((size_t)alphabet + 2, sizeof(int32_t));
+    if (!class_at) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (Py_ssize_t q = 0; q < n; q++) {
         if (!alive[q]) continue;
         for (int32_t k = seg_first[q]; k < seg_first[q + 1]; k++) {
             if (alive_map[segs[3 * k + 2]] < 0) continue;
-            if (buf_push(&bounds, segs[3 * k]) || buf_push(&bounds, segs[3 * k + 1] + 1)) {
-                free(bounds.data);
-                goto done;
-            }
+            class_at[segs[3 * k]] = class_at[segs[3 * k + 1] + 1] = 1;
         }
     }
-    qsort(bounds.data, (size_t)bounds.size, sizeof(int32_t), cm_cmp_int32);
     Py_ssize_t classes = 0;
-    for (Py_ssize_t i = 0; i < bounds.size; i++) {
-        if (!classes || bounds.data[i] != bounds.data[classes - 1]) bounds.data[classes++] = bounds.data[i];
+    for (Py_ssize_t b = 0; b <= alphabet + 1; b++) {
+        if (class_at[b]) class_at[b] = (int32_t)classes++;
     }
-    /* (interval k is bounds[k] .. bounds[k + 1] - 1; the last bound only ends one) */
     Py_ssize_t m = 0, max_rule = -1, cap = 0;
     for (Py_ssize_t c = 0; c < ncalls; c++) {
         if (d.call_out.data[3 * c + 1] > max_rule) max_rule = d.call_out.data[3 * c + 1];
@@ -520,10 +516,7 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
         if (!alive[q]) continue;
         for (int32_t k = seg_first[q]; k < seg_first[q + 1]; k++) {
             if (alive_map[segs[3 * k + 2]] < 0) continue;
-            int32_t *at = (int32_t *)bsearch(&segs[3 * k], bounds.data, (size_t)classes, sizeof(int32_t), cm_cmp_int32);
-            int32_t *past = (int32_t *)bsearch(&(int32_t){segs[3 * k + 1] + 1}, bounds.data, (size_t)classes,
-                                               sizeof(int32_t), cm_cmp_int32);
-            cap += past - at;
+            cap += class_at[segs[3 * k + 1] + 1] - class_at[segs[3 * k]];
         }
     }
     cap += ncalls;
@@ -533,7 +526,6 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
     acc = (uint8_t *)malloc((size_t)kept);
     cls = (int32_t *)malloc((size_t)kept * sizeof(int32_t));
     if (!tail || !label || !head || !acc || !cls) {
-        free(bounds.data);
         PyErr_NoMemory();
         goto done;
     }
@@ -543,15 +535,13 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
         for (int32_t k = seg_first[q]; k < seg_first[q + 1]; k++) {
             int32_t t = alive_map[segs[3 * k + 2]];
             if (t < 0) continue;
-            int32_t *at = (int32_t *)bsearch(&segs[3 * k], bounds.data, (size_t)classes, sizeof(int32_t), cm_cmp_int32);
-            for (int32_t c = (int32_t)(at - bounds.data); bounds.data[c] <= segs[3 * k + 1]; c++) {
+            for (int32_t c = class_at[segs[3 * k]]; c < class_at[segs[3 * k + 1] + 1]; c++) {
                 tail[m] = alive_map[q];
                 label[m] = c;
                 head[m++] = t;
             }
         }
     }
-    free(bounds.data);
     for (Py_ssize_t c = 0; c < ncalls; c++) {
         const int32_t *call = d.call_out.data + 3 * c;
         if (!alive[call[0]] || alive_map[call[2]] < 0) continue;
@@ -620,6 +610,7 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
     Py_XDECREF(trans_out);
     Py_XDECREF(acc_out);
 done:
+    free(class_at);
     for (int i = 0; i < 4; i++) free(scratch[i].data);
     grouped_free(&d.eps);
     grouped_free(&d.edges);

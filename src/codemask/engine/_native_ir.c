@@ -838,7 +838,7 @@ static int32_t lf_combined(Gates *g, PyObject *parts, int every, int depth) {
     }
     int32_t *in = g->inputs.data + base;
     Py_ssize_t n = g->inputs.size - base, distinct = 0;
-    qsort(in, (size_t)n, sizeof(int32_t), cm_cmp_int32);
+    cm_sort_int32(in, n);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!distinct || in[i] != in[distinct - 1]) in[distinct++] = in[i];
     }

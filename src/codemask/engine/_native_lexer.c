@@ -136,7 +136,7 @@ static Py_ssize_t read_states(PyObject *items, Py_ssize_t states, int32_t *out) 
 /* Sort `n` ints and drop repeats (Python builds these as sets, then `tuple(sorted(...))`). */
 static Py_ssize_t sort_unique(int32_t *a, Py_ssize_t n) {
     if (n < 2) return n;
-    qsort(a, (size_t)n, sizeof(int32_t), cm_cmp_int32);
+    cm_sort_int32(a, n);
     Py_ssize_t k = 1;
     for (Py_ssize_t i = 1; i < n; i++) {
         if (a[i] != a[k - 1]) a[k++] = a[i];
