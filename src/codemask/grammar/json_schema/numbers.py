@@ -19,6 +19,7 @@ The same fixed-width range routine also spells ``\\uXXXX`` escapes for a set of 
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 from fractions import Fraction
 
@@ -113,8 +114,10 @@ def natural_range(lo: int, hi: int | None) -> Expr:
     return choice(*alternatives)
 
 
+@functools.lru_cache(maxsize=4096)
 def integer_range(lo: int | None, hi: int | None) -> Expr:
-    """JSON integers in [lo, hi] (``None``: open), ``-0`` included wherever 0 is."""
+    """JSON integers in [lo, hi] (``None``: open), ``-0`` included wherever 0 is. (Cached, as the
+    other ranges: schemas repeat the same few bounds, and expressions are immutable.)"""
     alternatives = []
     if hi is None or hi >= 0:
         alternatives.append(natural_range(max(lo or 0, 0), hi))
@@ -128,11 +131,13 @@ def integer_range(lo: int | None, hi: int | None) -> Expr:
     return choice(*alternatives)
 
 
+@functools.lru_cache(maxsize=4096)
 def integer_valued(expr: Expr) -> Expr:
     """An integer spelling, optionally with a zero fraction (``3.0`` is an integer in JSON Schema)."""
     return seq(expr, Repeat(seq(literal("."), Repeat(literal("0"), 1, None)), 0, 1))
 
 
+@functools.lru_cache(maxsize=4096)
 def number_range(lo: Fraction | None, lo_inclusive: bool, hi: Fraction | None, hi_inclusive: bool,
                  frac_digits: int | None = None, *, non_integer: bool = False) -> Expr:
     """JSON numbers in the range; ``frac_digits`` caps the significant fraction digits (multipleOf 10**-k).
