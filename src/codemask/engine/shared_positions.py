@@ -70,13 +70,20 @@ class SharedPositions:
                 self._entries.popitem(last=False)
 
 
+# Rules with more states than this, with those of the rules they call, are not shared between grammars.
+MAX_SHARED_STATES = 512
+
+
 class RuleSignatures:
     """Per rule, a digest of its automaton and, recursively, of every rule it calls.
 
     Equal digests mean equal frame-local behaviour, so positions can be shared between grammars.
     Rules that are recursive or call a recursive rule get None (their digest would need a fixed
-    point; they are walked per grammar). Digests are made when first asked for (a position's rule
-    and the rules it calls): hashing every rule of a large grammar took longer than its first masks.
+    point; they are walked per grammar), and so do rules of more than `MAX_SHARED_STATES` states
+    with the rules they call: what grammars share is strings, numbers and their like, small
+    automata, while hashing a schema's start rule with everything it calls was most of the time
+    of its first mask. Digests are made when first asked for (a position's rule and the rules it calls):
+    hashing every rule of a large grammar took longer than its first masks.
     """
 
     def __init__(self, rtn: RTN) -> None:
@@ -90,13 +97,15 @@ class RuleSignatures:
         self._callees: list[list[int]] = [[] for _ in range(count)]
         for owner, called in zip((pairs // count).tolist(), (pairs % count).tolist(), strict=True):
             self._callees[owner].append(called)
-        self._recursive = self._reaching_recursion()
+        self._unshared = self._unshareable()
         self._digests: dict[int, bytes] = {}
 
-    def _reaching_recursion(self) -> list[bool]:
-        """Per rule, whether it is recursive or calls (through any chain) a recursive rule."""
+    def _unshareable(self) -> list[bool]:
+        """Per rule, whether it is recursive, or calls (through any chain) a recursive rule, or has
+        more than `MAX_SHARED_STATES` states with those of the rules it calls."""
         count = len(self._callees)
-        out = [False] * count
+        size = [end - start for start, end in zip(self._starts, self._ends, strict=True)]
+        out = [states > MAX_SHARED_STATES for states in size]
         color = [0] * count  # 0 unseen, 1 on the depth-first stack, 2 done
         for root in range(count):
             if color[root]:
@@ -116,11 +125,12 @@ class RuleSignatures:
                 if color[rule] == 2:
                     continue
                 color[rule] = 2
-                out[rule] = out[rule] or any(out[c] for c in self._callees[rule])
+                size[rule] += sum(size[c] for c in self._callees[rule])  # (callees are done first)
+                out[rule] = out[rule] or size[rule] > MAX_SHARED_STATES or any(out[c] for c in self._callees[rule])
         return out
 
     def __getitem__(self, rule: int) -> bytes | None:
-        if self._recursive[rule]:
+        if self._unshared[rule]:
             return None
         todo = [rule]
         while todo:  # callees first (no recursion below a rule that does not reach any)
@@ -136,12 +146,21 @@ class RuleSignatures:
 
 
 def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callee_digests: dict[int, bytes]) -> bytes:
+    """The digest of rule ``rule`` (states ``lo:hi``): its transitions, accepting states and start,
+    then per call (by state, then callee) the state, the callee's digest and the return state —
+    laid out as arrays (a loop over every state of a large rule was most of a first mask)."""
     h = hashlib.blake2b(digest_size=16)
     trans = rtn.trans[lo:hi]
     h.update(np.where(trans >= 0, trans - lo, -1).astype(np.int32).tobytes())
     h.update(rtn.accepting[lo:hi].tobytes())
     h.update(int(rtn.rule_start[rule] - lo).to_bytes(4, "little"))
-    for state in range(lo, hi):
-        for callee, target in rtn.calls[state]:
-            h.update((state - lo).to_bytes(4, "little") + callee_digests[callee] + (target - lo).to_bytes(4, "little"))
+    call_lo, callee, ret = rtn.call_table
+    first, last = int(call_lo[lo]), int(call_lo[hi])
+    if last > first:
+        records = np.empty((last - first, 24), dtype=np.uint8)  # state, callee's digest, return state
+        records[:, :4] = (rtn.call_sites[first:last] - lo).astype("<u4").view(np.uint8).reshape(-1, 4)
+        digests = b"".join(callee_digests[c] for c in callee[first:last].tolist())
+        records[:, 4:20] = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 16)
+        records[:, 20:] = (ret[first:last].astype(np.int64) - lo).astype("<u4").view(np.uint8).reshape(-1, 4)
+        h.update(records.tobytes())
     return h.digest()

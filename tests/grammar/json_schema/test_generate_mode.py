@@ -69,7 +69,7 @@ def test_whitespace_is_bounded_as_pretty_printers_write_it() -> None:
     for text in (json.dumps(every), json.dumps(every, indent=2), json.dumps(every, indent=4),
                  json.dumps(every, separators=(",", ":"))):
         assert recognizer.accepts(text)
-    assert not recognizer.accepts(json.dumps(every, indent=70))  # more than 64 spaces
+    assert recognizer.accepts(json.dumps(every, indent=32)) and not recognizer.accepts(json.dumps(every, indent=33))
     assert not recognizer.accepts(json.dumps(every).replace(",", " ,"))  # nothing before a comma
     assert not recognizer.accepts(json.dumps(every).replace(": ", ":\n"))
     assert not recognizer.accepts(json.dumps(every).replace(", ", ",\n\n"))  # one line break per gap
