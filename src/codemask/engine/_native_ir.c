@@ -1150,7 +1150,7 @@ PyObject *cm_expr_size(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LLO)", (long long)size.weight, (long long)size.depth, size.kind);
 }
 
-/* -- left calls (`optimize.left_calls`) and large repetitions (`counting`) ---------------------- */
+/* -- left calls (`optimize.left_calls`) ------------------------------------------------------- */
 
 /* Whether `expr` derives the empty string, given the set `nullable` of rule names
  * (`optimize.is_nullable`): 1, 0, or -1 on error. */
@@ -1249,30 +1249,63 @@ PyObject *cm_left_calls(PyObject *self, PyObject *args) {
     return found;
 }
 
-static int largest_bound(PyObject *expr, long long *largest, int depth) {
+/* -- walks of every node: references (`ir.references`) and repetition bounds (`counting`) ------ */
+
+/* The visitor of `each_node`: called on every node, parents first; non-zero stops the walk (-1: an
+ * error is set). */
+typedef int (*ExprVisit)(PyObject *expr, int kind, void *context);
+
+static int each_node(PyObject *expr, ExprVisit visit, void *context, int depth) {
     if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
     int kind = ir_kind(expr);
     if (kind < 0) return -1;
-    if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
-        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
-        if (!parts) return -1;
-        int status = 0;
-        for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
-            status = largest_bound(PyTuple_GET_ITEM(parts, k), largest, depth + 1);
-        }
-        Py_DECREF(parts);
-        return status;
-    }
+    int status = visit(expr, kind, context);
+    if (status || (kind != IR_SEQUENCE && kind != IR_CHOICE && kind != IR_REPEAT)) return status;
     if (kind == IR_REPEAT) {
-        long long min, max;
-        if (repeat_bounds(expr, &min, &max)) return -1;
-        if (min > *largest) *largest = min;
-        if (max > *largest) *largest = max;
         PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
-        int status = item ? largest_bound(item, largest, depth + 1) : -1;
+        status = item ? each_node(item, visit, context, depth + 1) : -1;
         Py_XDECREF(item);
         return status;
     }
+    PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
+    if (!parts) return -1;
+    for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
+        status = each_node(PyTuple_GET_ITEM(parts, k), visit, context, depth + 1);
+    }
+    Py_DECREF(parts);
+    return status;
+}
+
+/* `each_node` visitor: a reference's name into the rules' or the terminals' set (`context`: both). */
+static int add_name(PyObject *expr, int kind, void *context) {
+    if (kind != IR_RULEREF && kind != IR_TERMINALREF) return 0;
+    PyObject **sets = (PyObject **)context;
+    PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+    int status = name ? PySet_Add(sets[kind == IR_RULEREF ? 0 : 1], name) : -1;
+    Py_XDECREF(name);
+    return status;
+}
+
+/* expr_names(expr) -> (frozenset, frozenset): the rules and the terminals `expr` references. */
+PyObject *cm_expr_names(PyObject *self, PyObject *expr) {
+    (void)self;
+    if (!ir_types[0]) return cm_bad("expr_names: set_ir was not called"), NULL;
+    PyObject *rules = PyFrozenSet_New(NULL), *terminals = PyFrozenSet_New(NULL), *result = NULL;
+    /* (filled before anything else sees them, as CPython's own frozenset construction does) */
+    PyObject *sets[2] = {rules, terminals};
+    if (rules && terminals && !each_node(expr, add_name, sets, 0)) result = PyTuple_Pack(2, rules, terminals);
+    Py_XDECREF(rules);
+    Py_XDECREF(terminals);
+    return result;
+}
+
+/* `each_node` visitor: the largest repetition bound so far (`context`: a long long). */
+static int note_bound(PyObject *expr, int kind, void *context) {
+    if (kind != IR_REPEAT) return 0;
+    long long min, max, *largest = (long long *)context;
+    if (repeat_bounds(expr, &min, &max)) return -1;
+    if (min > *largest) *largest = min;
+    if (max > *largest) *largest = max;
     return 0;
 }
 
@@ -1282,51 +1315,8 @@ PyObject *cm_largest_repeat_bound(PyObject *self, PyObject *expr) {
     (void)self;
     if (!ir_types[0]) return cm_bad("largest_repeat_bound: set_ir was not called"), NULL;
     long long largest = 0;
-    if (largest_bound(expr, &largest, 0)) return NULL;
+    if (each_node(expr, note_bound, &largest, 0)) return NULL;
     return PyLong_FromLongLong(largest);
-}
-
-/* -- references (`ir.references`, `ir.terminal_references`) ------------------------------------ */
-
-static int names_of(PyObject *expr, PyObject *rules, PyObject *terminals, int depth) {
-    if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
-    int kind = ir_kind(expr);
-    if (kind < 0) return -1;
-    if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
-        int status = name ? PySet_Add(kind == IR_RULEREF ? rules : terminals, name) : -1;
-        Py_XDECREF(name);
-        return status;
-    }
-    if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
-        PyObject *parts = tuple_attr(expr, kind == IR_SEQUENCE ? A_ITEMS : A_ALTERNATIVES);
-        if (!parts) return -1;
-        int status = 0;
-        for (Py_ssize_t k = 0; !status && k < PyTuple_GET_SIZE(parts); k++) {
-            status = names_of(PyTuple_GET_ITEM(parts, k), rules, terminals, depth + 1);
-        }
-        Py_DECREF(parts);
-        return status;
-    }
-    if (kind == IR_REPEAT) {
-        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
-        int status = item ? names_of(item, rules, terminals, depth + 1) : -1;
-        Py_XDECREF(item);
-        return status;
-    }
-    return 0;
-}
-
-/* expr_names(expr) -> (frozenset, frozenset): the rules and the terminals `expr` references. */
-PyObject *cm_expr_names(PyObject *self, PyObject *expr) {
-    (void)self;
-    if (!ir_types[0]) return cm_bad("expr_names: set_ir was not called"), NULL;
-    PyObject *rules = PyFrozenSet_New(NULL), *terminals = PyFrozenSet_New(NULL), *result = NULL;
-    /* (filled before anything else sees them, as CPython's own frozenset construction does) */
-    if (rules && terminals && !names_of(expr, rules, terminals, 0)) result = PyTuple_Pack(2, rules, terminals);
-    Py_XDECREF(rules);
-    Py_XDECREF(terminals);
-    return result;
 }
 
 /* -- rule references replaced (`optimize._substitute`) ----------------------------------------- */

@@ -84,15 +84,11 @@ class Sequence:
     """Items matched one after the other. The empty sequence matches the empty string."""
 
     items: tuple[Expr, ...]
-    # the hash, made once: a hash walks the whole tree, and front-ends key dicts by expressions
+    # the hash, made once (`_hash_once`)
     _hash: int | None = field(default=None, init=False, compare=False, repr=False)
 
     def __hash__(self) -> int:
-        found = self._hash
-        if found is None:
-            found = hash((Sequence, self.items))
-            object.__setattr__(self, "_hash", found)
-        return found
+        return _hash_once(self, self.items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,14 +96,20 @@ class Choice:
     """Any one of the alternatives. The empty choice matches nothing."""
 
     alternatives: tuple[Expr, ...]
-    _hash: int | None = field(default=None, init=False, compare=False, repr=False)  # (as `Sequence`'s)
+    _hash: int | None = field(default=None, init=False, compare=False, repr=False)  # (`_hash_once`)
 
     def __hash__(self) -> int:
-        found = self._hash
-        if found is None:
-            found = hash((Choice, self.alternatives))
-            object.__setattr__(self, "_hash", found)
-        return found
+        return _hash_once(self, self.alternatives)
+
+
+def _hash_once(node: Sequence | Choice, parts: tuple[Expr, ...]) -> int:
+    """The hash of a sequence or choice, kept in the node: a hash walks the whole tree below it, and
+    front-ends key dicts by expressions."""
+    found = node._hash
+    if found is None:
+        found = hash((type(node), parts))
+        object.__setattr__(node, "_hash", found)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
