@@ -159,7 +159,7 @@ def test_the_optimisers_measures_in_c_are_the_python_ones() -> None:
         for rule in rules.values():
             assert native.left_calls(rule.body, nullable) == _left_calls(rule.body, nullable)
             assert native.expr_names(rule.body) == _walk_names(rule.body)
-            assert native.substitute(rule.body, replacements) == _substitute(rule.body, replacements.get)
+            assert native.substitute(rule.body, replacements) == _substitute(rule.body, replacements)
             python: Counter[str] = Counter()
             _count_uses(rule.body, python)
             in_c: dict[str, int] = {}

@@ -224,28 +224,27 @@ def substitute(expr: Expr, replacements: dict[str, Expr]) -> Expr:
     (in C where the extension is loaded: rebuilding in Python was most of the inliner's time)."""
     if native.enabled():
         return native.substitute(expr, replacements)
-    return _substitute(expr, replacements.get)
+    return _substitute(expr, replacements)
 
 
-def _substitute(expr: Expr, replace: Callable[[str], Expr | None]) -> Expr:
-    """Rebuild ``expr`` with rule references replaced where ``replace`` returns an expression (the
-    same object where none is: rebuilding unchanged trees was most of the optimiser's time)."""
+def _substitute(expr: Expr, replacements: dict[str, Expr]) -> Expr:
+    """`substitute` in Python: ``expr`` rebuilt where a reference is replaced, the same object where
+    none is (rebuilding unchanged trees was most of the optimiser's time)."""
     if isinstance(expr, RuleRef):
-        new = replace(expr.name)
-        return expr if new is None else new
+        return replacements.get(expr.name, expr)
     if isinstance(expr, Sequence):
-        items = _substituted(expr.items, replace)
+        items = _substituted(expr.items, replacements)
         if items is None:
             return expr
         return NOTHING if any(item == NOTHING for item in items) else seq(*items)
     if isinstance(expr, Choice):
-        alts = _substituted(expr.alternatives, replace)
+        alts = _substituted(expr.alternatives, replacements)
         if alts is None:
             return expr
         alts = [a for a in alts if a != NOTHING]
         return choice(*alts) if alts else NOTHING
     if isinstance(expr, Repeat):
-        item = _substitute(expr.item, replace)
+        item = _substitute(expr.item, replacements)
         if item is expr.item:
             return expr
         if item == NOTHING:
@@ -254,11 +253,11 @@ def _substitute(expr: Expr, replace: Callable[[str], Expr | None]) -> Expr:
     return expr
 
 
-def _substituted(parts: tuple[Expr, ...], replace: Callable[[str], Expr | None]) -> list[Expr] | None:
+def _substituted(parts: tuple[Expr, ...], replacements: dict[str, Expr]) -> list[Expr] | None:
     """`_substitute` of each part, or None where every part is unchanged."""
     out: list[Expr] | None = None
     for i, part in enumerate(parts):
-        new = _substitute(part, replace)
+        new = _substitute(part, replacements)
         if out is None and new is not part:
             out = list(parts[:i])
         if out is not None:
@@ -466,11 +465,6 @@ def _strongly_connected(rules: dict[str, Rule], edges: Callable[[str], Set[str]]
 
 
 # ----------------------------------------------------------------------------- inlining
-
-def recursive_rules(rules: dict[str, Rule]) -> set[str]:
-    """Rules that can (directly or indirectly) call themselves."""
-    return _recursive(rules, _strongly_connected(rules, lambda r: references(rules[r].body)))
-
 
 def _recursive(rules: dict[str, Rule], components: list[list[str]]) -> set[str]:
     """The rules of the call graph's strongly connected ``components`` that can call themselves."""
