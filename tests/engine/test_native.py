@@ -148,17 +148,53 @@ def masks_of(schema: Any, mode: str, instances: list[Any], use_native: bool) -> 
 
 def test_masks_from_c_walks_equal_the_numpy_walks_along_real_instances() -> None:
     """End to end: the masks of matchers along real instances, the positions classified by the C
-    walk (with its memo, bulk subtrees and unlisted wide positions) and by the numpy walk."""
-    memo_used = unlisted = 0
+    walk (with its memo read across the grammars, bulk subtrees and unlisted wide positions) and
+    by the numpy walk."""
+    walker = native.position_walker(token_trie(vocabulary("llama3")), vocabulary("llama3").vocab_size)
+    walker.clear_memo()
+    shared_hits = walker.memo_shared_hits
+    unlisted = 0
     for name, schema, mode, instances in schema_cases():
         c_masks, compiled = masks_of(schema, mode, instances, True)
         np_masks, _ = masks_of(schema, mode, instances, False)
         assert c_masks.shape == np_masks.shape and (c_masks == np_masks).all(), name
         table = compiled.masks.masks
         assert isinstance(table, LazyPositionMasks)
-        memo_used += table._classifier._walk_memo.entries
         unlisted += sum(1 for row in range(table.num_classified) if (u := table.uncertain_of(row)) and u.direct)
-    assert memo_used > 0 and unlisted > 0  # both paths were taken
+    assert walker.memo_entries > 0 and walker.memo_shared_hits > shared_hits and unlisted > 0  # every path taken
+
+
+def key_position_mask(schema: Any) -> np.ndarray:
+    """The mask after ``{"`` of a schema's object (validating: a key, known or not), compiled anew."""
+    fresh = GrammarCompiler(vocabulary("llama3"), cache_dir=False, progress=False, precompute=False)
+    matcher = GrammarMatcher(fresh.compile(Grammar.from_json_schema(schema, mode="validate")))
+    for token in encode("llama3", '{"'):
+        assert matcher.accept_token(token)
+    return matcher.next_token_bitmask().copy()
+
+
+def test_a_key_walk_reads_the_free_string_walk_another_schema_made() -> None:
+    """Past the first byte that leaves every known key, a key complement is any string: its walk
+    is kept by the shape of that state and read by the next schema, whose keys differ, with the
+    mask it would have walked alone."""
+    walker = native.position_walker(token_trie(vocabulary("llama3")), vocabulary("llama3").vocab_size)
+    first = {"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}}}
+    second = {"type": "object", "properties": {"alpha": {"type": "integer"}, "beta": {"type": "boolean"}}}
+    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+    walker.clear_memo()
+    alone = key_position_mask(second)
+    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+    walker.clear_memo()
+    key_position_mask(first)
+    hits = walker.memo_shared_hits
+    after_first = key_position_mask(second)
+    assert walker.memo_shared_hits > hits
+    assert (after_first == alone).all()
+    with native.using(False):
+        SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+        assert (key_position_mask(second) == alone).all()
+    allowed = set(np.flatnonzero(np.unpackbits(alone.view(np.uint8), bitorder="little")).tolist())
+    assert set(encode("llama3", "alpha")) <= allowed and set(encode("llama3", "zeta")) <= allowed
 
 
 @pytest.mark.parametrize("source", ["json", "python_function", "Kubernetes---kb_474_Normalized.json",

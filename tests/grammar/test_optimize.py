@@ -28,8 +28,10 @@ from codemask.grammar.ir import (
     RuleRef,
     Sequence,
     TerminalRef,
+    references,
+    seq,
 )
-from codemask.grammar.optimize import drop_unproductive, nullable_rules
+from codemask.grammar.optimize import drop_unproductive, inline_rules, nullable_rules, optimize
 from tests.data_paths import TEST_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,3 +176,24 @@ def test_the_optimisers_measures_in_c_are_the_python_ones() -> None:
         with native.using(False):
             slow = optimize(grammar.ir)
         assert fast.rules == slow.rules
+
+
+def test_standalone_rules_keep_their_identity_where_their_twins_are_inlined() -> None:
+    body = Sequence((Literal(b'"'), Repeat(CharClass(((0x61, 0x7A),)), 0, None), Literal(b'"')))
+    rules = {"root": Rule("root", Sequence((RuleRef("key"), Literal(b":"), RuleRef("twin")))),
+             "key": Rule("key", body, standalone=True), "twin": Rule("twin", body)}
+    kept = inline_rules(rules, "root")
+    assert set(kept) == {"root", "key"} and kept["key"].standalone
+    assert kept["root"].body == seq(RuleRef("key"), Literal(b":"), body)
+
+
+def test_a_validating_schemas_key_complement_is_a_standalone_rule_of_the_optimised_grammar() -> None:
+    """The keys an object does not name are a rule of their own (their walks are shared by shape
+    between schemas), also after the optimiser; generating, closed objects have none."""
+    schema = {"type": "object", "properties": {"shape": {"type": "string"}, "size": {"type": "integer"}}}
+    validating = optimize(Grammar.from_json_schema(schema, mode="validate").ir)
+    standalone = [rule for rule in validating.rules.values() if rule.standalone]
+    assert len(standalone) == 1 and not standalone[0].shared
+    assert any(standalone[0].name in references(rule.body) for rule in validating.rules.values())
+    generating = optimize(Grammar.from_json_schema(schema, mode="generate").ir)
+    assert not any(rule.standalone for rule in generating.rules.values())

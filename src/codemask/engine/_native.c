@@ -24,7 +24,7 @@
  * the few loops of a mask's and a classification's bookkeeping that numpy did with a call per step.
  *
  * The parts, a file each, share the private header `_native.h`: `_native_walk.c` (`walk`),
- * `_native_closure.c` (`Interner`), `_native_position.c` (`PositionWalker`, `WalkMemo`),
+ * `_native_closure.c` (`Interner`), `_native_position.c` (`PositionWalker`),
  * `_native_lexer.c` (`LexerStepper`), `_native_lex_parser.c` (`SymbolSteps`), `_native_residuals.c`
  * (`ResidualWalker`), `_native_dfa.c` (`dfa_of_nfa`: a rule's minimal DFA), `_native_ir.c`
  * (`dfa_of_expr`, `expr_text`, `expr_digest`: a rule body's automaton from the grammar IR, and
@@ -40,7 +40,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 22
+#define NATIVE_VERSION 23
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -83,7 +83,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
                                     methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&cm_InternerType) || PyType_Ready(&cm_PositionWalkerType) || PyType_Ready(&cm_WalkMemoType) || PyType_Ready(&cm_LexerStepperType) || PyType_Ready(&cm_SymbolStepsType) ||
+    if (PyType_Ready(&cm_InternerType) || PyType_Ready(&cm_PositionWalkerType) || PyType_Ready(&cm_LexerStepperType) || PyType_Ready(&cm_SymbolStepsType) ||
         PyType_Ready(&cm_ResidualWalkerType))
         return NULL;
     PyObject *m = PyModule_Create(&module);
@@ -91,7 +91,6 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) ||
         PyModule_AddObjectRef(m, "Interner", (PyObject *)&cm_InternerType) ||
         PyModule_AddObjectRef(m, "PositionWalker", (PyObject *)&cm_PositionWalkerType) ||
-        PyModule_AddObjectRef(m, "WalkMemo", (PyObject *)&cm_WalkMemoType) ||
         PyModule_AddObjectRef(m, "LexerStepper", (PyObject *)&cm_LexerStepperType) ||
         PyModule_AddObjectRef(m, "SymbolSteps", (PyObject *)&cm_SymbolStepsType) ||
         PyModule_AddObjectRef(m, "ResidualWalker", (PyObject *)&cm_ResidualWalkerType)) {

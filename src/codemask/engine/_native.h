@@ -99,6 +99,7 @@ typedef struct {
     uint64_t *first;
     Py_ssize_t first_words;
     HeldView held_table, held_flags, held_has_stacks; /* the core's per-state arrays (`held_view`) */
+    uint64_t serial; /* (which interner of the process: memos keyed by its state ids say whose they are) */
 } Interner;
 
 typedef struct {
@@ -173,7 +174,6 @@ int32_t cm_step_state(Interner *x, PyObject *core, Py_ssize_t state, Py_ssize_t 
 extern PyTypeObject cm_InternerType;
 
 /* _native_position.c */
-extern PyTypeObject cm_WalkMemoType;
 extern PyTypeObject cm_PositionWalkerType;
 
 /* _native_lexer.c */

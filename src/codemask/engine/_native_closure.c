@@ -585,8 +585,10 @@ static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwar
                             "first", NULL};
     Py_buffer v[9];
     memset(v, 0, sizeof(v));
+    static uint64_t serials = 0;
     Interner *x = (Interner *)type->tp_alloc(type, 0);
     if (!x) return NULL;
+    x->serial = ++serials;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!O!npy*y*y*", names, &x->trans, &x->alphabet,
                                      &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &PyList_Type, &x->state_stacks,
                                      &PyList_Type, &x->state_flag, &PyDict_Type, &x->state_index, &x->max_stacks,

@@ -44,6 +44,35 @@ enum { U8_START, U8_ONE, U8_TWO, U8_THREE, U8_AFTER_E0, U8_AFTER_ED, U8_AFTER_F0
 
 #define UNSEEN (-4) /* (a record's `inside` not known yet) */
 
+/* The memo of walks below first bytes (`memo_entry`, below). */
+#define MEMO_MIN_ROWS 4096
+#define MEMO_ENTRIES 96
+#define MEMO_PER_WALK 32 /* (at most: groups of MEMO_MIN_ROWS tokens each in a 128k vocabulary) */
+#define SHAPE_STATES 48
+#define SHAPE_SLOTS 128  /* (open addressing from state to its number, over twice SHAPE_STATES) */
+
+/* The walks below first-level nodes from states of one shape: per root whether it was walked, the
+ * accepted rows as a bitmap over the sorted rows and as a token-id bitmask, and the exits found,
+ * (root, node, depth) triples. */
+typedef struct MemoEntry {
+    int32_t *shape;
+    Py_ssize_t shape_len;
+    uint64_t hash, last_used;
+    uint64_t made_by;   /* the serial of the interner whose walk made it */
+    uint64_t follow[4]; /* the bytes a residual may begin with when it was walked (all: none kept) */
+    int has_follow;
+    uint8_t done[256];
+    uint64_t *rows;
+    uint32_t *words;
+    Py_ssize_t done_rows;
+    IntBuf exits;
+} MemoEntry;
+typedef struct {
+    MemoEntry *entries;
+    Py_ssize_t count;
+    uint64_t clock; /* (a use's stamp, for dropping the least recently used) */
+} WalkMemo;
+
 /* What a walk knows of a parser state it met (`step_info`): the bytes it takes (`alive`), its most
  * common transition target and the bytes that lead there, and along the chain of those targets
  * (while each next state's common bytes include these): how many bytes a path of these bytes can
@@ -82,7 +111,12 @@ typedef struct {
     Py_ssize_t steps_used;
     int32_t *roots;     /* the first-level nodes (depth 1), in order */
     Py_ssize_t nroots;
+    WalkMemo memo;      /* the walks below first bytes, by the shape of the state they start from */
+    Py_ssize_t memo_shared_hits; /* entries read by a core other than the one whose walk made them */
+    int32_t *shape;     /* scratch: a state's shape (`state_shape`) */
 } PositionWalker;
+
+static void memo_clear(WalkMemo *m);
 
 /* The parser core's transition table and per-state flags, taken again after a row is filled (the
  * core grows them into new arrays). */
@@ -136,6 +170,9 @@ static void pwalker_dealloc(PositionWalker *w) {
     free(w->row_chars);
     free(w->steps);
     free(w->roots);
+    if (w->memo.entries) memo_clear(&w->memo);
+    free(w->memo.entries);
+    free(w->shape);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
@@ -657,7 +694,9 @@ static PyObject *pwalker_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return PyErr_NoMemory();
     }
     w->steps = (StepInfo *)calloc((size_t)1 << STEP_BITS, sizeof(StepInfo));
-    if (!w->steps) {
+    w->memo.entries = (MemoEntry *)calloc(MEMO_ENTRIES, sizeof(MemoEntry));
+    w->shape = (int32_t *)malloc((size_t)SHAPE_STATES * 258 * sizeof(int32_t));
+    if (!w->steps || !w->memo.entries || !w->shape) {
         Py_DECREF(w);
         return PyErr_NoMemory();
     }
@@ -744,107 +783,136 @@ static int list_uncertain(PositionWalker *w, SuffixMap *map, IntBuf *unc, const 
     return 0;
 }
 
-/* ---- a parser core's memo of trie walks below first bytes (`WalkMemo`) ---- */
+/* ---- the walker's memo of trie walks below first bytes ---- */
 
-/* A first-level group at least this large (in tokens) reads its subtrees from the memo: positions
- * of one rule very often reach one parser state after their first byte (every branch of a key
- * complement goes on as the same free string), and what lies below depends only on that state. */
-#define MEMO_MIN_ROWS 4096
-#define MEMO_ENTRIES 96
-#define MEMO_PER_WALK 32 /* (at most: groups of MEMO_MIN_ROWS tokens each in a 128k vocabulary) */
-
-/* The walks below first-level nodes from one parser state (reached by their byte): per root whether
- * it was walked, the accepted rows as a bitmap over the sorted rows and as a token-id bitmask, and
- * the exits found, (root, node, depth) triples. */
-typedef struct {
-    int32_t state;
-    uint64_t follow[4]; /* the bytes a residual may begin with when it was walked (all: none kept) */
-    int has_follow;
-    uint8_t done[256];
-    uint64_t *rows;
-    uint32_t *words;
-    Py_ssize_t done_rows;
-    IntBuf exits;
-} MemoEntry;
-
-typedef struct {
-    PyObject_HEAD
-    MemoEntry *entries;
-    Py_ssize_t count;
-} WalkMemo;
+/* A first-level group at least this large (in tokens) reads its subtrees from the memo: what lies
+ * below depends only on the parser state the group's byte leads to, and very often that state is
+ * met again, by a later position of the grammar or by another grammar. A state that loops on most
+ * bytes (free text) is known by its `shape`: the frame-local automaton it reaches, numbered in the
+ * order a breadth-first scan of its rows meets the states, with each state's flags; two states of
+ * one shape give the same walk whatever their cores, so every key complement of every schema goes
+ * on as the same free string. Other states (the branches of a key's spelling, the chain of a
+ * counted string), and loops reaching more than SHAPE_STATES states, are known by their core and
+ * state id (`identity_shape`). */
+static void memo_free_entry(MemoEntry *e) {
+    free(e->shape);
+    free(e->rows);
+    free(e->words);
+    free(e->exits.data);
+}
 
 static void memo_clear(WalkMemo *m) {
-    for (Py_ssize_t k = 0; k < m->count; k++) {
-        free(m->entries[k].rows);
-        free(m->entries[k].words);
-        free(m->entries[k].exits.data);
-    }
+    for (Py_ssize_t k = 0; k < m->count; k++) memo_free_entry(&m->entries[k]);
     m->count = 0;
 }
 
-static void walkmemo_dealloc(WalkMemo *m) {
-    memo_clear(m);
-    free(m->entries);
-    Py_TYPE(m)->tp_free((PyObject *)m);
-}
-
-static PyObject *walkmemo_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "", names)) return NULL;
-    WalkMemo *m = (WalkMemo *)type->tp_alloc(type, 0);
-    if (!m) return NULL;
-    m->entries = (MemoEntry *)calloc(MEMO_ENTRIES, sizeof(MemoEntry));
-    if (!m->entries) {
-        Py_DECREF(m);
-        return PyErr_NoMemory();
-    }
-    return (PyObject *)m;
-}
-
+/* Room for a walk's entries, made before it starts (so that no entry it reads is freed) when the
+ * memo is nearly full: down to half, the entries known by a core's state id first (a grammar's own,
+ * rarely met again once it is done), then the least recently used. */
 static void memo_room(WalkMemo *m) {
-    if (m->count > MEMO_ENTRIES - MEMO_PER_WALK) memo_clear(m);
+    if (m->count <= MEMO_ENTRIES - MEMO_PER_WALK) return;
+    while (m->count > MEMO_ENTRIES / 2) {
+        Py_ssize_t oldest = 0;
+        for (Py_ssize_t k = 1; k < m->count; k++) {
+            const MemoEntry *a = &m->entries[k], *b = &m->entries[oldest];
+            int a_identity = a->shape[0] < 0, b_identity = b->shape[0] < 0;
+            if (a_identity != b_identity ? a_identity : a->last_used < b->last_used) oldest = k;
+        }
+        memo_free_entry(&m->entries[oldest]);
+        m->entries[oldest] = m->entries[--m->count];
+    }
 }
 
-static PyObject *walkmemo_get_entries(WalkMemo *m, void *Py_UNUSED(closure)) {
-    return PyLong_FromSsize_t(m->count);
+/* The shape of live state `state` into `w->shape` (its length), -1 where it does not loop on its
+ * most common bytes or reaches more than SHAPE_STATES states, FAILED with an exception set on
+ * error. Rows not known yet are filled. Per state in order: its flags (may end the frame, has
+ * stacks), then its row as runs of equal targets, each run's last byte and its target's number
+ * (0: dead). */
+static Py_ssize_t state_shape(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state) {
+    StepInfo *info = step_info(w, x, core, v, state);
+    if (!info) return PyErr_Occurred() ? FAILED : -1;
+    if (info->target != state) return -1; /* (not a loop: a chain, or a branch of a key's spelling) */
+    int32_t slot_state[SHAPE_SLOTS], slot_number[SHAPE_SLOTS], queue[SHAPE_STATES];
+    for (int k = 0; k < SHAPE_SLOTS; k++) slot_state[k] = -1;
+    int known = 0;
+    Py_ssize_t len = 0;
+    queue[known++] = state;
+    slot_state[((uint32_t)state * 2654435761u) & (SHAPE_SLOTS - 1)] = state;
+    slot_number[((uint32_t)state * 2654435761u) & (SHAPE_SLOTS - 1)] = 0;
+    for (int q = 0; q < known; q++) {
+        int32_t s = queue[q];
+        const int32_t *row = v->table + (Py_ssize_t)s * 256;
+        for (int b = 0; b < 256; b++) {
+            if (row[b] != UNKNOWN) continue;
+            if (core_step(x, core, v, s, (uint8_t)b) == FAILED) return FAILED;
+            row = v->table + (Py_ssize_t)s * 256; /* (the view may have moved) */
+        }
+        w->shape[len++] = v->flags[s] | v->has_stacks[s] << 1;
+        for (int b = 0; b < 256; b++) {
+            int32_t t = row[b], number = 0;
+            if (t >= 0) {
+                size_t i = ((uint32_t)t * 2654435761u) & (SHAPE_SLOTS - 1);
+                while (slot_state[i] >= 0 && slot_state[i] != t) i = (i + 1) & (SHAPE_SLOTS - 1);
+                if (slot_state[i] < 0) {
+                    if (known == SHAPE_STATES) return -1;
+                    slot_state[i] = t;
+                    slot_number[i] = known;
+                    queue[known++] = t;
+                }
+                number = slot_number[i] + 1;
+            }
+            if (b == 255 || row[b + 1] != t) w->shape[len++] = b << 8 | number;
+        }
+    }
+    return len;
 }
 
-static PyGetSetDef walkmemo_getset[] = {
-    {"entries", (getter)walkmemo_get_entries, NULL, "how many parser states' walks it holds", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
+/* The shape of a state known by its core and id: a record no automaton's shape begins with. */
+static Py_ssize_t identity_shape(PositionWalker *w, const Interner *x, int32_t state) {
+    w->shape[0] = -1;
+    w->shape[1] = (int32_t)(uint32_t)x->serial;
+    w->shape[2] = (int32_t)(uint32_t)(x->serial >> 32);
+    w->shape[3] = state;
+    return 4;
+}
 
-PyTypeObject cm_WalkMemoType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "codemask.engine._native.WalkMemo",
-    .tp_basicsize = sizeof(WalkMemo),
-    .tp_dealloc = (destructor)walkmemo_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "WalkMemo(): one parser core's memo of trie walks below first bytes, for PositionWalker.classify",
-    .tp_getset = walkmemo_getset,
-    .tp_new = walkmemo_new,
-};
+static uint64_t shape_hash(const int32_t *shape, Py_ssize_t len) {
+    uint64_t h = 1469598103934665603ull;
+    for (Py_ssize_t k = 0; k < len; k++) h = (h ^ (uint32_t)shape[k]) * 1099511628211ull;
+    return h;
+}
 
-/* The memo's entry of `state` walked with `follow_bits` (NULL: exits not kept), made empty if new;
- * NULL if the memo is full (no exception: the caller walks directly) or on memory error. A walk
- * empties a nearly full memo before it starts (`memo_room`), so that no entry it reads is freed. */
-static MemoEntry *memo_entry(WalkMemo *m, PositionWalker *w, int32_t state, const uint64_t *follow_bits) {
+/* The memo's entry of the shape in `w->shape` walked with `follow_bits` (NULL: exits not kept),
+ * made empty if new; NULL if the memo is full (no exception: the caller walks directly) or on
+ * memory error. */
+static MemoEntry *memo_entry(PositionWalker *w, const Interner *x, Py_ssize_t shape_len, const uint64_t *follow_bits) {
+    WalkMemo *m = &w->memo;
+    uint64_t hash = shape_hash(w->shape, shape_len);
     for (Py_ssize_t k = 0; k < m->count; k++) {
         MemoEntry *e = &m->entries[k];
-        if (e->state == state && e->has_follow == (follow_bits != NULL) &&
-            (!follow_bits || !memcmp(e->follow, follow_bits, sizeof(e->follow))))
+        if (e->hash == hash && e->shape_len == shape_len && e->has_follow == (follow_bits != NULL) &&
+            (!follow_bits || !memcmp(e->follow, follow_bits, sizeof(e->follow))) &&
+            !memcmp(e->shape, w->shape, (size_t)shape_len * sizeof(int32_t))) {
+            e->last_used = ++m->clock;
+            w->memo_shared_hits += e->made_by != x->serial;
             return e;
+        }
     }
     if (m->count == MEMO_ENTRIES) return NULL;
     MemoEntry *e = &m->entries[m->count];
     memset(e, 0, sizeof(*e));
+    e->shape = (int32_t *)malloc((size_t)shape_len * sizeof(int32_t));
     e->rows = (uint64_t *)calloc((size_t)(w->rows / 64 + 1), sizeof(uint64_t));
     e->words = (uint32_t *)calloc((size_t)w->nwords, sizeof(uint32_t));
-    if (!e->rows || !e->words) {
-        free(e->rows);
-        free(e->words);
+    if (!e->shape || !e->rows || !e->words) {
+        memo_free_entry(e);
         return (MemoEntry *)PyErr_NoMemory();
     }
-    e->state = state;
+    memcpy(e->shape, w->shape, (size_t)shape_len * sizeof(int32_t));
+    e->shape_len = shape_len;
+    e->hash = hash;
+    e->made_by = x->serial;
+    e->last_used = ++m->clock;
     e->has_follow = follow_bits != NULL;
     if (follow_bits) memcpy(e->follow, follow_bits, sizeof(e->follow));
     m->count++;
@@ -971,10 +1039,10 @@ static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *
     return 0;
 }
 
-/* Walk the subtrees below the roots `r` of `group` (whose byte led to memo entry `e`'s state) that
+/* Walk the subtrees below the roots `r` of `group` (whose byte led to `state`, of entry `e`'s shape) that
  * the entry has not walked yet. */
-static int memo_fill(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, MemoEntry *e, const int32_t *group,
-                     Py_ssize_t count) {
+static int memo_fill(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, MemoEntry *e, int32_t state,
+                     const int32_t *group, Py_ssize_t count) {
     const int32_t *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf, *token = w->v[PW_TOKEN].buf;
     const int32_t *end = w->v[PW_END].buf;
     Sink k = {e->words, e->rows, &e->exits, -1, 1, e->has_follow ? e->follow : NULL};
@@ -986,11 +1054,11 @@ static int memo_fill(PositionWalker *w, Interner *x, PyObject *core, CoreView *v
         e->done_rows += hi[i] - lo[i];
         k.root = r;
         if (token[i] >= 0) sink_ok(w, &k, token[i]);
-        if (k.keep_exits && v->flags[e->state] && end[i] > i + 1 &&
+        if (k.keep_exits && v->flags[state] && end[i] > i + 1 &&
             (buf_push(&e->exits, r) || buf_push(&e->exits, i) || buf_push(&e->exits, 1)))
             return -1;
-        if (!v->has_stacks[e->state] || end[i] <= i + 1) continue;
-        w->path[1] = e->state;
+        if (!v->has_stacks[state] || end[i] <= i + 1) continue;
+        w->path[1] = state;
         if (walk_nodes(w, x, core, v, i + 1, end[i], &k)) return -1;
     }
     return 0;
@@ -1031,21 +1099,21 @@ static int memo_read(PositionWalker *w, MemoEntry *e, const int32_t *group, Py_s
     return 0;
 }
 
-/* classify(interner, core, start, follow, max_uncertain, memo) -> (words, rows, residual_of, residual_rows,
+/* classify(interner, core, start, follow, max_uncertain, use_memo) -> (words, rows, residual_of, residual_rows,
  * residual_starts, residual_lengths): the scan described above from parser state `start`; `follow`
  * (256 bytes of 0/1) are the bytes a residual may begin with, or None where the frame has no caller
  * (no token is then uncertain). `words` is the uint32 bitmask row of the accepted tokens' ids; the
  * others are int32 arrays: the uncertain tokens' rows and the distinct residual each continues
  * with, and per residual the row it is a tail of, where it starts, and its length; or None alone
  * where more than `max_uncertain` tokens leave the frame (they are then not listed). From a real
- * parse's state with `follow` None, `words` is that state's mask of the vocabulary. `memo` (a
- * WalkMemo of this core, or None) keeps the walks below first bytes that lead many tokens to one
- * state, for later positions that reach it too. */
+ * parse's state with `follow` None, `words` is that state's mask of the vocabulary. With `use_memo`
+ * the walks below first bytes that lead many tokens to one state are kept by the state's shape,
+ * for later positions, of any grammar, that reach a state of that shape. */
 static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
-    PyObject *interner, *core, *follow_obj, *memo_obj;
-    int start;
+    PyObject *interner, *core, *follow_obj;
+    int start, use_memo;
     Py_ssize_t max_uncertain;
-    if (!PyArg_ParseTuple(args, "OOiOnO", &interner, &core, &start, &follow_obj, &max_uncertain, &memo_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOiOnp", &interner, &core, &start, &follow_obj, &max_uncertain, &use_memo)) return NULL;
     Interner *x = walk_interner(interner);
     if (!x) return NULL;
     const uint8_t *follow = NULL;
@@ -1055,14 +1123,6 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
             return NULL;
         }
         follow = (const uint8_t *)PyBytes_AS_STRING(follow_obj);
-    }
-    WalkMemo *memo = NULL;
-    if (memo_obj != Py_None) {
-        if (!PyObject_TypeCheck(memo_obj, &cm_WalkMemoType)) {
-            PyErr_SetString(PyExc_TypeError, "memo: a WalkMemo or None");
-            return NULL;
-        }
-        memo = (WalkMemo *)memo_obj;
     }
     if (w->busy) {
         PyErr_SetString(PyExc_RuntimeError, "PositionWalker.classify re-entered (take the core's lock)");
@@ -1099,7 +1159,7 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
     for (int b = 0; follow && b < 256; b++) {
         if (follow[b]) follow_bits[b >> 6] |= (uint64_t)1 << (b & 63);
     }
-    if (memo) memo_room(memo);
+    if (use_memo) memo_room(&w->memo);
     Sink direct = {words, NULL, &exits, -1, follow != NULL, follow ? follow_bits : NULL};
     /* the first byte of every root, then its subtree: directly, or through the memo where the roots
      * that reach one state hold many tokens */
@@ -1118,12 +1178,16 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
             rows += hi[w->roots[q]] - lo[w->roots[q]];
         }
         MemoEntry *e = NULL;
-        if (memo && rows >= MEMO_MIN_ROWS && v.has_stacks[target[r]]) {
-            e = memo_entry(memo, w, target[r], follow ? follow_bits : NULL);
+        if (use_memo && rows >= MEMO_MIN_ROWS && v.has_stacks[target[r]]) {
+            Py_ssize_t shape_len = state_shape(w, x, core, &v, target[r]);
+            if (shape_len == FAILED) goto done;
+            if (shape_len < 0) shape_len = identity_shape(w, x, target[r]);
+            e = memo_entry(w, x, shape_len, follow ? follow_bits : NULL);
             if (!e && PyErr_Occurred()) goto done;
         }
         if (e) {
-            if (memo_fill(w, x, core, &v, e, group, count) || memo_read(w, e, group, count, words)) goto done;
+            if (memo_fill(w, x, core, &v, e, target[r], group, count) || memo_read(w, e, group, count, words))
+                goto done;
             used[nused] = e;
             for (Py_ssize_t k = 0; k < e->exits.size; k += 3) {
                 int32_t root = e->exits.data[k];
@@ -1273,15 +1337,41 @@ done:
     return result;
 }
 
+static PyObject *pwalker_get_memo_entries(PositionWalker *w, void *Py_UNUSED(closure)) {
+    return PyLong_FromSsize_t(w->memo.count);
+}
+
+static PyObject *pwalker_get_memo_shared_hits(PositionWalker *w, void *Py_UNUSED(closure)) {
+    return PyLong_FromSsize_t(w->memo_shared_hits);
+}
+
+/* clear_memo(): forget the walks below first bytes (the next walks make their own). */
+static PyObject *pwalker_clear_memo(PositionWalker *w, PyObject *Py_UNUSED(args)) {
+    if (w->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "PositionWalker.clear_memo during a walk");
+        return NULL;
+    }
+    memo_clear(&w->memo);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef pwalker_methods[] = {
+    {"clear_memo", (PyCFunction)pwalker_clear_memo, METH_NOARGS, "clear_memo(): forget the walks below first bytes"},
     {"classify", (PyCFunction)pwalker_classify, METH_VARARGS,
-     "classify(interner, core, start, follow, max_uncertain, memo) -> (words, rows, residual_of, residual_rows, "
+     "classify(interner, core, start, follow, max_uncertain, use_memo) -> (words, rows, residual_of, residual_rows, "
      "residual_starts, residual_lengths) or (words, None): a position's accepted and uncertain tokens from its "
      "frame-local parser state"},
     {"resolve", (PyCFunction)pwalker_resolve, METH_VARARGS,
      "resolve(interner, core, start, residual_rows, residual_starts, residual_lengths, token_ids, residual_of, "
      "words): set the bits of the uncertain tokens whose residual the parser accepts from state start"},
     {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef pwalker_getset[] = {
+    {"memo_entries", (getter)pwalker_get_memo_entries, NULL, "how many states' walks below first bytes it keeps", NULL},
+    {"memo_shared_hits", (getter)pwalker_get_memo_shared_hits, NULL,
+     "how many times a walk read what a walk of another parser core kept", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyTypeObject cm_PositionWalkerType = {
@@ -1292,5 +1382,6 @@ PyTypeObject cm_PositionWalkerType = {
     .tp_doc = "PositionWalker(byte, depth, lo, hi, token, end, order, lengths, suffix_start, suffix_ids, matrix, "
               "width, words): one vocabulary's trie for classifying byte-level grammar positions in C",
     .tp_methods = pwalker_methods,
+    .tp_getset = pwalker_getset,
     .tp_new = pwalker_new,
 };

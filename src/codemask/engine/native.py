@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 22
+EXPECTED_VERSION = 23
 
 
 def _load() -> ModuleType | None:
@@ -152,26 +152,20 @@ def walk(core: ParserCore, flat: FlatTrie, nodes: np.ndarray, states: np.ndarray
 class PositionWalker(Protocol):
     """`_native.PositionWalker`: one vocabulary's trie for classifying byte-level positions in C."""
 
+    @property
+    def memo_entries(self) -> int: ...
+
+    @property
+    def memo_shared_hits(self) -> int: ...
+
+    def clear_memo(self) -> None: ...
+
     def classify(self, interner: Interner, core: ParserCore, start: int, follow: bytes | None,
-                 max_uncertain: int, memo: WalkMemo | None) -> tuple[bytes, ...] | tuple[bytes, None]: ...
+                 max_uncertain: int, use_memo: bool) -> tuple[bytes, ...] | tuple[bytes, None]: ...
 
     def resolve(self, interner: Interner, core: ParserCore, start: int, residual_rows: np.ndarray,
                 residual_starts: np.ndarray, residual_lengths: np.ndarray, token_ids: np.ndarray,
                 residual_of: np.ndarray, words: np.ndarray) -> None: ...
-
-
-class WalkMemo(Protocol):
-    """`_native.WalkMemo`: one parser core's memo of the trie walks below first bytes (`classify_position`)."""
-
-    @property
-    def entries(self) -> int: ...
-
-
-def walk_memo() -> WalkMemo:
-    """A new, empty `WalkMemo` (one per parser core: it holds the core's state ids). The extension
-    must be loaded."""
-    memo: WalkMemo = _loaded().WalkMemo()
-    return memo
 
 
 _WALKERS: dict[int, tuple[TokenTrie, PositionWalker]] = {}
@@ -201,21 +195,22 @@ def position_walker(trie: TokenTrie, vocab_size: int) -> PositionWalker:
 
 
 def classify_position(walker: PositionWalker, core: ParserCore, start: int, follow: np.ndarray | None,
-                      max_uncertain: int, memo: WalkMemo | None = None
+                      max_uncertain: int, use_memo: bool = False
                       ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
     """A byte-level position's accepted tokens (a uint32 bitmask row over token ids, read-only) and
     uncertain tokens, from its frame-local parser state ``start`` (`ParserCore.frame_state`):
     int32 arrays of their trie rows and the distinct residual each goes on with, and per residual
     the row it is a tail of, where it starts and its length; None instead where more than
     ``max_uncertain`` tokens leave the frame. ``follow`` (bool [256]) are the bytes a residual may
-    begin with, None where the frame has no caller. ``memo`` (`walk_memo`, one per core) keeps the
-    walks below first bytes that lead many tokens to one parser state, for the later positions
-    that reach it (the branches of a key complement, say). Transitions the core does not know
+    begin with, None where the frame has no caller. With ``use_memo`` the walker keeps the walks
+    below first bytes that lead many tokens to one parser state, by the shape of the automaton
+    that state reaches, for the later positions of any grammar that reach a state of the same
+    shape (the branches of every key complement go on as one free string, say). Transitions the core does not know
     yet are computed on the way, under its lock."""
     interner = core.native_interner()
     flags = None if follow is None else np.ascontiguousarray(follow, dtype=np.uint8).tobytes()
     with core.lock:
-        found = walker.classify(interner, core, start, flags, max_uncertain, memo)
+        found = walker.classify(interner, core, start, flags, max_uncertain, use_memo)
     words = np.frombuffer(found[0], dtype=np.uint32)
     parts = found[1:]
     if parts[0] is None:
@@ -228,7 +223,7 @@ def state_mask(walker: PositionWalker, core: ParserCore, state: int) -> np.ndarr
     ids (read-only; stop tokens aside): one scan of the trie from the state itself."""
     interner = core.native_interner()
     with core.lock:
-        found = walker.classify(interner, core, state, None, 0, None)
+        found = walker.classify(interner, core, state, None, 0, False)
     return np.frombuffer(found[0], dtype=np.uint32)
 
 

@@ -167,7 +167,7 @@ class PositionClassifier:
             if start != DEAD:
                 follow = first_byte[rule] if has_callers[rule] else None
                 accepted[k], found = native.classify_position(walker, core, start, follow, MAX_LISTED_UNCERTAIN,
-                                                              self._walk_memo)
+                                                              use_memo=True)
                 if found is None:
                     uncertain[k] = Uncertain.unlisted()
                     continue
@@ -183,10 +183,6 @@ class PositionClassifier:
         if trie.has_duplicates:
             trie.add_duplicates(accepted)
         return accepted, uncertain
-
-    @functools.cached_property
-    def _walk_memo(self) -> native.WalkMemo:
-        return native.walk_memo()
 
     @functools.cached_property
     def _rule_exits(self) -> tuple[np.ndarray, np.ndarray]:

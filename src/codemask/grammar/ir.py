@@ -139,12 +139,18 @@ class Rule:
     such a rule is never inlined, so the token masks inside it depend on its own body only and
     are classified once per process and vocabulary for every grammar that has it (the widest
     positions a JSON Schema grammar has: most of the vocabulary may continue a free string).
+
+    ``standalone`` keeps a rule out of the inliner too, without sharing its masks: its positions
+    are walked in a frame of their own, where free text reaches the same automaton in every
+    grammar (the tail of a key that is none of an object's known keys is any string), so that
+    the walks below it are shared by shape (`PositionWalker`) while the rule itself is not.
     """
 
     name: str
     body: Expr
     lookahead: Expr | None = None
     shared: bool = False
+    standalone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +396,7 @@ def grammar_text(ir: GrammarIR) -> str:
     for name in sorted(ir.rules):
         rule = ir.rules[name]
         look = f" (= {text(rule.lookahead)})" if rule.lookahead is not None else ""
-        shared = " %shared" if rule.shared else ""
+        shared = " %shared" if rule.shared else " %standalone" if rule.standalone else ""
         lines.append(f"{name} ::= {text(rule.body)}{look}{shared}")
     for name in sorted(ir.terminals):
         term = ir.terminals[name]

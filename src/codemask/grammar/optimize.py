@@ -514,12 +514,13 @@ def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
     """Inline non-recursive rules (bottom-up) unless they grow beyond `INLINE_WEIGHT_LIMIT`.
 
     Rules with a lookahead assertion keep their identity (their lookahead belongs to them), and
-    so do shared rules (`Rule.shared`: their masks are shared between grammars).
+    so do shared and standalone rules (`Rule.shared`, `Rule.standalone`: positions walked in a frame
+    of their own).
     """
     # (the components come callees first: non-recursive callees before their callers)
     components = _strongly_connected(rules, lambda r: references(rules[r].body))
     keep = _recursive(rules, components) | {start}
-    keep |= {n for n, r in rules.items() if r.lookahead is not None or r.shared}
+    keep |= {n for n, r in rules.items() if r.lookahead is not None or r.shared or r.standalone}
     uses: Counter[str] = Counter()
     in_c = native.enabled()  # (the measures in C: three walks of every body were most of the inliner)
     for rule in rules.values():

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from codemask.errors import GrammarError
@@ -100,8 +100,8 @@ def _content_rule(tag: Tag, prefix: str, rules: dict[str, Rule]) -> Expr:
         raise GrammarError("a tag's content must be a byte-level grammar (EBNF, regex, JSON Schema), "
                            "not a Lark grammar with a lexer")
     for name, rule in grammar.ir.rules.items():
-        renamed = Rule(prefix + name, _renamed(rule.body, prefix),
-                       None if rule.lookahead is None else _renamed(rule.lookahead, prefix), rule.shared)
+        renamed = replace(rule, name=prefix + name, body=_renamed(rule.body, prefix),
+                          lookahead=None if rule.lookahead is None else _renamed(rule.lookahead, prefix))
         rules[renamed.name] = renamed
     return RuleRef(prefix + grammar.ir.start)
 

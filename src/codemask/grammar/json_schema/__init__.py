@@ -51,7 +51,8 @@ def _json_schema_ir(schema: Any, generating: bool, strict: bool, whitespace: str
     builder = SchemaBuilder(layout, document, generating)
     value = builder.value([document.root_node()], 0)
     _warn_per_keyword(document.warnings)
-    rules = {name: Rule(name, body, shared=name in builder.shared) for name, body in builder.rules.items()}
+    rules = {name: Rule(name, body, shared=name in builder.shared, standalone=name in builder.standalone)
+             for name, body in builder.rules.items()}
     rules["root"] = Rule("root", seq(layout.around(), value, layout.around()))
     try:
         rules = drop_unproductive(rules, "root")

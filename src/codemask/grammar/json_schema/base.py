@@ -28,6 +28,7 @@ class BuilderBase(abc.ABC):
         self.generating = generating  # mode="generate": keys once, in schema order; objects closed
         self.rules: dict[str, Expr] = {}
         self.shared: set[str] = set()  # the rules that are free text (`Rule.shared`)
+        self.standalone: set[str] = set()  # the rules kept out of the inliner (`Rule.standalone`)
         self._memo: dict[tuple[Any, ...], str] = {}
         self._keep_alive: list[Conjunction] = []  # memo keys hold ids: keep their nodes alive
 

@@ -178,12 +178,15 @@ class ObjectRules(ScalarRules):
         return choice(*options)
 
     def _other_names(self, known: tuple[str, ...]) -> Expr:
-        """JSON strings other than the known keys: one shared rule per set of keys."""
+        """JSON strings other than the known keys: one rule per set of keys, standalone (past the
+        first byte that leaves every known key, its walks are any string's, in every schema)."""
         key = ("names", known)
         name = self._memo.get(key)
         if name is None:
             name = self._memo[key] = f"k{len(self._memo)}"
             self.rules[name] = self._spelled_other_than(list(known))
+            if known:  # (else it is any string: the shared string rule itself)
+                self.standalone.add(name)
         return RuleRef(name)
 
     def _object_in_order(self, members: list[tuple[str | None, Expr]], c: Constraints, depth: int) -> Expr:
