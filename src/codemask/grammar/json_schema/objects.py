@@ -21,7 +21,19 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from codemask.grammar.ir import MAX_CODE_POINT, NOTHING, Expr, Repeat, RuleRef, char_class, choice, literal, seq
+from codemask.grammar.ir import (
+    MAX_CODE_POINT,
+    NOTHING,
+    Choice,
+    Expr,
+    Repeat,
+    RuleRef,
+    Sequence,
+    char_class,
+    choice,
+    literal,
+    seq,
+)
 from codemask.grammar.json_schema import regular, strings
 from codemask.grammar.json_schema.algebra import Conjunction, distribute, flatten
 from codemask.grammar.json_schema.constraints import Constraints
@@ -279,10 +291,15 @@ class ObjectRules(ScalarRules):
             if counted and c.max_properties is not None and count >= c.max_properties:
                 return out
             nxt_count = min(count + 1, cap) if counted else 0
+            flat = seq(lead)
+            before = flat.items if isinstance(flat, Sequence) else (flat,)
+            taken: set[tuple[Expr, int]] = set()
             for key, member in members:
                 nxt = advance(state, key)
-                if nxt is not None:
-                    out.append(seq(lead, member, ref(nxt, nxt_count)))
+                if nxt is not None and (member, nxt) not in taken:
+                    taken.add((member, nxt))  # (`seq(lead, member, ref(...))`, built directly: a member is a reference)
+                    out.append(Sequence((*before, member, ref(nxt, nxt_count))) if type(member) is RuleRef
+                               else seq(lead, member, ref(nxt, nxt_count)))
             return out
 
         first = steps(0, 0, lay.open(depth))
@@ -291,8 +308,8 @@ class ObjectRules(ScalarRules):
             options = steps(state, count, lay.comma(depth))
             if ready(state, count):
                 options.append(lay.close(depth))
-            self.rules[f"{base}{state}_{count}"] = choice(*options)
-        alternatives = [seq(literal("{"), choice(*first), literal("}"))] if first else []
+            self.rules[f"{base}{state}_{count}"] = _distinct_choice(options)
+        alternatives = [seq(literal("{"), _distinct_choice(first), literal("}"))] if first else []
         if ready(0, 0):
             alternatives.append(seq(literal("{"), lay.empty(), literal("}")))
         return choice(*alternatives)
@@ -314,6 +331,14 @@ def _known_keys(c: Constraints) -> list[str]:
         if key not in keys:
             keys.append(key)
     return keys
+
+
+def _distinct_choice(options: list[Expr]) -> Expr:
+    """`choice` of ``options`` known to be distinct (an object state's steps: one per member and
+    next state), without hashing them all again to find duplicates."""
+    if len(options) < 2 or any(type(option) is Choice for option in options):
+        return choice(*options)
+    return Choice(tuple(options))
 
 
 def _value_nodes_for(key: str, nodes: list[Node]) -> Conjunction | None:

@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from codemask.errors import GrammarSyntaxError
-from codemask.grammar.ir import EMPTY, NOTHING, Expr, Repeat, RuleRef, choice, literal, seq
+from codemask.grammar.ir import EMPTY, NOTHING, Choice, Expr, Repeat, RuleRef, Sequence, choice, literal, seq
 from codemask.grammar.json_schema import numbers, regular, strings
 from codemask.grammar.json_schema.algebra import Conjunction
 from codemask.grammar.json_schema.base import BuilderBase
@@ -218,16 +218,28 @@ def _trie_complement(words: list[str], prefix: str, any_rest: Expr, beyond_ascii
     character followed by any content (shared rules: they follow every branch, and keeping
     the branches small keeps the rule's automaton small).
     """
-    depth = len(prefix)
-    here = [w for w in words if w.startswith(prefix)]
-    next_chars = sorted({w[depth] for w in here if len(w) > depth})
-    alternatives: list[Expr] = []
-    if prefix not in here:
-        alternatives.append(EMPTY)
+    trie: dict[str | None, Any] = {}
+    for word in words:
+        if word.startswith(prefix):
+            node = trie
+            for ch in word[len(prefix):]:
+                node = node.setdefault(ch, {})
+            node[None] = True  # (a word ends here)
+    return _complement_below(trie, any_rest, beyond_ascii)
+
+
+def _complement_below(node: dict[str | None, Any], any_rest: Expr, beyond_ascii: Expr) -> Expr:
+    """`_trie_complement` below one node of the words' trie (``None`` marks a word's end). The
+    branches are built as the IR's nodes directly: none is a choice and no two are equal (each
+    begins with its own characters), which is what `choice` and `seq` would check."""
+    next_chars = sorted(ch for ch in node if ch is not None)
+    alternatives: list[Expr] = [] if None in node else [EMPTY]
     if all(strings.spelled_raw_only(ch) for ch in next_chars):
-        alternatives += [seq(strings.other_raw_ascii(next_chars), any_rest), beyond_ascii]
+        alternatives += [Sequence((strings.other_raw_ascii(next_chars), any_rest)), beyond_ascii]
     else:
         alternatives.append(seq(strings.other_char_spellings(next_chars), any_rest))
     for ch in next_chars:
-        alternatives.append(seq(strings.literal_char(ch), _trie_complement(here, prefix + ch, any_rest, beyond_ascii)))
-    return choice(*alternatives)
+        spelled = strings.literal_char(ch)
+        below = _complement_below(node[ch], any_rest, beyond_ascii)  # (a choice: two branches at least)
+        alternatives.append(Sequence((spelled, below)) if type(spelled) is not Sequence else seq(spelled, below))
+    return Choice(tuple(alternatives))
