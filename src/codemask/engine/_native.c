@@ -28,7 +28,7 @@
  * `_native_lexer.c` (`LexerStepper`), `_native_lex_parser.c` (`SymbolSteps`), `_native_residuals.c`
  * (`ResidualWalker`), `_native_dfa.c` (`dfa_of_nfa`: a rule's minimal DFA), `_native_ir.c`
  * (`dfa_of_expr`, `expr_text`, `expr_digest`: a rule body's automaton from the grammar IR, and
- * `least_fixed_point`, `rule_uses`, `expr_size`, `left_calls`, `largest_repeat_bound`,
+ * `least_fixed_point`, `strongly_connected`, `rule_uses`, `expr_size`, `left_calls`, `largest_repeat_bound`,
  * `expr_names`, `substitute`: the optimiser's analyses and rewrites),
  * `_native_follow.c` (`follow_bytes`), `_native_bits.c` (`set_bits_where`, `distinct`,
  * `pack_rows`) and `_native_common.c` (buffers, hash maps, argument checks); this file holds the
@@ -40,7 +40,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 23
+#define NATIVE_VERSION 24
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -59,6 +59,8 @@ static PyMethodDef methods[] = {
      "expr_digest(expr, rule_index) -> bytes: a 128-bit digest of an expression, rule references as indices"},
     {"least_fixed_point", cm_least_fixed_point, METH_VARARGS,
      "least_fixed_point(bodies, rule_index, nullable) -> bytes: per rule, whether it is productive (or nullable)"},
+    {"strongly_connected", cm_strongly_connected, METH_O,
+     "strongly_connected(edges) -> list of lists: Tarjan's components of a graph given as lists of node numbers"},
     {"rule_uses", cm_rule_uses, METH_VARARGS, "rule_uses(expr, uses): add the copies of each rule reference to uses"},
     {"expr_size", cm_expr_size, METH_VARARGS, "expr_size(expr, inlined) -> (weight, depth, kind): optimize.expr_size"},
     {"left_calls", cm_left_calls, METH_VARARGS, "left_calls(expr, nullable) -> set: optimize.left_calls"},

@@ -203,6 +203,7 @@ PyObject *cm_dfa_of_expr(PyObject *self, PyObject *args);
 PyObject *cm_expr_text(PyObject *self, PyObject *expr);
 PyObject *cm_expr_digest(PyObject *self, PyObject *args);
 PyObject *cm_least_fixed_point(PyObject *self, PyObject *args);
+PyObject *cm_strongly_connected(PyObject *self, PyObject *edges);
 PyObject *cm_rule_uses(PyObject *self, PyObject *args);
 PyObject *cm_expr_size(PyObject *self, PyObject *args);
 PyObject *cm_left_calls(PyObject *self, PyObject *args);

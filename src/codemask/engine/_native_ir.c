@@ -1421,3 +1421,111 @@ PyObject *cm_substitute(PyObject *self, PyObject *args) {
     if (!ir_types[0]) return cm_bad("substitute: set_ir was not called"), NULL;
     return substituted(&s, expr, 0);
 }
+
+/* strongly_connected(edges) -> list of lists: Tarjan's strongly connected components of the graph
+ * whose node i has the edges `edges[i]` (a list of node numbers, each below len(edges)), in the
+ * order Tarjan finds them (a component after every component it reaches), iteratively; the
+ * optimiser's call graphs (`optimize._strongly_connected`). */
+PyObject *cm_strongly_connected(PyObject *self, PyObject *edges) {
+    if (!PyList_Check(edges)) {
+        PyErr_SetString(PyExc_TypeError, "edges: a list of lists of node numbers");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(edges), m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(edges, i);
+        if (!PyList_Check(row)) {
+            PyErr_SetString(PyExc_TypeError, "edges: a list of lists of node numbers");
+            return NULL;
+        }
+        m += PyList_GET_SIZE(row);
+    }
+    Py_ssize_t *off = (Py_ssize_t *)malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *adj = (Py_ssize_t *)malloc((size_t)(m ? m : 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *index = (Py_ssize_t *)malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *low = (Py_ssize_t *)malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *next_edge = (Py_ssize_t *)malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *path = (Py_ssize_t *)malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));  /* the depth-first path */
+    Py_ssize_t *stack = (Py_ssize_t *)malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t)); /* Tarjan's stack */
+    uint8_t *on_stack = (uint8_t *)calloc((size_t)(n ? n : 1), 1);
+    PyObject *result = NULL, *components = NULL;
+    if (!off || !adj || !index || !low || !next_edge || !path || !stack || !on_stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(edges, i);
+        Py_ssize_t k = off[i];
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(row); j++) {
+            Py_ssize_t target = PyLong_AsSsize_t(PyList_GET_ITEM(row, j));
+            if (target == -1 && PyErr_Occurred()) goto done;
+            if (target < 0 || target >= n) {
+                index_error("edges: a node number out of range");
+                goto done;
+            }
+            adj[k++] = target;
+        }
+        off[i + 1] = k;
+        index[i] = -1;
+    }
+    if (!(components = PyList_New(0))) goto done;
+    Py_ssize_t counter = 0, depth = 0, height = 0;
+    for (Py_ssize_t root = 0; root < n; root++) {
+        if (index[root] >= 0) continue;
+        index[root] = low[root] = counter++;
+        stack[height++] = root;
+        on_stack[root] = 1;
+        next_edge[root] = off[root];
+        path[depth++] = root;
+        while (depth) {
+            Py_ssize_t node = path[depth - 1];
+            if (next_edge[node] < off[node + 1]) {
+                Py_ssize_t child = adj[next_edge[node]++];
+                if (index[child] < 0) {
+                    index[child] = low[child] = counter++;
+                    stack[height++] = child;
+                    on_stack[child] = 1;
+                    next_edge[child] = off[child];
+                    path[depth++] = child;
+                } else if (on_stack[child] && index[child] < low[node]) {
+                    low[node] = index[child];
+                }
+                continue;
+            }
+            depth--;
+            if (depth && low[node] < low[path[depth - 1]]) low[path[depth - 1]] = low[node];
+            if (low[node] != index[node]) continue;
+            PyObject *component = PyList_New(0);
+            if (!component || PyList_Append(components, component)) {
+                Py_XDECREF(component);
+                goto done;
+            }
+            Py_DECREF(component);
+            Py_ssize_t member;
+            do {
+                member = stack[--height];
+                on_stack[member] = 0;
+                PyObject *number = PyLong_FromSsize_t(member);
+                if (!number || PyList_Append(component, number)) {
+                    Py_XDECREF(number);
+                    goto done;
+                }
+                Py_DECREF(number);
+            } while (member != node);
+        }
+    }
+    result = components;
+    components = NULL;
+done:
+    Py_XDECREF(components);
+    free(off);
+    free(adj);
+    free(index);
+    free(low);
+    free(next_edge);
+    free(path);
+    free(stack);
+    free(on_stack);
+    return result;
+}

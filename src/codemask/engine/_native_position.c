@@ -50,6 +50,7 @@ enum { U8_START, U8_ONE, U8_TWO, U8_THREE, U8_AFTER_E0, U8_AFTER_ED, U8_AFTER_F0
 #define MEMO_PER_WALK 32 /* (at most: groups of MEMO_MIN_ROWS tokens each in a 128k vocabulary) */
 #define SHAPE_STATES 48
 #define SHAPE_SLOTS 128  /* (open addressing from state to its number, over twice SHAPE_STATES) */
+#define SHAPE_LOOP_BYTES 64 /* (the bytes a state must loop on to be known by its shape) */
 
 /* The walks below first-level nodes from states of one shape: per root whether it was walked, the
  * accepted rows as a bitmap over the sorted rows and as a token-id bitmask, and the exits found,
@@ -787,13 +788,13 @@ static int list_uncertain(PositionWalker *w, SuffixMap *map, IntBuf *unc, const 
 
 /* A first-level group at least this large (in tokens) reads its subtrees from the memo: what lies
  * below depends only on the parser state the group's byte leads to, and very often that state is
- * met again, by a later position of the grammar or by another grammar. A state that loops on most
- * bytes (free text) is known by its `shape`: the frame-local automaton it reaches, numbered in the
- * order a breadth-first scan of its rows meets the states, with each state's flags; two states of
- * one shape give the same walk whatever their cores, so every key complement of every schema goes
- * on as the same free string. Other states (the branches of a key's spelling, the chain of a
- * counted string), and loops reaching more than SHAPE_STATES states, are known by their core and
- * state id (`identity_shape`). */
+ * met again, by a later position of the grammar or by another grammar. A state that loops on
+ * SHAPE_LOOP_BYTES bytes or more (free text) is known by its `shape`: the frame-local automaton it
+ * reaches, numbered in the order a breadth-first scan of its rows meets the states, with each
+ * state's flags; two states of one shape give the same walk whatever their cores, so every key
+ * complement of every schema goes on as the same free string. Other states (the branches of a
+ * key's spelling, the chain of a counted string, whitespace), and loops reaching more than
+ * SHAPE_STATES states, are known by their core and state id (`identity_shape`). */
 static void memo_free_entry(MemoEntry *e) {
     free(e->shape);
     free(e->rows);
@@ -831,7 +832,11 @@ static void memo_room(WalkMemo *m) {
 static Py_ssize_t state_shape(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state) {
     StepInfo *info = step_info(w, x, core, v, state);
     if (!info) return PyErr_Occurred() ? FAILED : -1;
-    if (info->target != state) return -1; /* (not a loop: a chain, or a branch of a key's spelling) */
+    int looping = 0;
+    for (int k = 0; k < 4; k++) looping += __builtin_popcountll(info->bytes[k]);
+    /* (free text loops on most of printable ASCII; not a chain, nor a branch of a key's spelling,
+     * nor whitespace or digits, whose automata go on into the grammar's structure) */
+    if (info->target != state || looping < SHAPE_LOOP_BYTES) return -1;
     int32_t slot_state[SHAPE_SLOTS], slot_number[SHAPE_SLOTS], queue[SHAPE_STATES];
     for (int k = 0; k < SHAPE_SLOTS; k++) slot_state[k] = -1;
     int known = 0;

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 23
+EXPECTED_VERSION = 24
 
 
 def _load() -> ModuleType | None:
@@ -276,6 +276,13 @@ def least_fixed_point(bodies: list[Expr], rule_index: dict[str, int], nullable: 
     """`optimize._least_fixed_point` in C: per rule (``bodies`` in the order of ``rule_index``), 1
     where it derives a finite string (or, ``nullable``, the empty one). The extension must be loaded."""
     found: bytes = _ir_module().least_fixed_point(bodies, rule_index, nullable)
+    return found
+
+
+def strongly_connected(edges: list[list[int]]) -> list[list[int]]:
+    """Tarjan's strongly connected components of the graph whose node ``i`` has the edges
+    ``edges[i]``, in C (`optimize._strongly_connected`). The extension must be loaded."""
+    found: list[list[int]] = _ir_module().strongly_connected(edges)
     return found
 
 
