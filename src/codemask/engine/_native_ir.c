@@ -573,8 +573,20 @@ static int cb_obj(CharBuf *b, PyObject *text) {
     return utf8 ? cb_put(b, utf8, n) : -1;
 }
 
+/* `n` in lowercase hexadecimal without leading zeros (printf's %llx, which took most of a large
+ * grammar's text), then `after`. */
+static int cb_hex(CharBuf *b, unsigned long long n, char after) {
+    char digits[20];
+    int k = (int)sizeof(digits);
+    digits[--k] = after;
+    do {
+        digits[--k] = "0123456789abcdef"[n & 15];
+        n >>= 4;
+    } while (n);
+    return cb_put(b, digits + k, (Py_ssize_t)sizeof(digits) - k);
+}
+
 static int text_ranges(CharBuf *b, PyObject *ranges) {
-    char item[64];
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ranges); i++) {
         PyObject *pair = PyTuple_GET_ITEM(ranges, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
@@ -584,8 +596,7 @@ static int text_ranges(CharBuf *b, PyObject *ranges) {
         long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 0)), hi = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
         if (PyErr_Occurred()) return -1;
         if (lo < 0 || hi < 0) return cm_bad("class ranges: negative code points"), -1;
-        snprintf(item, sizeof(item), "%llx-%llx,", lo, hi);
-        if (cb_str(b, item)) return -1;
+        if (cb_hex(b, (unsigned long long)lo, '-') || cb_hex(b, (unsigned long long)hi, ',')) return -1;
     }
     return 0;
 }

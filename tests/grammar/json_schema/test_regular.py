@@ -6,6 +6,7 @@ import itertools
 import random
 import re
 
+from codemask.engine.automaton import BYTE_ALPHABET, compile_expr
 from codemask.engine.recognizer import Recognizer
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.ir import NOTHING, Expr, GrammarIR, Rule, literal
@@ -45,21 +46,22 @@ def test_string_under_two_patterns_and_a_length() -> None:
         assert checker.accepts(f'"{word}"') == expected, word
 
 
-def test_bytes_are_grouped_by_the_targets_they_lead_to() -> None:
-    """Every byte some operand moves on is in exactly the group of its target tuple; bytes ascend
-    within a group and groups come in the order of their first bytes."""
+def test_bytes_no_operand_tells_apart_form_one_class() -> None:
+    """Every byte is in exactly one class, bytes ascend within a class and classes come in the
+    order of their first bytes; two bytes share a class exactly where every operand's automaton
+    moves alike on them from every state."""
     rng = random.Random(0)
-    for _ in range(50):
-        operands = rng.randint(1, 6)
-        rows = [[rng.choice([-1, -1, 0, 1, 2, rng.randint(0, 900)]) for _ in range(256)] for _ in range(operands)]
-        groups = regular._byte_groups(rows)
-        moving = [byte for byte in range(256) if any(row[byte] >= 0 for row in rows)]
-        assert sorted(byte for group in groups.values() for byte in group) == moving
-        for targets, group in groups.items():
-            assert group == sorted(group) and all(tuple(row[byte] for row in rows) == targets for byte in group)
-        firsts = [group[0] for group in groups.values()]
-        assert firsts == sorted(firsts)
-    assert regular._byte_groups([[-1] * 256, [-1] * 256]) == {}
+    pieces = ["[a-f]", "[0-9]", "x", "\\.", "[^a-z]", "é", "[A-Z]+", "(ab|cd)"]
+    for _ in range(30):
+        patterns = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 4))]
+        dfas = [compile_expr(regex_to_expr(p, search=True), {}, BYTE_ALPHABET) for p in patterns]
+        classes = regular._byte_classes(dfas)
+        assert sorted(byte for cls in classes for byte in cls) == list(range(256))
+        assert all(cls == sorted(cls) for cls in classes) and [c[0] for c in classes] == sorted(c[0] for c in classes)
+        class_of = {byte: k for k, cls in enumerate(classes) for byte in cls}
+        for x, y in itertools.combinations(range(0, 256, 7), 2):
+            alike = all((d.trans[:, x] == d.trans[:, y]).all() for d in dfas)
+            assert (class_of[x] == class_of[y]) == alike, (patterns, x, y)
 
 
 def test_many_operands_combine_exactly() -> None:
