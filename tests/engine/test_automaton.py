@@ -163,6 +163,29 @@ def test_c_automata_are_the_python_automata_numbered_alike() -> None:
     assert rules > 500 and states > 10_000
 
 
+def test_the_network_laid_out_in_c_is_the_numpy_one() -> None:
+    """`build_rtn` lays the rules' automata end to end in one C pass (`native.stack_tables`), which
+    also finds the states with a transition: the same table and `scanning` as numpy's."""
+    laid = 0
+    for grammar in c_and_python_grammars():
+        ir = optimize(grammar.ir)
+        if ir.lexer_mode:
+            continue
+        bodies = {name: rule.body for name, rule in ir.rules.items()}
+        laid += 1
+        fast = automaton.build_rtn(bodies, ir.start)
+        with native.using(False):
+            slow = automaton.build_rtn(bodies, ir.start)
+        assert np.array_equal(fast.trans, slow.trans) and fast.calls == slow.calls
+        assert np.array_equal(fast.scanning, (slow.trans >= 0).any(axis=1)) and fast.scanning.any()
+    assert laid > 3
+    out = np.empty((3, 4), dtype=np.int32)
+    with pytest.raises(IndexError):
+        native.stack_tables([np.full((2, 4), 2, dtype=np.int32)], out)  # (a target past its rule)
+    with pytest.raises(ValueError):
+        native.stack_tables([np.zeros((2, 4), dtype=np.int32)], out)  # (fewer rows than out)
+
+
 def test_the_c_text_of_every_rule_is_the_python_text() -> None:
     """`native.expr_text` writes the canonical text that keys the compile cache: it must be
     `to_text`'s, character for character (escaped literals, negated and byte classes, open repeats)."""

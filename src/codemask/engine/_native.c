@@ -26,7 +26,7 @@
  * The parts, a file each, share the private header `_native.h`: `_native_walk.c` (`walk`),
  * `_native_closure.c` (`Interner`), `_native_position.c` (`PositionWalker`),
  * `_native_lexer.c` (`LexerStepper`), `_native_lex_parser.c` (`SymbolSteps`), `_native_residuals.c`
- * (`ResidualWalker`), `_native_dfa.c` (`dfa_of_nfa`: a rule's minimal DFA), `_native_ir.c`
+ * (`ResidualWalker`), `_native_dfa.c` (`dfa_of_nfa`: a rule's minimal DFA; `stack_tables`), `_native_ir.c`
  * (`dfa_of_expr`, `expr_text`, `expr_digest`: a rule body's automaton from the grammar IR, and
  * `least_fixed_point`, `strongly_connected`, `rule_uses`, `expr_size`, `left_calls`, `largest_repeat_bound`,
  * `expr_names`, `substitute`: the optimiser's analyses and rewrites),
@@ -40,7 +40,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 24
+#define NATIVE_VERSION 25
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -59,6 +59,8 @@ static PyMethodDef methods[] = {
      "expr_digest(expr, rule_index) -> bytes: a 128-bit digest of an expression, rule references as indices"},
     {"least_fixed_point", cm_least_fixed_point, METH_VARARGS,
      "least_fixed_point(bodies, rule_index, nullable) -> bytes: per rule, whether it is productive (or nullable)"},
+    {"stack_tables", cm_stack_tables, METH_VARARGS,
+     "stack_tables(tables, width, out) -> bytes: rule automata laid end to end, targets offset; per state, scanning"},
     {"strongly_connected", cm_strongly_connected, METH_O,
      "strongly_connected(edges) -> list of lists: Tarjan's components of a graph given as lists of node numbers"},
     {"rule_uses", cm_rule_uses, METH_VARARGS, "rule_uses(expr, uses): add the copies of each rule reference to uses"},

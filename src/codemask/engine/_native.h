@@ -204,6 +204,7 @@ PyObject *cm_expr_text(PyObject *self, PyObject *expr);
 PyObject *cm_expr_digest(PyObject *self, PyObject *args);
 PyObject *cm_least_fixed_point(PyObject *self, PyObject *args);
 PyObject *cm_strongly_connected(PyObject *self, PyObject *edges);
+PyObject *cm_stack_tables(PyObject *self, PyObject *args);
 PyObject *cm_rule_uses(PyObject *self, PyObject *args);
 PyObject *cm_expr_size(PyObject *self, PyObject *args);
 PyObject *cm_left_calls(PyObject *self, PyObject *args);

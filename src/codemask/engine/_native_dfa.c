@@ -638,3 +638,64 @@ done:
     free(acc);
     return result;
 }
+
+/* stack_tables(tables, width, out) -> bytes: the rules' automata laid end to end as one table
+ * (`automaton.build_rtn`): each table (int32 bytes, `width` symbols a row, targets numbered within
+ * their rule, -1 none) is written into `out` (int32, writable, the sum of their rows) with the rows
+ * before it added to every target; returned, per state of `out`, 1 where it has a transition
+ * (`RTN.scanning`). One pass over the table, which for a large schema is tens of megabytes. */
+PyObject *cm_stack_tables(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *tables;
+    Py_ssize_t width;
+    Py_buffer out = {0};
+    if (!PyArg_ParseTuple(args, "O!nw*", &PyList_Type, &tables, &width, &out)) return NULL;
+    PyObject *scanning = NULL;
+    Py_ssize_t total = 0;
+    if (width < 1 || out.len % (width * (Py_ssize_t)sizeof(int32_t))) {
+        PyErr_SetString(PyExc_ValueError, "out: whole rows of width int32 expected");
+        goto done;
+    }
+    total = out.len / (width * (Py_ssize_t)sizeof(int32_t));
+    if (!(scanning = PyBytes_FromStringAndSize(NULL, total))) goto done;
+    uint8_t *flags = (uint8_t *)PyBytes_AS_STRING(scanning);
+    int32_t *into = (int32_t *)out.buf;
+    Py_ssize_t base = 0;
+    for (Py_ssize_t t = 0; t < PyList_GET_SIZE(tables); t++) {
+        Py_buffer table;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(tables, t), &table, PyBUF_C_CONTIGUOUS)) goto fail;
+        Py_ssize_t rows = table.len / (width * (Py_ssize_t)sizeof(int32_t));
+        if (table.len % (width * (Py_ssize_t)sizeof(int32_t)) || base + rows > total || base + rows > INT32_MAX) {
+            PyBuffer_Release(&table);
+            PyErr_SetString(PyExc_ValueError, "tables: whole rows of width int32, no more than out holds");
+            goto fail;
+        }
+        const int32_t *from = (const int32_t *)table.buf;
+        for (Py_ssize_t r = 0; r < rows; r++) {
+            uint8_t any = 0;
+            for (Py_ssize_t a = 0; a < width; a++) {
+                int32_t target = from[r * width + a];
+                if (target >= rows) {
+                    PyBuffer_Release(&table);
+                    index_error("tables: a target past its rule's states");
+                    goto fail;
+                }
+                any |= target >= 0;
+                into[(base + r) * width + a] = target >= 0 ? target + (int32_t)base : target;
+            }
+            flags[base + r] = any;
+        }
+        PyBuffer_Release(&table);
+        base += rows;
+    }
+    if (base != total) {
+        PyErr_SetString(PyExc_ValueError, "out: more rows than the tables hold");
+        goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(scanning);
+done:
+    PyBuffer_Release(&out);
+    return scanning;
+}

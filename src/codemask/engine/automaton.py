@@ -804,13 +804,17 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     state_rule = np.repeat(np.arange(len(dfas), dtype=np.int32), sizes)
     trans = unwritten_rows(int(offsets[-1]), alphabet, whole=True)
-    np.concatenate([d.trans for d in dfas], out=trans, casting="same_kind")
-    np.add(trans, offsets[state_rule].astype(np.int32)[:, None], out=trans, where=trans >= 0)
+    scanning = None
+    if native.enabled():  # (one pass over a table of tens of megabytes, which also finds `RTN.scanning`)
+        scanning = native.stack_tables([d.trans for d in dfas], trans)
+    else:
+        np.concatenate([d.trans for d in dfas], out=trans, casting="same_kind")
+        np.add(trans, offsets[state_rule].astype(np.int32)[:, None], out=trans, where=trans >= 0)
     calls: list[tuple[tuple[int, int], ...]] = [()] * int(offsets[-1])
     for dfa, off in zip(dfas, offsets[:-1].tolist(), strict=True):
         for state, called in dfa.call_rows:
             calls[off + state] = tuple((callee, t + off) for callee, t in called)
-    return RTN(
+    rtn = RTN(
         trans=trans,
         accepting=np.concatenate([d.accepting for d in dfas]),
         calls=calls,
@@ -821,3 +825,6 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
         start_rule=rule_index[start],
         shared=np.array([name in shared for name in names], dtype=bool),
     )
+    if scanning is not None:
+        rtn.__dict__["scanning"] = scanning  # (`RTN.scanning`'s cached value: its own pass read the whole table again)
+    return rtn

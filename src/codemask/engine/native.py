@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 24
+EXPECTED_VERSION = 25
 
 
 def _load() -> ModuleType | None:
@@ -277,6 +277,15 @@ def least_fixed_point(bodies: list[Expr], rule_index: dict[str, int], nullable: 
     where it derives a finite string (or, ``nullable``, the empty one). The extension must be loaded."""
     found: bytes = _ir_module().least_fixed_point(bodies, rule_index, nullable)
     return found
+
+
+def stack_tables(tables: list[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """``tables`` (int32 ``[rows, width]`` each, targets numbered within their own) written end to
+    end into ``out`` with each table's first row number added to its targets, in one pass in C;
+    returns per row of ``out`` whether it has a transition (bool). The extension must be loaded."""
+    width = out.shape[1]
+    flags: bytes = _loaded().stack_tables([np.ascontiguousarray(t, dtype=np.int32) for t in tables], width, out)
+    return np.frombuffer(flags, dtype=bool)
 
 
 def strongly_connected(edges: list[list[int]]) -> list[list[int]]:
