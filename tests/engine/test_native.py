@@ -339,22 +339,31 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     lazy = (True, np.zeros(states, np.uint8), np.zeros(states, np.uint8), np.zeros((states, words), np.uint64))
     with pytest.raises(ValueError, match="accepting"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting[:-1], np.zeros(1, np.int32),
-                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, 10, *lazy)
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], 10, *lazy)
     with pytest.raises(ValueError, match="first"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(states + 1, np.int32),
-                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, 10,
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], 10,
                          *lazy[:3], np.zeros((states, words + 1), np.uint64))
     calls = np.zeros(len(rtn.accepting) + 1, np.int32)
     calls[1:] = 1
     with pytest.raises(ValueError, match="out of range"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, calls,
                          np.array([len(rtn.accepting)], np.int32), np.zeros(1, np.int32), np.zeros(1, np.uint8),
-                         [], [], {}, 10, *lazy)
+                         [], [], 10, *lazy)
     bad_trans = rtn.trans.copy()
     bad_trans[0, 0] = states
     with pytest.raises(ValueError, match="trans: a transition to an RTN state out of range"):
         _native.Interner(bad_trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(states + 1, np.int32),
-                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], {}, 10, *lazy)
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], 10, *lazy)
+    with pytest.raises(ValueError, match="empty lists"):
+        _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(states + 1, np.int32),
+                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [(0,)], [False], 10,
+                         *lazy)
+    with pytest.raises(IndexError, match="sorted node ids"):
+        core._native.intern(core, (1, 0), False)
+    with pytest.raises(IndexError, match="sorted node ids"):
+        core._native.intern(core, (len(core.node_state),), False)
+    assert core._native.intern(core, core.state_stacks[core.initial], core.state_flag[core.initial]) == core.initial
     lazy_core = ParserCore(rtn, lazy=True)
     assert lazy_core._native is not None
     with pytest.raises(ValueError, match="no rows to fill"):

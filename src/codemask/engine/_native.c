@@ -40,7 +40,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 25
+#define NATIVE_VERSION 26
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,

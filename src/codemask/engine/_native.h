@@ -75,7 +75,15 @@ typedef struct {
     Py_ssize_t alphabet, states;
     uint8_t *scanning, *accepting, *tail;
     int32_t *call_lo, *callee, *ret;
-    PyObject *state_stacks, *state_flag, *state_index;
+    PyObject *state_stacks, *state_flag;
+    /* The parser states' index (`ParserCore._intern_state`): per state, where its sorted node ids
+     * start in `st_ids`, how many and its flag; `st_slots` is the open-addressing index by (flag,
+     * ids) (state id, or -1). The Python lists hold the same states, in the same order. */
+    int32_t *st_ids, *st_len, *st_slots;
+    int64_t *st_at;
+    uint8_t *st_flag;
+    Py_ssize_t st_count, st_cap, st_ids_size, st_ids_cap;
+    int st_slot_bits;
     /* The stack nodes, kept only here (`ParserCore.node_state` and `node_parents` read them through
      * `state_of` and `parents_of`; Python lists of them were 8 million items for the garbage
      * collector to traverse after 44 Python files, and two appends and a tuple per node): per node

@@ -253,35 +253,88 @@ static int mark_state(Interner *x, PyObject *core, Py_ssize_t id, int flag, int 
     return 0;
 }
 
-/* `ParserCore._intern_state` of the sorted node ids. */
+static uint64_t state_hash(const int32_t *ids, Py_ssize_t count, int flag) {
+    uint64_t h = 0xCBF29CE484222325ull ^ (uint64_t)flag;
+    for (Py_ssize_t i = 0; i < count; i++) h = (h ^ (uint32_t)ids[i]) * 0x100000001B3ull;
+    return h * 0x9E3779B97F4A7C15ull;
+}
+
+/* The slot of state (ids, flag) in `st_slots`: where it is, or the empty slot where it would go. */
+static size_t state_slot(const Interner *x, const int32_t *ids, Py_ssize_t count, int flag) {
+    size_t mask = ((size_t)1 << x->st_slot_bits) - 1, i = (size_t)(state_hash(ids, count, flag) >> (64 - x->st_slot_bits));
+    for (;; i = (i + 1) & mask) {
+        int32_t s = x->st_slots[i];
+        if (s < 0 || (x->st_len[s] == count && x->st_flag[s] == flag &&
+                      !memcmp(x->st_ids + x->st_at[s], ids, (size_t)count * sizeof(int32_t))))
+            return i;
+    }
+}
+
+/* Twice the slots, every state placed again. */
+static int grow_state_slots(Interner *x) {
+    int bits = x->st_slots ? x->st_slot_bits + 1 : 10;
+    int32_t *slots = (int32_t *)malloc(((size_t)1 << bits) * sizeof(int32_t));
+    if (!slots) return PyErr_NoMemory(), -1;
+    memset(slots, 0xFF, ((size_t)1 << bits) * sizeof(int32_t));
+    free(x->st_slots);
+    x->st_slots = slots;
+    x->st_slot_bits = bits;
+    for (Py_ssize_t s = 0; s < x->st_count; s++) {
+        x->st_slots[state_slot(x, x->st_ids + x->st_at[s], x->st_len[s], x->st_flag[s])] = (int32_t)s;
+    }
+    return 0;
+}
+
+/* Room for one more state and `count` more node ids in the index. */
+static int state_room(Interner *x, Py_ssize_t count) {
+    if (x->st_count == x->st_cap) {
+        Py_ssize_t cap = x->st_cap ? 2 * x->st_cap : 1024;
+        int64_t *at = (int64_t *)realloc(x->st_at, (size_t)cap * sizeof(int64_t));
+        if (at) x->st_at = at;
+        int32_t *len = at ? (int32_t *)realloc(x->st_len, (size_t)cap * sizeof(int32_t)) : NULL;
+        if (len) x->st_len = len;
+        uint8_t *flag = len ? (uint8_t *)realloc(x->st_flag, (size_t)cap) : NULL;
+        if (!flag) return PyErr_NoMemory(), -1;
+        x->st_flag = flag;
+        x->st_cap = cap;
+    }
+    if (x->st_ids_size + count > x->st_ids_cap) {
+        Py_ssize_t cap = x->st_ids_cap ? 2 * x->st_ids_cap : 4096;
+        while (cap < x->st_ids_size + count) cap *= 2;
+        int32_t *ids = (int32_t *)realloc(x->st_ids, (size_t)cap * sizeof(int32_t));
+        if (!ids) return PyErr_NoMemory(), -1;
+        x->st_ids = ids;
+        x->st_ids_cap = cap;
+    }
+    return 0;
+}
+
+/* `ParserCore._intern_state` of the sorted node ids: found in the C index, or made (its tuple and
+ * flag appended to the core's lists, its row and flags marked). */
 static int32_t intern_state(Interner *x, PyObject *core, const int32_t *ids, Py_ssize_t count, int flag) {
-    PyObject *stacks = cm_int_tuple(ids, count);
-    if (!stacks) return FAILED;
-    PyObject *flag_obj = flag ? Py_True : Py_False;
-    PyObject *key = PyTuple_Pack(2, stacks, flag_obj);
-    int32_t result = FAILED;
-    if (!key) goto done;
-    PyObject *found = PyDict_GetItemWithError(x->state_index, key);
-    if (found) {
-        Py_ssize_t id = cm_as_id(found);
-        result = id < 0 ? FAILED : (int32_t)id;
-        goto done;
-    }
-    if (PyErr_Occurred()) goto done;
-    Py_ssize_t id = PyList_GET_SIZE(x->state_stacks);
-    if (id > INT32_MAX) {
+    if ((!x->st_slots && grow_state_slots(x)) || state_room(x, count)) return FAILED;
+    size_t slot = state_slot(x, ids, count, flag);
+    if (x->st_slots[slot] >= 0) return x->st_slots[slot];
+    Py_ssize_t id = x->st_count;
+    if (id != PyList_GET_SIZE(x->state_stacks)) return cm_bad("the core's state lists changed outside its interner"), FAILED;
+    if (id >= INT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "too many parser states");
-        goto done;
+        return FAILED;
     }
-    PyObject *ident = PyLong_FromSsize_t(id);
-    int failed = !ident || PyDict_SetItem(x->state_index, key, ident) || PyList_Append(x->state_stacks, stacks) ||
-                 PyList_Append(x->state_flag, flag_obj);
-    Py_XDECREF(ident);
-    if (!failed && !mark_state(x, core, id, flag, count > 0)) result = (int32_t)id;
-done:
-    Py_XDECREF(key);
-    Py_DECREF(stacks);
-    return result;
+    PyObject *stacks = cm_int_tuple(ids, count);
+    int failed = !stacks || PyList_Append(x->state_stacks, stacks) ||
+                 PyList_Append(x->state_flag, flag ? Py_True : Py_False);
+    Py_XDECREF(stacks);
+    if (failed) return FAILED;
+    memcpy(x->st_ids + x->st_ids_size, ids, (size_t)count * sizeof(int32_t));
+    x->st_at[id] = x->st_ids_size;
+    x->st_len[id] = (int32_t)count;
+    x->st_flag[id] = (uint8_t)(flag != 0);
+    x->st_ids_size += count;
+    x->st_slots[slot] = (int32_t)id;
+    x->st_count++;
+    if (2 * x->st_count > ((Py_ssize_t)1 << x->st_slot_bits) && grow_state_slots(x)) return FAILED;
+    return mark_state(x, core, id, flag, count > 0) ? FAILED : (int32_t)id;
 }
 
 static int grammar_too_ambiguous(Py_ssize_t max_stacks) {
@@ -478,13 +531,8 @@ static int write_row(Interner *x, PyObject *core, Py_ssize_t state, const int32_
 
 /* `ParserCore._fill_row`: one closure per distinct column of the tops' transition rows. */
 int cm_fill_row(Interner *x, PyObject *core, Ctx *c, Py_ssize_t state) {
-    if (state < 0 || state >= PyList_GET_SIZE(x->state_stacks)) return index_error("parser state out of range");
-    PyObject *stacks = PyList_GET_ITEM(x->state_stacks, state);
-    if (!PyTuple_Check(stacks)) {
-        PyErr_SetString(PyExc_TypeError, "state stacks must be tuples");
-        return -1;
-    }
-    Py_ssize_t count = PyTuple_GET_SIZE(stacks);
+    if (state < 0 || state >= x->st_count) return index_error("parser state out of range");
+    Py_ssize_t count = x->st_len[state];
     if (!count) return write_row(x, core, state, NULL, DEAD);
     int32_t *tops = (int32_t *)malloc((size_t)count * sizeof(int32_t));
     int32_t *nodes = (int32_t *)malloc((size_t)count * sizeof(int32_t));
@@ -494,9 +542,9 @@ int cm_fill_row(Interner *x, PyObject *core, Ctx *c, Py_ssize_t state) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(stacks, i)), n;
-        if ((s == -1 && PyErr_Occurred()) || node_at(x, s, &tops[i], &n)) goto done;
-        nodes[i] = (int32_t)s;
+        Py_ssize_t n;
+        nodes[i] = x->st_ids[x->st_at[state] + i];
+        if (node_at(x, nodes[i], &tops[i], &n)) goto done;
     }
     Py_ssize_t classes = group_columns(x, c, tops, count);
     const int32_t *trans = (const int32_t *)x->trans.buf;
@@ -546,7 +594,11 @@ static void interner_dealloc(Interner *x) {
     free(x->first);
     Py_XDECREF(x->state_stacks);
     Py_XDECREF(x->state_flag);
-    Py_XDECREF(x->state_index);
+    free(x->st_ids);
+    free(x->st_len);
+    free(x->st_slots);
+    free(x->st_at);
+    free(x->st_flag);
     ctx_free(x->spare);
     cm_held_free(&x->held_table);
     cm_held_free(&x->held_flags);
@@ -581,7 +633,7 @@ static int check_rtn(Interner *x, Py_ssize_t calls) {
 
 static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"trans", "alphabet", "scanning", "accepting", "call_lo", "callee", "ret", "tail",
-                            "state_stacks", "state_flag", "state_index", "max_stacks", "lazy", "waits", "nullable",
+                            "state_stacks", "state_flag", "max_stacks", "lazy", "waits", "nullable",
                             "first", NULL};
     Py_buffer v[9];
     memset(v, 0, sizeof(v));
@@ -589,20 +641,23 @@ static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Interner *x = (Interner *)type->tp_alloc(type, 0);
     if (!x) return NULL;
     x->serial = ++serials;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!O!npy*y*y*", names, &x->trans, &x->alphabet,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!npy*y*y*", names, &x->trans, &x->alphabet,
                                      &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &PyList_Type, &x->state_stacks,
-                                     &PyList_Type, &x->state_flag, &PyDict_Type, &x->state_index, &x->max_stacks,
+                                     &PyList_Type, &x->state_flag, &x->max_stacks,
                                      &x->lazy, &v[6], &v[7], &v[8])) {
-        x->state_stacks = x->state_flag = x->state_index = NULL;
+        x->state_stacks = x->state_flag = NULL;
         Py_DECREF(x);
         return NULL;
     }
     Py_INCREF(x->state_stacks);
     Py_INCREF(x->state_flag);
-    Py_INCREF(x->state_index);
     x->states = v[0].len;
     Py_ssize_t calls = v[3].len / (Py_ssize_t)sizeof(int32_t);
     int failed = 1;
+    if (PyList_GET_SIZE(x->state_stacks) || PyList_GET_SIZE(x->state_flag)) {
+        cm_bad("state_stacks, state_flag: a new core's empty lists");
+        goto done;
+    }
     if (x->alphabet < 1 || x->trans.len != x->states * x->alphabet * (Py_ssize_t)sizeof(int32_t)) {
         cm_bad("trans: not [states, alphabet] int32");
         goto done;
@@ -793,7 +848,34 @@ static PyObject *interner_fill_rows(Interner *x, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* intern(core, stacks, flag) -> state: `ParserCore._intern_state` of the sorted tuple of node ids
+ * `stacks` (the Python closure's, where the extension is switched off for a core that has one). */
+static PyObject *interner_intern(Interner *x, PyObject *args) {
+    PyObject *core, *stacks;
+    int flag;
+    if (!PyArg_ParseTuple(args, "OO!p", &core, &PyTuple_Type, &stacks, &flag)) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(stacks);
+    int32_t *ids = (int32_t *)malloc((size_t)(count ? count : 1) * sizeof(int32_t));
+    if (!ids) return PyErr_NoMemory();
+    int32_t state = FAILED;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t id = PyLong_AsSsize_t(PyTuple_GET_ITEM(stacks, i));
+        if (id == -1 && PyErr_Occurred()) goto done;
+        if (id < 0 || id >= x->ncount || (i && id <= ids[i - 1])) {
+            index_error("stacks: sorted node ids of this core expected");
+            goto done;
+        }
+        ids[i] = (int32_t)id;
+    }
+    state = intern_state(x, core, ids, count, flag);
+done:
+    free(ids);
+    return state == FAILED ? NULL : PyLong_FromLong(state);
+}
+
 static PyMethodDef interner_methods[] = {
+    {"intern", (PyCFunction)interner_intern, METH_VARARGS,
+     "intern(core, stacks, flag) -> state: ParserCore._intern_state of a sorted tuple of node ids"},
     {"closure", (PyCFunction)interner_closure, METH_VARARGS,
      "closure(core, stacks) -> state: ParserCore.closure of the node ids `stacks`"},
     {"node", (PyCFunction)interner_node, METH_VARARGS,
@@ -815,7 +897,7 @@ PyTypeObject cm_InternerType = {
     .tp_dealloc = (destructor)interner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Interner(trans, alphabet, scanning, accepting, call_lo, callee, ret, tail, "
-              "state_stacks, state_flag, state_index, max_stacks, lazy, waits, nullable, first): a ParserCore's stack "
+              "state_stacks, state_flag, max_stacks, lazy, waits, nullable, first): a ParserCore's stack "
               "nodes and closures in C",
     .tp_methods = interner_methods,
     .tp_new = interner_new,

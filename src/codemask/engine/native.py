@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 25
+EXPECTED_VERSION = 26
 
 
 def _load() -> ModuleType | None:
@@ -87,6 +87,8 @@ class Interner(Protocol):
 
     def closure(self, core: ParserCore, stacks: Sequence[int]) -> int: ...
 
+    def intern(self, core: ParserCore, stacks: tuple[int, ...], flag: bool) -> int: ...
+
     def fill_rows(self, core: ParserCore, states: Sequence[int]) -> None: ...
 
     def step(self, core: ParserCore, state: int, symbol: int) -> int: ...
@@ -102,13 +104,14 @@ class Interner(Protocol):
 
 def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, call_lo: np.ndarray,
              callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, state_stacks: list[tuple[int, ...]],
-             state_flag: list[bool], state_index: dict[tuple[tuple[int, ...], bool], int], max_stacks: int,
+             state_flag: list[bool], max_stacks: int,
              lazy: bool = False, waits: np.ndarray | None = None, nullable: np.ndarray | None = None,
              first: np.ndarray | None = None) -> Interner | None:
     """The C stack nodes and closures over a core's RTN (``trans``, per-state ``scanning`` and
     ``accepting``, and its calls as ``callee[k]``, ``ret[k]``, ``tail[k]`` for ``k`` in
-    ``call_lo[q]:call_lo[q+1]``) that keep the stack nodes themselves and append to the core's
-    state lists and dict, which it keeps (None without the extension). A ``lazy`` core's closures
+    ``call_lo[q]:call_lo[q+1]``) that keep the stack nodes and the index of the parser states
+    themselves and append each new state to the core's (empty) state lists, which it keeps (None
+    without the extension). A ``lazy`` core's closures
     leave calls unexpanded (`ParserCore._push_unexpanded`): per RTN state, whether a node there
     ``waits`` on input, whether its frame is ``nullable`` and its ``first`` symbols, a uint64
     bit set of ``ceil(alphabet / 64)`` words."""
@@ -121,7 +124,7 @@ def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, 
                    for a, size, dtype in ((waits, states, np.uint8), (nullable, states, np.uint8),
                                           (first, (states, words), np.uint64))]
     found: Interner = _MODULE.Interner(ints[0], trans.shape[1], flags[0], flags[1], ints[1], ints[2], ints[3],
-                                       flags[2], state_stacks, state_flag, state_index, max_stacks, lazy,
+                                       flags[2], state_stacks, state_flag, max_stacks, lazy,
                                        *lazy_arrays)
     return found
 

@@ -74,7 +74,7 @@ class ParserCore:
         self._node_index: dict[tuple[int, ...], int] = {}
         self.state_stacks: list[tuple[int, ...]] = []
         self.state_flag: list[bool] = []
-        self._state_index: dict[tuple[tuple[int, ...], bool], int] = {}
+        self._state_index: dict[tuple[tuple[int, ...], bool], int] = {}  # (without the extension)
         # a row per parser state, written as its state is interned (`unwritten_rows`)
         self.table = unwritten_rows(RESERVED_STATES, self.alphabet)
         # per parser state, as arrays for vectorised walks: the bottom flag, and whether any stack
@@ -157,6 +157,8 @@ class ParserCore:
         return found
 
     def _intern_state(self, stacks: tuple[int, ...], flag: bool) -> int:
+        if self._native is not None:  # (it keeps the index of the states: the Python closure, switched to, too)
+            return int(self._native.intern(self, stacks, flag))
         key = (stacks, flag)
         found = self._state_index.get(key)
         if found is None:
@@ -197,7 +199,7 @@ class ParserCore:
         return native.interner(
             trans=self._trans, scanning=self._scanning, accepting=rtn.accepting, call_lo=call_lo,
             callee=rtn.rule_start[callee], ret=ret, tail=rtn.pure_final[ret], state_stacks=self.state_stacks,
-            state_flag=self.state_flag, state_index=self._state_index, max_stacks=MAX_STACKS, lazy=self.lazy,
+            state_flag=self.state_flag, max_stacks=MAX_STACKS, lazy=self.lazy,
             **lazy_sets)
 
     def native_interner(self) -> native.Interner:
