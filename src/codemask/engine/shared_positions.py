@@ -70,8 +70,11 @@ class SharedPositions:
                 self._entries.popitem(last=False)
 
 
-# Rules with more states than this, with those of the rules they call, are not shared between grammars.
-MAX_SHARED_STATES = 512
+# Rules with more states than this, with those of the rules they call, are not shared between grammars:
+# the digest hashes every one of them, and for an object's members (a key and the value's rules) it was
+# most of the first mask after ``{"``, whose positions are narrow and cheap to walk. A free string (about
+# 20 states), a number, a short enum stay under it.
+MAX_SHARED_STATES = 48
 
 
 class RuleSignatures:
