@@ -521,11 +521,9 @@ static Py_ssize_t group_columns(const Interner *x, Ctx *c, const int32_t *tops, 
 
 /* Write `row` (alphabet ints) as `core.table[state]`. */
 static int write_row(Interner *x, PyObject *core, Py_ssize_t state, const int32_t *row, int32_t fill) {
-    Py_buffer view;
-    if (cm_array_view(core, "core", "table", sizeof(int32_t), (state + 1) * x->alphabet, &view)) return -1;
-    int32_t *out = (int32_t *)view.buf + state * x->alphabet;
+    if (cm_held_view(&x->held_table, core, "core", "table", sizeof(int32_t), (state + 1) * x->alphabet)) return -1;
+    int32_t *out = (int32_t *)x->held_table.view.buf + state * x->alphabet;
     for (Py_ssize_t a = 0; a < x->alphabet; a++) out[a] = row ? row[a] : fill;
-    PyBuffer_Release(&view);
     return 0;
 }
 
