@@ -11,6 +11,7 @@ tables. Bad arguments must raise, not read out of bounds.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -355,6 +356,10 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
     with pytest.raises(ValueError, match="trans: a transition to an RTN state out of range"):
         _native.Interner(bad_trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(states + 1, np.int32),
                          np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], 10, *lazy)
+    with pytest.raises(ValueError, match="trans: a transition to an RTN state out of range"):
+        ParserCore(dataclasses.replace(rtn, trans=bad_trans), like=core)  # (another automaton: checked anew)
+    twin = ParserCore(rtn, like=core)  # (the same one: its check is not repeated)
+    assert twin.state_stacks[twin.initial] == core.state_stacks[core.initial]
     with pytest.raises(ValueError, match="empty lists"):
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(states + 1, np.int32),
                          np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [(0,)], [False], 10,

@@ -632,17 +632,18 @@ static int check_rtn(Interner *x, Py_ssize_t calls) {
 static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"trans", "alphabet", "scanning", "accepting", "call_lo", "callee", "ret", "tail",
                             "state_stacks", "state_flag", "max_stacks", "lazy", "waits", "nullable",
-                            "first", NULL};
+                            "first", "checked", NULL};
     Py_buffer v[9];
     memset(v, 0, sizeof(v));
+    int checked = 0; /* (the same arrays passed an earlier interner's check: `ParserCore(like=...)`) */
     static uint64_t serials = 0;
     Interner *x = (Interner *)type->tp_alloc(type, 0);
     if (!x) return NULL;
     x->serial = ++serials;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!npy*y*y*", names, &x->trans, &x->alphabet,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!npy*y*y*|p", names, &x->trans, &x->alphabet,
                                      &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &PyList_Type, &x->state_stacks,
                                      &PyList_Type, &x->state_flag, &x->max_stacks,
-                                     &x->lazy, &v[6], &v[7], &v[8])) {
+                                     &x->lazy, &v[6], &v[7], &v[8], &checked)) {
         x->state_stacks = x->state_flag = NULL;
         Py_DECREF(x);
         return NULL;
@@ -665,7 +666,7 @@ static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         !(x->call_lo = (int32_t *)cm_copy_array(&v[2], sizeof(int32_t), x->states + 1, "call_lo")) ||
         !(x->callee = (int32_t *)cm_copy_array(&v[3], sizeof(int32_t), calls, "callee")) ||
         !(x->ret = (int32_t *)cm_copy_array(&v[4], sizeof(int32_t), calls, "ret")) ||
-        !(x->tail = (uint8_t *)cm_copy_array(&v[5], 1, calls, "tail")) || check_rtn(x, calls))
+        !(x->tail = (uint8_t *)cm_copy_array(&v[5], 1, calls, "tail")) || (!checked && check_rtn(x, calls)))
         goto done;
     x->first_words = (x->alphabet + 63) / 64;
     if (!(x->waits = (uint8_t *)cm_copy_array(&v[6], 1, x->states, "waits")) ||
@@ -895,7 +896,7 @@ PyTypeObject cm_InternerType = {
     .tp_dealloc = (destructor)interner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Interner(trans, alphabet, scanning, accepting, call_lo, callee, ret, tail, "
-              "state_stacks, state_flag, max_stacks, lazy, waits, nullable, first): a ParserCore's stack "
+              "state_stacks, state_flag, max_stacks, lazy, waits, nullable, first, checked=False): a ParserCore's stack "
               "nodes and closures in C",
     .tp_methods = interner_methods,
     .tp_new = interner_new,

@@ -172,7 +172,8 @@ class CompiledGrammar:
                 return lex_core, previous.renewed(lex_core)
             return lex_core, LexerMaskComputer(lex_core, vocab)
         assert self._positions is not None
-        core = ParserCore(artifacts.rtn)
+        positions = self._positions
+        core = ParserCore(artifacts.rtn, like=positions.core if isinstance(positions, LazyPositionMasks) else None)
         return core, MaskComputer(core, self._positions, token_trie(vocab), vocab.vocab_size, vocab.stop_token_ids)
 
     @property

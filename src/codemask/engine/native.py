@@ -106,7 +106,7 @@ def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, 
              callee: np.ndarray, ret: np.ndarray, tail: np.ndarray, state_stacks: list[tuple[int, ...]],
              state_flag: list[bool], max_stacks: int,
              lazy: bool = False, waits: np.ndarray | None = None, nullable: np.ndarray | None = None,
-             first: np.ndarray | None = None) -> Interner | None:
+             first: np.ndarray | None = None, checked: bool = False) -> Interner | None:
     """The C stack nodes and closures over a core's RTN (``trans``, per-state ``scanning`` and
     ``accepting``, and its calls as ``callee[k]``, ``ret[k]``, ``tail[k]`` for ``k`` in
     ``call_lo[q]:call_lo[q+1]``) that keep the stack nodes and the index of the parser states
@@ -114,7 +114,8 @@ def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, 
     without the extension). A ``lazy`` core's closures
     leave calls unexpanded (`ParserCore._push_unexpanded`): per RTN state, whether a node there
     ``waits`` on input, whether its frame is ``nullable`` and its ``first`` symbols, a uint64
-    bit set of ``ceil(alphabet / 64)`` words."""
+    bit set of ``ceil(alphabet / 64)`` words. ``checked``: these arrays passed an earlier
+    interner's bounds check (every transition and call in range), which is then not repeated."""
     if _MODULE is None:
         return None
     ints = [np.ascontiguousarray(a, dtype=np.int32) for a in (trans, call_lo, callee, ret)]
@@ -125,7 +126,7 @@ def interner(*, trans: np.ndarray, scanning: np.ndarray, accepting: np.ndarray, 
                                           (first, (states, words), np.uint64))]
     found: Interner = _MODULE.Interner(ints[0], trans.shape[1], flags[0], flags[1], ints[1], ints[2], ints[3],
                                        flags[2], state_stacks, state_flag, max_stacks, lazy,
-                                       *lazy_arrays)
+                                       *lazy_arrays, checked)
     return found
 
 

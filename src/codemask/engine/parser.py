@@ -64,7 +64,9 @@ def _distinct_columns(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class ParserCore:
     """Interned stacks and parser states of one compiled grammar, shared by all its matchers."""
 
-    def __init__(self, rtn: RTN, *, lazy: bool = False) -> None:
+    def __init__(self, rtn: RTN, *, lazy: bool = False, like: ParserCore | None = None) -> None:
+        """``like``: a core over the same automaton, whose C interner has checked its arrays already
+        (for a large schema's automaton the check cost a millisecond per core)."""
         self.rtn = rtn
         self.lazy = lazy
         self.alphabet = rtn.trans.shape[1]
@@ -83,7 +85,8 @@ class ParserCore:
         self.has_stacks = np.zeros(RESERVED_STATES, dtype=bool)
         self.lock = threading.RLock()
         self._allowed_sets: dict[int, frozenset[int]] = {}
-        self._native = self._native_interner()
+        self._native: native.Interner | None = self._native_interner(
+            checked=like is not None and like.rtn is rtn and like._native is not None)
         # per node, its RTN state and its parents (each sorted, without repeats): Python lists
         # without the extension, read from C with it
         self.node_state: NodeRecord[int] = [] if self._native is None else NodeStates(self._native)
@@ -184,7 +187,7 @@ class ParserCore:
     def num_states(self) -> int:
         return len(self.state_stacks)
 
-    def _native_interner(self) -> native.Interner | None:
+    def _native_interner(self, *, checked: bool) -> native.Interner | None:
         """The stack nodes, `closure`, `_compute_step` and `_fill_row` in C, appending to this core's
         state lists and dict (None without the extension). They are never rebound, so it keeps them."""
         if not native.available():
@@ -199,7 +202,7 @@ class ParserCore:
         return native.interner(
             trans=self._trans, scanning=self._scanning, accepting=rtn.accepting, call_lo=call_lo,
             callee=rtn.rule_start[callee], ret=ret, tail=rtn.pure_final[ret], state_stacks=self.state_stacks,
-            state_flag=self.state_flag, max_stacks=MAX_STACKS, lazy=self.lazy,
+            state_flag=self.state_flag, max_stacks=MAX_STACKS, lazy=self.lazy, checked=checked,
             **lazy_sets)
 
     def native_interner(self) -> native.Interner:

@@ -83,6 +83,11 @@ class LazyPositionMasks:
         self._lock = threading.Lock()
 
     @property
+    def core(self) -> ParserCore:
+        """The parser core its positions are walked over (frame states only)."""
+        return self._classifier.core
+
+    @property
     def num_classified(self) -> int:
         return len(self._accepted)
 
