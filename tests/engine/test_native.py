@@ -107,11 +107,12 @@ def test_c_walk_classifies_every_position_as_the_numpy_walk(source: str, tokeniz
 # counting rules past 32 characters, whose inner positions are too wide to list their uncertain
 # tokens), enums, numbers, arrays, and the generation mode's ordered keys.
 BOUNDED = {"type": "object", "properties": {
-    "title": {"type": "string", "maxLength": 120}, "code": {"type": "string", "minLength": 3, "maxLength": 12},
+    "title": {"type": "string", "maxLength": 300}, "code": {"type": "string", "minLength": 3, "maxLength": 12},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 40}}, "count": {"type": "integer"}},
     "required": ["title"]}
 BOUNDED_INSTANCES = [
-    {"title": "A fairly long title that crosses several blocks of sixteen characters, then some more words",
+    {"title": "A fairly long title that crosses several blocks of sixty-four characters of a counted string, "
+              "then some more words, and again a few more, so that its leaf rule is left and entered again",
      "code": "ab-12", "tags": ["short", "a tag of some thirty characters", "x"], "count": -42},
     {"title": "Ünïcödé tïtle – with dashes — and “quotes” and \\ backslashes \"inside\"", "extra": {"k": [1, 2.5]}},
     {"title": "", "code": "abc", "tags": []},

@@ -20,9 +20,11 @@ from codemask.grammar.ir import EMPTY, Expr, Repeat, char_class, literal, seq
 
 _WS = Repeat(char_class([(0x20, 0x20), (0x09, 0x0A), (0x0D, 0x0D)]), 0, None)
 # Spaces after a line break: ``json.dumps(indent=4)`` eight levels deep, ``indent=2`` sixteen. No more
-# than `counting.COUNTED_FROM`, so that a gap stays a plain chain of states: past it a gap became
-# counting rules, and the positions inside them made the first mask of a schema 2.5 times slower.
-MAX_INDENT = COUNTED_FROM
+# than `counting.COUNTED_FROM`, so that a gap stays a plain chain of states (counting rules made the first
+# mask of a schema 2.5 times slower), and no more than that: every gap is a chain of this many states in
+# each object rule it is inlined into.
+MAX_INDENT = 32
+assert MAX_INDENT <= COUNTED_FROM
 _BOUNDED_WS = seq(Repeat(literal("\n"), 0, 1), Repeat(literal(" "), 0, MAX_INDENT))
 MAX_INDENT_DEPTH = 64
 
