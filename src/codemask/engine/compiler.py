@@ -62,7 +62,7 @@ from codemask.grammar.optimize import optimize
 DEFAULT_MAX_PARSER_STATES = 50_000
 
 # Bump when the compiled format or the algorithm changes: old cache files are then ignored.
-ENGINE_VERSION = "3"
+ENGINE_VERSION = "4"
 
 # Precomputing a lexer-mode grammar with Python-style indentation also classifies the newline
 # states of every indentation column up to this one (`LexerMaskComputer.classify_indentation`):
