@@ -15,8 +15,9 @@
  * way: exits), and `residuals`, the tails' first lexeme for `lexer_masks.ResidualSets.split`.
  *
  * `Interner` computes the parser's transitions: `ParserCore.closure` and `ParserCore._fill_row` (see
- * below), interning into the ParserCore's own Python lists and dicts exactly as the Python code
- * does, about seven times faster (`benchmarks/parser_rows.py`).
+ * below), numbering nodes and states exactly as the Python code does (its own index of them, each
+ * new state appended to the ParserCore's Python lists), about seven times faster
+ * (`benchmarks/parser_rows.py`).
  *
  * In lexer mode, `SymbolSteps` is the lexer layer's parser side (`LexParserCore.after`, the fresh
  * lexer states) and `ResidualWalker` the recursion over residual sets and parser states

@@ -1,19 +1,17 @@
 """The C trie walks, residual walk and parser closures (`codemask.engine._native`, built by setup.py
 where a C compiler exists).
 
-The first visit of a wide position walks most of the vocabulary's trie; in numpy that is a few
-dozen array steps per trie level and 5–50 ms, in C one depth-first loop and well under a
-millisecond. The transitions the walk meets first are computed by `ParserCore._fill_row`, one
-closure per distinct column of a state's transition rows, which is most of what is left of a
-grammar's compilation and of the slow decoding steps; in C it keeps the stack nodes and appends
-to the core's own Python lists and dicts (`Interner`). Lexer mode has its own: the lexer's
-transitions, its trie scan for a new lexer state and its residual walk (`LexerStepper`), the
-parser state after a lexeme and a state's fresh lexer state (`SymbolSteps`), and the recursion
-over residual sets (`ResidualWalker`). The extension is optional: without it (no compiler when
-installed, or a build older than this source) the numpy walk in `trie_walk` and the Python
-parser run instead, with the same results (the tests compare the two). ``CODEMASK_NATIVE=0``
-turns it off.
-"""
+The first visit of a wide position walks most of the vocabulary's trie; in numpy that is a few dozen
+array steps per trie level and 5–50 ms, in C one depth-first loop and well under a millisecond. The
+transitions the walk meets first are computed by `ParserCore._fill_row`, one closure per distinct
+column of a state's transition rows, which is most of what is left of a grammar's compilation and of
+the slow decoding steps; in C it keeps the stack nodes and the index of the parser states, and
+appends each new state to the core's own Python lists (`Interner`). Lexer mode has its own: the
+lexer's transitions, its trie scan for a new lexer state and its residual walk (`LexerStepper`), the
+parser state after a lexeme and a state's fresh lexer state (`SymbolSteps`), and the recursion over
+residual sets (`ResidualWalker`). The extension is optional: without it (no compiler when installed,
+or a build older than this source) the numpy walk in `trie_walk` and the Python parser run instead,
+with the same results (the tests compare the two). ``CODEMASK_NATIVE=0`` turns it off."""
 
 from __future__ import annotations
 

@@ -188,8 +188,9 @@ class ParserCore:
         return len(self.state_stacks)
 
     def _native_interner(self, *, checked: bool) -> native.Interner | None:
-        """The stack nodes, `closure`, `_compute_step` and `_fill_row` in C, appending to this core's
-        state lists and dict (None without the extension). They are never rebound, so it keeps them."""
+        """The stack nodes, `closure`, `_compute_step` and `_fill_row` in C, with the index of the
+        parser states, appending each new state to this core's lists (None without the extension).
+        They are never rebound, so it keeps them; ``checked``: `ParserCore`'s ``like``."""
         if not native.available():
             return None
         rtn = self.rtn
