@@ -31,7 +31,7 @@
  * (`dfa_of_expr`, `expr_text`, `expr_digest`: a rule body's automaton from the grammar IR, and
  * `least_fixed_point`, `strongly_connected`, `rule_uses`, `expr_size`, `left_calls`, `largest_repeat_bound`,
  * `expr_names`, `substitute`: the optimiser's analyses and rewrites),
- * `_native_follow.c` (`follow_bytes`), `_native_bits.c` (`set_bits_where`, `distinct`,
+ * `_native_follow.c` (`follow_bytes`, `rule_graph`), `_native_bits.c` (`set_bits_where`, `distinct`,
  * `pack_rows`) and `_native_common.c` (buffers, hash maps, argument checks); this file holds the
  * module's method table.
  *
@@ -41,7 +41,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 26
+#define NATIVE_VERSION 27
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -51,6 +51,9 @@ static PyMethodDef methods[] = {
     {"follow_bytes", cm_follow_bytes, METH_VARARGS,
      "follow_bytes(trans, accepting, call_lo, callee, ret, rule_start, state_rule, rules) -> bytes: per rule, the 256 "
      "bytes (0/1) that may follow it"},
+    {"rule_graph", cm_rule_graph, METH_VARARGS,
+     "rule_graph(owner, callee, tail, sizes, limit) -> (callee_lo, callees, unshared, with_callers): the rules' call "
+     "graph, each the bytes of an array"},
     {"set_ir", cm_set_ir, METH_VARARGS, "set_ir(types, grammar_error): the IR's eight expression classes and GrammarError"},
     {"dfa_of_expr", cm_dfa_of_expr, METH_VARARGS,
      "dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (trans, accepting, "

@@ -222,6 +222,7 @@ PyObject *cm_substitute(PyObject *self, PyObject *args);
 
 /* _native_follow.c */
 PyObject *cm_follow_bytes(PyObject *self, PyObject *args);
+PyObject *cm_rule_graph(PyObject *self, PyObject *args);
 
 /* _native_bits.c */
 PyObject *cm_set_bits_where(PyObject *self, PyObject *args);

@@ -7,6 +7,11 @@
  * callee what its return states take first, and where a return state may end its frame, what
  * follows the calling rule (a worklist over the rules). What the Python worklists did in tens of
  * milliseconds for a grammar of ten thousand calls, at a large schema's first mask.
+ *
+ * rule_graph(owner, callee, tail, sizes, limit) -> (callee_lo, callees, unshared, with_callers): the
+ * rules' call graph as `shared_positions.RuleSignatures` and `RTN.rules_with_callers` read it, made
+ * at a grammar's first mask (in Python a millisecond for a large schema, half of it for a small
+ * one, where the whole first mask is a few).
  * ------------------------------------------------------------------------------------------- */
 
 #include "_native.h"
@@ -205,5 +210,160 @@ done:
     free(pass_lo);
     free(pass);
     free(owner_of);
+    return result;
+}
+
+/* Per rule: its distinct callees in ascending order (`callee_lo` bounds, int32 [rules + 1]), whether
+ * it is recursive, calls a recursive rule or has more than `limit` states with those of the rules it
+ * calls, counted once per callee and summed down the call graph (`unshared`, 0/1 bytes), and whether
+ * its frame can sit on another rule's (`with_callers`: called other than in tail position, or in
+ * tail position by such a rule). The input per call: the calling rule, the callee and whether the
+ * call is a tail call (int32, int32, uint8 arrays of one length); `sizes`: int32 states per rule.
+ * The depth-first search of `RuleSignatures._unshareable`, with the same outcome. */
+PyObject *cm_rule_graph(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer v[4];
+    Py_ssize_t limit;
+    memset(v, 0, sizeof(v));
+    if (!PyArg_ParseTuple(args, "y*y*y*y*n", &v[0], &v[1], &v[2], &v[3], &limit)) return NULL;
+    PyObject *result = NULL, *lo_out = NULL, *ids_out = NULL, *unshared_out = NULL, *callers_out = NULL;
+    int32_t *pair_lo = NULL, *pairs = NULL, *tail_lo = NULL, *tails = NULL, *at = NULL, *stack = NULL;
+    int64_t *total = NULL;
+    uint8_t *color = NULL;
+    Py_ssize_t calls = v[1].len / (Py_ssize_t)sizeof(int32_t), rules = v[3].len / (Py_ssize_t)sizeof(int32_t);
+    if (cm_need(&v[0], sizeof(int32_t), calls, "owner") || cm_need(&v[1], sizeof(int32_t), calls, "callee") ||
+        cm_need(&v[2], 1, calls, "tail") || cm_need(&v[3], sizeof(int32_t), rules, "sizes"))
+        goto done;
+    const int32_t *owner = v[0].buf, *callee = v[1].buf, *sizes = v[3].buf;
+    const uint8_t *tail = v[2].buf;
+    for (Py_ssize_t k = 0; k < calls; k++) {
+        if (owner[k] < 0 || owner[k] >= rules || callee[k] < 0 || callee[k] >= rules) {
+            cm_bad("a call from or to a rule out of range");
+            goto done;
+        }
+    }
+    pair_lo = (int32_t *)calloc((size_t)rules + 1, sizeof(int32_t));
+    tail_lo = (int32_t *)calloc((size_t)rules + 1, sizeof(int32_t));
+    pairs = (int32_t *)malloc((size_t)(calls + 1) * sizeof(int32_t));
+    tails = (int32_t *)malloc((size_t)(calls + 1) * sizeof(int32_t));
+    at = (int32_t *)malloc((size_t)(rules + 1) * sizeof(int32_t));
+    stack = (int32_t *)malloc((size_t)(calls + rules + 1) * sizeof(int32_t));
+    total = (int64_t *)malloc((size_t)(rules + 1) * sizeof(int64_t));
+    color = (uint8_t *)calloc((size_t)rules + 1, 1);
+    lo_out = PyBytes_FromStringAndSize(NULL, (rules + 1) * (Py_ssize_t)sizeof(int32_t));
+    unshared_out = PyBytes_FromStringAndSize(NULL, rules);
+    callers_out = PyBytes_FromStringAndSize(NULL, rules);
+    if (!pair_lo || !tail_lo || !pairs || !tails || !at || !stack || !total || !color) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!lo_out || !unshared_out || !callers_out) goto done;
+    /* the calls grouped by calling rule (counting sorts), all and tail calls apart */
+    for (Py_ssize_t k = 0; k < calls; k++) {
+        pair_lo[owner[k] + 1]++;
+        if (tail[k]) tail_lo[owner[k] + 1]++;
+    }
+    for (Py_ssize_t r = 0; r < rules; r++) {
+        pair_lo[r + 1] += pair_lo[r];
+        tail_lo[r + 1] += tail_lo[r];
+    }
+    memcpy(at, pair_lo, (size_t)rules * sizeof(int32_t));
+    for (Py_ssize_t k = 0; k < calls; k++) pairs[at[owner[k]]++] = callee[k];
+    memcpy(at, tail_lo, (size_t)rules * sizeof(int32_t));
+    for (Py_ssize_t k = 0; k < calls; k++) {
+        if (tail[k]) tails[at[owner[k]]++] = callee[k];
+    }
+    /* each rule's callees sorted (insertion sort: a rule makes a few calls, and a run of equal
+     * callees is common) and made distinct, in place */
+    int32_t *lo = (int32_t *)PyBytes_AS_STRING(lo_out);
+    Py_ssize_t kept = 0;
+    lo[0] = 0;
+    for (Py_ssize_t r = 0; r < rules; r++) {
+        int32_t a = pair_lo[r], b = pair_lo[r + 1];
+        for (int32_t i = a + 1; i < b; i++) {
+            int32_t key = pairs[i], j = i - 1;
+            while (j >= a && pairs[j] > key) {
+                pairs[j + 1] = pairs[j];
+                j--;
+            }
+            pairs[j + 1] = key;
+        }
+        for (int32_t i = a; i < b; i++) {
+            if (i == a || pairs[i] != pairs[i - 1]) pairs[kept++] = pairs[i];
+        }
+        lo[r + 1] = (int32_t)kept;
+    }
+    ids_out = PyBytes_FromStringAndSize((const char *)pairs, kept * (Py_ssize_t)sizeof(int32_t));
+    if (!ids_out) goto done;
+    /* unshared: a depth-first search, callees finished first; colour 1 = on the current path */
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(unshared_out);
+    for (Py_ssize_t r = 0; r < rules; r++) {
+        total[r] = sizes[r];
+        out[r] = sizes[r] > limit;
+    }
+    for (Py_ssize_t root = 0; root < rules; root++) {
+        if (color[root]) continue;
+        Py_ssize_t top = 0;
+        stack[top++] = (int32_t)root;
+        while (top) {
+            int32_t r = stack[top - 1];
+            if (color[r] == 0) {
+                color[r] = 1;
+                for (int32_t i = lo[r]; i < lo[r + 1]; i++) {
+                    int32_t c = pairs[i];
+                    if (color[c] == 1) {
+                        out[r] = 1; /* a call back into the path: recursion */
+                    } else if (color[c] == 0) {
+                        stack[top++] = c; /* (at most one entry per call and one per root) */
+                    }
+                }
+                continue;
+            }
+            top--;
+            if (color[r] == 2) continue;
+            color[r] = 2;
+            for (int32_t i = lo[r]; i < lo[r + 1]; i++) {
+                int32_t c = pairs[i];
+                total[r] += total[c];
+                if (total[r] > ((int64_t)1 << 40)) total[r] = (int64_t)1 << 40; /* (saturates: past any limit) */
+                out[r] |= out[c];
+            }
+            out[r] |= total[r] > limit;
+        }
+    }
+    /* with callers: every callee of a call that is not a tail call, then the tail callees of those */
+    uint8_t *found = (uint8_t *)PyBytes_AS_STRING(callers_out);
+    memset(found, 0, (size_t)rules);
+    Py_ssize_t top = 0;
+    for (Py_ssize_t k = 0; k < calls; k++) {
+        if (!tail[k] && !found[callee[k]]) {
+            found[callee[k]] = 1;
+            stack[top++] = callee[k];
+        }
+    }
+    while (top) {
+        int32_t r = stack[--top];
+        for (int32_t i = tail_lo[r]; i < tail_lo[r + 1]; i++) {
+            if (!found[tails[i]]) {
+                found[tails[i]] = 1;
+                stack[top++] = tails[i];
+            }
+        }
+    }
+    result = PyTuple_Pack(4, lo_out, ids_out, unshared_out, callers_out);
+done:
+    for (int i = 0; i < 4; i++) PyBuffer_Release(&v[i]);
+    Py_XDECREF(lo_out);
+    Py_XDECREF(ids_out);
+    Py_XDECREF(unshared_out);
+    Py_XDECREF(callers_out);
+    free(pair_lo);
+    free(pairs);
+    free(tail_lo);
+    free(tails);
+    free(at);
+    free(stack);
+    free(total);
+    free(color);
     return result;
 }

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 26
+EXPECTED_VERSION = 27
 
 
 def _load() -> ModuleType | None:
@@ -249,6 +249,18 @@ def follow_bytes(rtn: RTN) -> np.ndarray:
         (rtn.rule_start, np.int32), (rtn.state_rule, np.int32))]
     found = _loaded().follow_bytes(*arrays, len(rtn.rule_names))
     return np.frombuffer(found, dtype=np.uint8).reshape(len(rtn.rule_names), 256).astype(bool)
+
+
+def rule_graph(owner: np.ndarray, callee: np.ndarray, tail: np.ndarray, sizes: np.ndarray,
+               limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`RTN.rule_calls` in C, from per call its calling rule, callee and whether it is a tail call,
+    and per rule its states: ``(callee_lo, callees, unshared, with_callers)`` as in
+    `automaton.RuleCalls`. The extension must be loaded."""
+    arrays = [np.ascontiguousarray(a, dtype=dtype) for a, dtype in (
+        (owner, np.int32), (callee, np.int32), (tail, np.uint8), (sizes, np.int32))]
+    lo, callees, unshared, with_callers = _loaded().rule_graph(*arrays, limit)
+    flags = [np.frombuffer(found, dtype=np.uint8).astype(bool) for found in (unshared, with_callers)]
+    return np.frombuffer(lo, dtype=np.int32), np.frombuffer(callees, dtype=np.int32), flags[0], flags[1]
 
 
 def dfa_of_expr(expr: Expr, rule_index: dict[str, int], terminal_index: dict[str, int] | None, alphabet: int,

@@ -94,43 +94,14 @@ class RuleSignatures:
         count = len(rtn.rule_names)
         self._starts = np.searchsorted(rtn.state_rule, np.arange(count)).tolist()
         self._ends = np.searchsorted(rtn.state_rule, np.arange(count), side="right").tolist()
-        _call_lo, callee, _ret = rtn.call_table
-        pairs = np.array(sorted(set((rtn.state_rule[rtn.call_sites].astype(np.int64) * count + callee).tolist())),
-                         dtype=np.int64)  # (not np.unique: its first call in a process imports numpy.ma, 12 ms)
-        self._callees: list[list[int]] = [[] for _ in range(count)]
-        for owner, called in zip((pairs // count).tolist(), (pairs % count).tolist(), strict=True):
-            self._callees[owner].append(called)
-        self._unshared = self._unshareable()
+        calls = rtn.rule_calls(MAX_SHARED_STATES)
+        self._callee_lo = calls.callee_lo.tolist()
+        self._callees = calls.callees
+        self._unshared = calls.unshared.tolist()
         self._digests: dict[int, bytes] = {}
 
-    def _unshareable(self) -> list[bool]:
-        """Per rule, whether it is recursive, or calls (through any chain) a recursive rule, or has
-        more than `MAX_SHARED_STATES` states with those of the rules it calls."""
-        count = len(self._callees)
-        size = [end - start for start, end in zip(self._starts, self._ends, strict=True)]
-        out = [states > MAX_SHARED_STATES for states in size]
-        color = [0] * count  # 0 unseen, 1 on the depth-first stack, 2 done
-        for root in range(count):
-            if color[root]:
-                continue
-            stack = [root]
-            while stack:
-                rule = stack[-1]
-                if color[rule] == 0:
-                    color[rule] = 1
-                    for callee in self._callees[rule]:
-                        if color[callee] == 1:
-                            out[rule] = True  # a call back into the stack: recursion
-                        elif color[callee] == 0:
-                            stack.append(callee)
-                    continue
-                stack.pop()
-                if color[rule] == 2:
-                    continue
-                color[rule] = 2
-                size[rule] += sum(size[c] for c in self._callees[rule])  # (callees are done first)
-                out[rule] = out[rule] or size[rule] > MAX_SHARED_STATES or any(out[c] for c in self._callees[rule])
-        return out
+    def _callees_of(self, rule: int) -> list[int]:
+        return self._callees[self._callee_lo[rule]:self._callee_lo[rule + 1]].tolist()
 
     def __getitem__(self, rule: int) -> bytes | None:
         if self._unshared[rule]:
@@ -138,7 +109,7 @@ class RuleSignatures:
         todo = [rule]
         while todo:  # callees first (no recursion below a rule that does not reach any)
             top = todo[-1]
-            missing = [c for c in self._callees[top] if c not in self._digests]
+            missing = [c for c in self._callees_of(top) if c not in self._digests]
             if missing:
                 todo.extend(missing)
                 continue
