@@ -9,7 +9,7 @@
  * milliseconds for a grammar of ten thousand calls, at a large schema's first mask.
  *
  * rule_graph(owner, callee, tail, sizes, limit) -> (callee_lo, callees, unshared, with_callers): the
- * rules' call graph as `shared_positions.RuleSignatures` and `RTN.rules_with_callers` read it, made
+ * rules' call graph as `shared_positions.RuleSignatures` and the position classifier read it, made
  * at a grammar's first mask (in Python a millisecond for a large schema, half of it for a small
  * one, where the whole first mask is a few).
  * ------------------------------------------------------------------------------------------- */

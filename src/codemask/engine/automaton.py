@@ -765,14 +765,6 @@ class RTN:
         rows = np.frombuffer(data, dtype=np.uint8).reshape(len(follow), -1)
         return np.unpackbits(rows, axis=1, bitorder="little", count=alphabet).astype(bool)
 
-    def rules_with_callers(self) -> set[int]:
-        """Rules whose frames can sit on top of another rule's frame.
-
-        A rule called only in tail position by rules that themselves have no caller always runs
-        at the bottom of the stack: when it ends, the input ends, so nothing can follow it.
-        """
-        return set(np.flatnonzero(self.rule_calls(0).with_callers).tolist())
-
     def rule_calls(self, limit: int) -> RuleCalls:
         """The rules' call graph (`RuleCalls`; ``limit``: the states past which a rule with its
         callees is `RuleCalls.unshared`), in C where the extension is loaded: made at a grammar's
@@ -794,7 +786,10 @@ class RuleCalls(NamedTuple):
     # bool [rules]: recursive, calling a recursive rule, or of more than `limit` states with its
     # callees (each counted once per caller, summed down the call graph)
     unshared: np.ndarray
-    with_callers: np.ndarray  # bool [rules]: `RTN.rules_with_callers`
+    # bool [rules]: whether its frame can sit on top of another rule's frame; a rule called only in
+    # tail position by rules that have no caller themselves always runs at the bottom of the stack:
+    # when it ends, the input ends, so nothing can follow it
+    with_callers: np.ndarray
 
 
 def _rule_calls(owner: np.ndarray, callee: np.ndarray, tail: np.ndarray, sizes: np.ndarray, limit: int) -> RuleCalls:

@@ -11,9 +11,10 @@ import numpy as np
 from tqdm import tqdm
 
 from codemask.engine import native
+from codemask.engine.automaton import RuleCalls
 from codemask.engine.bitmask import bitmask_width
 from codemask.engine.parser import DEAD, ParserCore
-from codemask.engine.shared_positions import RuleSignatures, SharedPositions
+from codemask.engine.shared_positions import MAX_SHARED_STATES, RuleSignatures, SharedPositions
 from codemask.engine.token_trie import TokenTrie
 from codemask.engine.trie_walk import LevelResults, SubtreeMemo, first_bytes
 from codemask.engine.uncertain import Uncertain, uncertain_entries
@@ -59,8 +60,8 @@ class PositionClassifier:
         self._memo = SubtreeMemo(core, trie)
 
     @functools.cached_property
-    def _with_callers(self) -> set[int]:
-        return self.core.rtn.rules_with_callers()
+    def _calls(self) -> RuleCalls:
+        return self.core.rtn.rule_calls(MAX_SHARED_STATES)
 
     @functools.cached_property
     def _follow(self) -> np.ndarray:
@@ -68,7 +69,7 @@ class PositionClassifier:
 
     @functools.cached_property
     def _signatures(self) -> RuleSignatures:
-        return RuleSignatures(self.core.rtn)
+        return RuleSignatures(self.core.rtn, self._calls)
 
     def classify(self, positions: np.ndarray,
                  progress: str | None = None) -> tuple[np.ndarray, list[Uncertain | None]]:
@@ -114,9 +115,10 @@ class PositionClassifier:
         if signature is None:
             return None
         local = position - int(np.searchsorted(rtn.state_rule, rule))
+        with_callers = bool(self._calls.with_callers[rule])
         if rtn.is_shared(rule):
-            return signature, local, rule in self._with_callers
-        return signature, local, rule in self._with_callers, self._follow[rule].tobytes()
+            return signature, local, with_callers
+        return signature, local, with_callers, self._follow[rule].tobytes()
 
     def _followed(self, position: int, unc: Uncertain | None) -> Uncertain | None:
         """A shared rule's ``unc`` without the tokens whose residual begins with a byte no caller takes."""
@@ -191,8 +193,7 @@ class PositionClassifier:
         follow bytes, or any byte for a shared rule (filtered after sharing: see `_followed`)."""
         rtn = self.core.rtn
         count = len(rtn.rule_names)
-        has_callers = np.zeros(count, dtype=bool)
-        has_callers[list(self._with_callers)] = True
+        has_callers = self._calls.with_callers
         shared = rtn.shared if rtn.shared is not None else np.zeros(count, dtype=bool)
         return has_callers, self._follow | shared[:, None]
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from codemask.engine.automaton import RTN
+from codemask.engine.automaton import RTN, RuleCalls
 from codemask.engine.token_trie import TokenTrie
 from codemask.engine.uncertain import Uncertain
 
@@ -89,12 +89,12 @@ class RuleSignatures:
     hashing every rule of a large grammar took longer than its first masks.
     """
 
-    def __init__(self, rtn: RTN) -> None:
+    def __init__(self, rtn: RTN, calls: RuleCalls) -> None:
+        """``calls``: ``rtn.rule_calls(MAX_SHARED_STATES)``."""
         self.rtn = rtn
         count = len(rtn.rule_names)
         self._starts = np.searchsorted(rtn.state_rule, np.arange(count)).tolist()
         self._ends = np.searchsorted(rtn.state_rule, np.arange(count), side="right").tolist()
-        calls = rtn.rule_calls(MAX_SHARED_STATES)
         self._callee_lo = calls.callee_lo.tolist()
         self._callees = calls.callees
         self._unshared = calls.unshared.tolist()
