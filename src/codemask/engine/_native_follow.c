@@ -219,7 +219,7 @@ done:
  * its frame can sit on another rule's (`with_callers`: called other than in tail position, or in
  * tail position by such a rule). The input per call: the calling rule, the callee and whether the
  * call is a tail call (int32, int32, uint8 arrays of one length); `sizes`: int32 states per rule.
- * The depth-first search of `RuleSignatures._unshareable`, with the same outcome. */
+ * The depth-first search of `automaton._unshared_rules`, with the same outcome. */
 PyObject *cm_rule_graph(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer v[4];
@@ -273,24 +273,20 @@ PyObject *cm_rule_graph(PyObject *self, PyObject *args) {
     for (Py_ssize_t k = 0; k < calls; k++) {
         if (tail[k]) tails[at[owner[k]]++] = callee[k];
     }
-    /* each rule's callees sorted (insertion sort: a rule makes a few calls, and a run of equal
-     * callees is common) and made distinct, in place */
+    for (Py_ssize_t r = 0; r < rules; r++) at[r] = -1; /* now: the last rule that called each rule */
+    /* each rule's distinct callees, ascending, in place: repeats dropped by a stamp per callee (a
+     * large schema's object rule makes hundreds of calls), then sorted */
     int32_t *lo = (int32_t *)PyBytes_AS_STRING(lo_out);
     Py_ssize_t kept = 0;
     lo[0] = 0;
     for (Py_ssize_t r = 0; r < rules; r++) {
-        int32_t a = pair_lo[r], b = pair_lo[r + 1];
-        for (int32_t i = a + 1; i < b; i++) {
-            int32_t key = pairs[i], j = i - 1;
-            while (j >= a && pairs[j] > key) {
-                pairs[j + 1] = pairs[j];
-                j--;
-            }
-            pairs[j + 1] = key;
+        Py_ssize_t first = kept;
+        for (int32_t i = pair_lo[r]; i < pair_lo[r + 1]; i++) {
+            if (at[pairs[i]] == (int32_t)r) continue;
+            at[pairs[i]] = (int32_t)r;
+            pairs[kept++] = pairs[i];
         }
-        for (int32_t i = a; i < b; i++) {
-            if (i == a || pairs[i] != pairs[i - 1]) pairs[kept++] = pairs[i];
-        }
+        cm_sort_int32(pairs + first, kept - first);
         lo[r + 1] = (int32_t)kept;
     }
     ids_out = PyBytes_FromStringAndSize((const char *)pairs, kept * (Py_ssize_t)sizeof(int32_t));
