@@ -11,8 +11,11 @@ characters of each length, every position must be classified as the numpy walk c
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from codemask.engine import native
 from codemask.engine.parser import ParserCore
 from codemask.engine.position_classifier import PositionClassifier
 from codemask.engine.shared_positions import SharedPositions
+from codemask.engine.string_chains import StringChains
 from codemask.engine.token_trie import token_trie
 from tests.engine.conftest import encode, vocabulary
 from tests.engine.test_native import uncertain_pairs
@@ -55,11 +59,20 @@ def instances(name: str) -> list[str]:
     return [t for t in TEXTS if bounds.get("minLength", 0) <= len(t) <= bounds.get("maxLength", 10**9)]
 
 
-def masks_along(tokenizer: str, schema: Any, texts: list[str], *, precompute: bool, use_native: bool) -> np.ndarray:
+@contextlib.contextmanager
+def walking(walk: bool) -> Iterator[None]:
+    """With ``walk``, every position of a bounded string walked, not filtered from the free string's
+    classification (`string_chains`): the chain walks these tests are about."""
+    with mock.patch.object(StringChains, "bounds", lambda self, position: None) if walk else contextlib.nullcontext():
+        yield
+
+
+def masks_along(tokenizer: str, schema: Any, texts: list[str], *, precompute: bool, use_native: bool,
+                walk: bool = True) -> np.ndarray:
     """Every mask along every text as the value of the schema's string, positions classified from scratch."""
     SharedPositions.of(token_trie(vocabulary(tokenizer))).clear()
     rows = []
-    with native.using(use_native):
+    with native.using(use_native), walking(walk):
         compiled = GrammarCompiler(vocabulary(tokenizer), cache_dir=False, progress=False,
                                    precompute=precompute).compile(Grammar.from_json_schema(schema, mode="validate"))
         for text in texts:
@@ -79,6 +92,8 @@ def test_bounded_string_masks_equal_the_numpy_walk_and_the_precompute(tokenizer:
     lazy = masks_along(tokenizer, SCHEMAS[name], texts, precompute=False, use_native=True)
     walked = masks_along(tokenizer, SCHEMAS[name], texts, precompute=False, use_native=False)
     assert lazy.shape == walked.shape and (lazy == walked).all()
+    filtered = masks_along(tokenizer, SCHEMAS[name], texts, precompute=False, use_native=True, walk=False)
+    assert (filtered == walked).all()
     if name != "max200":  # (its precompute classifies every position of a 200-character chain: slow, same code)
         assert (lazy == masks_along(tokenizer, SCHEMAS[name], texts, precompute=True, use_native=True)).all()
 
@@ -117,12 +132,13 @@ def test_ill_formed_tokens_are_classified_as_the_numpy_walk_classifies_them(name
     trie = token_trie(vocab)
     positions = np.flatnonzero(compiled.artifacts.rtn.scanning)
     found = []
-    for use_native in (True, False):
+    for use_native, walk in ((True, True), (False, True), (True, False)):  # (last: bounded strings filtered)
         core = ParserCore(compiled.artifacts.rtn)  # fresh: no transition known yet
-        with native.using(use_native):
+        with native.using(use_native), walking(walk):
             found.append(PositionClassifier(core, trie, compiled.vocab_size, share=False).classify(positions))
-    (c_accepted, c_uncertain), (np_accepted, np_uncertain) = found
-    assert (c_accepted == np_accepted).all()
-    assert c_accepted.any()
-    for a, b in zip(c_uncertain, np_uncertain, strict=True):
-        assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
+    (np_accepted, np_uncertain) = found[1]
+    assert np_accepted.any()
+    for accepted, uncertain in (found[0], found[2]):
+        assert (accepted == np_accepted).all()
+        for a, b in zip(uncertain, np_uncertain, strict=True):
+            assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)

@@ -41,7 +41,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 27
+#define NATIVE_VERSION 28
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -83,6 +83,9 @@ static PyMethodDef methods[] = {
     {"set_bits_where", cm_set_bits_where, METH_VARARGS,
      "set_bits_where(words, tokens, offsets, ok, group): words[t >> 5] |= 1 << (t & 31) for each t in "
      "tokens[offsets[r]:offsets[r + 1]] with ok[r] (int32 bytes; group: the packed bits of all tokens, or b'')"},
+    {"json_string_chars", cm_json_string_chars, METH_VARARGS,
+     "json_string_chars(matrix, width, lengths) -> bytes: per row, the JSON string characters it begins before a "
+     "closing quote (int32)"},
     {NULL, NULL, 0, NULL},
 };
 

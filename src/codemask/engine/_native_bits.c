@@ -179,3 +179,60 @@ done:
     PyBuffer_Release(&hi);
     return result;
 }
+
+/* json_string_chars(matrix, width, lengths) -> the bytes of an int32 array: per trie row (token),
+ * twice the characters of a JSON string's content it begins before its first unescaped quote (all
+ * of it where it has none), plus one where it has that quote. An escape is one character whether
+ * complete or not, a surrogate pair of `\u` escapes one, a UTF-8 character one from its first byte
+ * on: what a `maxLength` counts, so that a bounded string's positions are a free string's tokens
+ * filtered by this count (`string_chains`). Rows a string cannot hold get a count never read. */
+static int32_t json_chars(const uint8_t *b, Py_ssize_t len) {
+    int32_t count = 0;
+    int after_high = 0; /* the last character was a complete `\uD800`-`\uDBFF` escape */
+    Py_ssize_t i = 0;
+    while (i < len && b[i] != '"') {
+        if (b[i] != '\\') {
+            count += (b[i] & 0xC0) != 0x80;
+            after_high = 0;
+            i++;
+            continue;
+        }
+        int unicode = i + 1 < len && b[i + 1] == 'u';
+        int low_half = after_high && unicode; /* the second escape of a pair: the same character */
+        count += !low_half;
+        Py_ssize_t end = i + (unicode ? 6 : 2);
+        after_high = !low_half && unicode && end <= len && (b[i + 2] | 0x20) == 'd' &&
+                     ((b[i + 3] >= '8' && b[i + 3] <= '9') || ((b[i + 3] | 0x20) >= 'a' && (b[i + 3] | 0x20) <= 'b'));
+        i = end < len ? end : len;
+    }
+    return 2 * count + (i < len);
+}
+
+PyObject *cm_json_string_chars(PyObject *self, PyObject *args) {
+    Py_buffer matrix, lengths;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "y*ny*", &matrix, &width, &lengths)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t rows = lengths.len / (Py_ssize_t)sizeof(int32_t);
+    if (cm_need(&lengths, sizeof(int32_t), rows, "lengths")) goto done;
+    if (width < 1 || matrix.len != rows * width) {
+        cm_bad("json_string_chars: matrix is not rows x width bytes");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, rows * (Py_ssize_t)sizeof(int32_t));
+    if (!result) goto done;
+    int32_t *out = (int32_t *)PyBytes_AS_STRING(result);
+    const int32_t *length = (const int32_t *)lengths.buf;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (length[r] < 0 || length[r] > width) {
+            Py_CLEAR(result);
+            cm_bad("json_string_chars: a length is outside the matrix");
+            goto done;
+        }
+        out[r] = json_chars((const uint8_t *)matrix.buf + r * width, length[r]);
+    }
+done:
+    PyBuffer_Release(&matrix);
+    PyBuffer_Release(&lengths);
+    return result;
+}

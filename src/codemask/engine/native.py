@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 27
+EXPECTED_VERSION = 28
 
 
 def _load() -> ModuleType | None:
@@ -476,6 +476,15 @@ def pack_rows(words: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarr
     every trie row in each range ``lo[i]:hi[i]``. The extension must be loaded."""
     _loaded().pack_rows(_bitmask_row(words), np.ascontiguousarray(order, dtype=np.int32),
                         np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64))
+
+
+def json_string_chars(matrix: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per row of the trie's byte ``matrix`` (``lengths`` bytes each): twice the JSON string
+    characters the token begins before its first unescaped quote, plus one if it has that quote
+    (`string_chains.json_string_chars`). The extension must be loaded."""
+    matrix = np.ascontiguousarray(matrix, dtype=np.uint8)
+    out = _loaded().json_string_chars(matrix, matrix.shape[1], np.ascontiguousarray(lengths, dtype=np.int32))
+    return np.frombuffer(out, dtype=np.int32)
 
 
 def distinct(slots: np.ndarray, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

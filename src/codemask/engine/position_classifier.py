@@ -15,6 +15,7 @@ from codemask.engine.automaton import RuleCalls
 from codemask.engine.bitmask import bitmask_width
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.shared_positions import MAX_SHARED_STATES, RuleSignatures, SharedPositions
+from codemask.engine.string_chains import CharCounts, StringChains, free_string_rtn
 from codemask.engine.token_trie import TokenTrie
 from codemask.engine.trie_walk import LevelResults, SubtreeMemo, first_bytes
 from codemask.engine.uncertain import Uncertain, uncertain_entries
@@ -58,6 +59,7 @@ class PositionClassifier:
         self.core, self.trie, self.vocab_size = core, trie, vocab_size
         self.share = share
         self._memo = SubtreeMemo(core, trie)
+        self._chains = StringChains(core.rtn)
 
     @functools.cached_property
     def _calls(self) -> RuleCalls:
@@ -76,7 +78,9 @@ class PositionClassifier:
         """Per position: its accepted bitmask row and its uncertain tokens (None if none).
 
         Positions whose rule (with everything it calls) some earlier grammar had too come from
-        the process-wide `SharedPositions`; the others are walked, then shared.
+        the process-wide `SharedPositions`; a bounded string's are the free string's
+        classification filtered by length (`string_chains`); the others are walked. All are then
+        shared.
         """
         accepted = np.zeros((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
         uncertain: list[Uncertain | None] = [None] * len(positions)
@@ -90,15 +94,44 @@ class PositionClassifier:
             else:
                 accepted[i], uncertain[i] = found
         if missing:
-            walked = np.array(missing, dtype=np.int64)
-            walk = self._walk_native if native.enabled() else self._walk
-            accepted[walked], walked_uncertain = walk(positions[walked], progress)
-            for i, unc in zip(missing, walked_uncertain, strict=True):
-                uncertain[i] = unc
+            bounded = {i: span for i in missing if (span := self._chains.bounds(int(positions[i])))}
+            walked = [i for i in missing if i not in bounded]
+            if walked:
+                accepted[walked], walked_uncertain = self._walk_any(positions[walked], progress)
+                for i, unc in zip(walked, walked_uncertain, strict=True):
+                    uncertain[i] = unc
+            if bounded:
+                counts = self._char_counts()
+                for i, (low, high) in bounded.items():
+                    rule = int(self.core.rtn.state_rule[positions[i]])
+                    accepted[i], uncertain[i] = counts.filtered(low, high, bool(self._calls.with_callers[rule]))
+            for i in missing:
                 key = keys[i]
                 if key is not None:
-                    shared.put(key, accepted[i].copy(), unc)
+                    shared.put(key, accepted[i].copy(), uncertain[i])
         return accepted, [self._followed(int(p), unc) for p, unc in zip(positions, uncertain, strict=True)]
+
+    def prepare_strings(self) -> None:
+        """Make the vocabulary's `CharCounts` now if this grammar has shared rules (strings), so
+        that the first bounded string of the process does not pay for it in a mask."""
+        if self.core.rtn.shared is not None and self.core.rtn.shared.any():
+            self._char_counts()
+
+    def _char_counts(self) -> CharCounts:
+        """The vocabulary's `CharCounts`, its free string's classification made where missing (a
+        classifier of its own over `free_string_rtn`, so that bounded strings need no free string
+        in this grammar): once per process and vocabulary."""
+        counts = CharCounts.of(self.trie, self.vocab_size)
+        if counts.reference is None:
+            rtn, content = free_string_rtn(self.core.rtn.trans.shape[1])
+            free = PositionClassifier(ParserCore(rtn), self.trie, self.vocab_size, share=self.share)
+            accepted, uncertain = free._walk_any(np.array([content], dtype=np.int64), None)
+            counts.reference = (accepted[0], uncertain[0])
+        return counts
+
+    def _walk_any(self, positions: np.ndarray,
+                  progress: str | None) -> tuple[np.ndarray, list[Uncertain | None]]:
+        return self._walk_native(positions, progress) if native.enabled() else self._walk(positions, progress)
 
     def _shared_key(self, position: int) -> tuple[object, ...] | None:
         """What a position's classification depends on, if its rule calls no recursion.

@@ -77,6 +77,7 @@ class LazyPositionMasks:
 
     def __init__(self, core: ParserCore, trie: TokenTrie, vocab_size: int) -> None:
         self._classifier = PositionClassifier(core, trie, vocab_size)
+        self._classifier.prepare_strings()
         self.row_of_state = np.full(core.rtn.num_states, -1, dtype=np.int32)
         self._accepted: list[np.ndarray] = []
         self._uncertain: list[Uncertain | None] = []

@@ -49,6 +49,19 @@ class Uncertain:
                          residual_starts=self.residual_starts[keep_residual],
                          residual_len=self.residual_len[keep_residual])
 
+    def restricted_to_tokens(self, keep_token: np.ndarray) -> Uncertain | None:
+        """The tokens ``keep_token`` (bool [U]) marks, the residuals none of them has dropped."""
+        if self.direct or keep_token.all():
+            return self
+        if not keep_token.any():
+            return None
+        used = np.zeros(len(self.residual_rows), dtype=bool)
+        used[self.residual_of[keep_token]] = True
+        renumber = np.cumsum(used, dtype=np.int32) - 1
+        return Uncertain(token_ids=self.token_ids[keep_token], residual_of=renumber[self.residual_of[keep_token]],
+                         residual_rows=self.residual_rows[used], residual_starts=self.residual_starts[used],
+                         residual_len=self.residual_len[used])
+
 
 def uncertain_entries(trie: TokenTrie, owner: np.ndarray, sorted_idx: np.ndarray, offsets: np.ndarray,
                       count: int) -> list[Uncertain | None]:

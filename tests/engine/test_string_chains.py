@@ -1,0 +1,140 @@
+"""Bounded strings classified once and filtered by length (`codemask.engine.string_chains`).
+
+The per-token character count is checked against Python's own JSON string scanner on whole
+vocabularies, C against Python; a rule is taken for a bounded string only when it is one; and every
+position of a bounded string, filtered from its reference, must equal a walk of that position.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from codemask import CompiledGrammar, Grammar, GrammarCompiler, GrammarMatcher
+from codemask.engine import native
+from codemask.engine.position_classifier import PositionClassifier
+from codemask.engine.shared_positions import SharedPositions
+from codemask.engine.string_chains import CharCounts, StringChains, _json_chars, json_string_chars, string_chain
+from codemask.engine.token_trie import token_trie
+from tests.engine.conftest import encode, vocabulary
+from tests.engine.test_native import uncertain_pairs
+
+
+def compiled_schema(tokenizer: str, schema: Any) -> CompiledGrammar:
+    return GrammarCompiler(vocabulary(tokenizer), cache_dir=False, progress=False).compile(
+        Grammar.from_json_schema(schema, mode="validate"))
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "qwen3"])
+def test_char_counts_equal_python_json_scanner(tokenizer: str) -> None:
+    """For every token that is complete string content up to its first closing quote (or its
+    end), the count is the length of what `json.decoder.scanstring` decodes; C equals Python on all."""
+    trie = token_trie(vocabulary(tokenizer))
+    counts = json_string_chars(trie)
+    with native.using(False):
+        assert np.array_equal(json_string_chars(trie), counts)
+    closes, counts = counts & 1, counts >> 1
+    checked = 0
+    for row, length in enumerate(trie.lengths.tolist()):
+        token = bytes(trie.matrix[row, :length])
+        try:
+            text = token.decode("utf-8")
+            decoded, _end = json.decoder.scanstring(  # type: ignore[attr-defined]
+                text if '"' in text else text + '"', 0)
+        except (UnicodeDecodeError, ValueError):
+            continue  # (not complete content: an unfinished escape or character, a control byte)
+        assert counts[row] == len(decoded), token
+        assert closes[row] == ('"' in text), token
+        checked += 1
+    assert checked > 0.9 * trie.num_tokens
+
+
+@pytest.mark.parametrize(("token", "count", "closes"), [
+    (b"abc", 3, 0), (b'ab"cd', 2, 1), (b'\\"x"', 2, 1), (b"\\", 1, 0), (b"\\u00", 1, 0), (b"a\\u00e9b", 3, 0),
+    (b"\\ud83d\\ude00", 1, 0), (b"\\ud83d\\u", 1, 0), (b"\\ud83d", 1, 0), (b"\\u0041\\u0042", 2, 0),
+    ("é".encode()[:1], 1, 0), ("日本".encode()[:4], 2, 0), (b'"', 0, 1), (b"\\\\\"", 1, 1),
+])
+def test_char_counts_of_unfinished_characters(token: bytes, count: int, closes: int) -> None:
+    """An escape, a surrogate pair or a UTF-8 character counts one as soon as it begins."""
+    assert _json_chars(token) == 2 * count + closes
+
+
+def string_rules(tokenizer: str, schema: Any) -> tuple[Any, dict[str, Any]]:
+    compiled = compiled_schema(tokenizer, schema)
+    rtn = compiled.core.rtn
+    return compiled, {name: string_chain(rtn, rule) for rule, name in enumerate(rtn.rule_names)
+                      if rtn.is_shared(rule)}
+
+
+def test_string_chain_is_found_for_bounded_strings_only() -> None:
+    schema = {"type": "object", "properties": {
+        "a": {"type": "string", "minLength": 2, "maxLength": 9}, "b": {"type": "string", "maxLength": 100},
+        "c": {"type": "string"}, "d": {"type": "string", "pattern": "^[a-z]{1,40}$"},
+        "e": {"enum": ["abc", "abd"]}, "f": {"type": "string", "format": "date"}}}
+    _compiled, chains = string_rules("llama3", schema)
+    found = sorted((c.min_length, c.max_length) for c in chains.values() if c is not None)
+    assert found == [(0, 100), (2, 9)]
+    assert sum(c is None for c in chains.values()) >= 1  # the free string (an object's keys, "c")
+
+
+BOUNDS = [(0, 1), (0, 12), (1, 36), (5, 63), (3, 3), (0, 128)]
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "qwen3"])
+@pytest.mark.parametrize(("low", "high"), BOUNDS)
+def test_filtered_positions_equal_their_walks(tokenizer: str, low: int, high: int,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every character position of a bounded string, before and past ``minLength``: the free
+    string's classification filtered by length equals the walk of the position itself (accepted
+    tokens, uncertain tokens with their residuals), and none of the grammar's positions is walked."""
+    schema = {"type": "array", "items": {"type": "string", "minLength": low, "maxLength": high}}
+    compiled = compiled_schema(tokenizer, schema)
+    rtn, trie = compiled.core.rtn, token_trie(vocabulary(tokenizer))
+    chains = StringChains(rtn)
+    heads = [p for p in np.flatnonzero(rtn.scanning).tolist() if chains.bounds(p) is not None]
+    assert [chains.bounds(p) for p in heads] == [(max(0, low - k), high - k) for k in range(high + 1)]
+    SharedPositions.of(trie).clear()
+    CharCounts.of(trie, compiled.vocab_size).reference = None
+    classifier = PositionClassifier(compiled.core, trie, compiled.vocab_size)
+    walker = PositionClassifier(compiled.core, trie, compiled.vocab_size, share=False)
+    walks: list[list[int]] = []
+    walk = classifier._walk_any
+
+    def counted_walk(positions: np.ndarray, progress: str | None) -> Any:
+        walks.append(positions.tolist())
+        return walk(positions, progress)
+
+    monkeypatch.setattr(classifier, "_walk_any", counted_walk)
+    filtered_rows, filtered_unc = classifier.classify(np.array(heads, dtype=np.int64))
+    assert walks == []
+    walked_rows, walked_unc = walker._walk_any(np.array(heads, dtype=np.int64), None)
+    walked_unc = [walker._followed(p, u) for p, u in zip(heads, walked_unc, strict=True)]
+    for k, position in enumerate(heads):
+        assert np.array_equal(filtered_rows[k], walked_rows[k]), (position, k)
+        assert uncertain_pairs(trie, filtered_unc[k]) == uncertain_pairs(trie, walked_unc[k]), (position, k)
+    assert walked_rows[0].any() and not np.array_equal(walked_rows[0], walked_rows[-1])
+
+
+def test_generation_masks_along_a_bounded_string_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Masks along real text with escapes and non-ASCII characters in a bounded string: filtered
+    (the default) against every position walked."""
+    schema = {"type": "object", "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 40}},
+              "required": ["id"]}
+    text = json.dumps({"id": "héllo wörld \\\"quoted\\\" 🙂 日本語 and more"}, ensure_ascii=False)
+    tokens = encode("llama3", text)
+    rows = []
+    for derive in (True, False):
+        SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+        compiled = compiled_schema("llama3", schema)
+        if not derive:
+            monkeypatch.setattr(StringChains, "bounds", lambda self, position: None)
+        matcher = GrammarMatcher(compiled)
+        masks = []
+        for token in tokens:
+            masks.append(matcher.next_token_bitmask().copy())
+            assert matcher.accept_token(token)
+        rows.append(np.stack(masks))
+    assert np.array_equal(rows[0], rows[1])
