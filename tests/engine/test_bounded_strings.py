@@ -29,6 +29,7 @@ from codemask.engine.string_chains import StringChains
 from codemask.engine.token_trie import token_trie
 from tests.engine.conftest import encode, vocabulary
 from tests.engine.test_native import uncertain_pairs
+from tests.engine.test_string_chains import assert_block_exits
 
 
 def string_schema(**bounds: Any) -> dict[str, Any]:
@@ -63,7 +64,7 @@ def instances(name: str) -> list[str]:
 def walking(walk: bool) -> Iterator[None]:
     """With ``walk``, every position of a bounded string walked, not filtered from the free string's
     classification (`string_chains`): the chain walks these tests are about."""
-    with mock.patch.object(StringChains, "bounds", lambda self, position: None) if walk else contextlib.nullcontext():
+    with mock.patch.object(StringChains, "span", lambda self, position: None) if walk else contextlib.nullcontext():
         yield
 
 
@@ -138,7 +139,13 @@ def test_ill_formed_tokens_are_classified_as_the_numpy_walk_classifies_them(name
             found.append(PositionClassifier(core, trie, compiled.vocab_size, share=False).classify(positions))
     (np_accepted, np_uncertain) = found[1]
     assert np_accepted.any()
-    for accepted, uncertain in (found[0], found[2]):
+    chains = StringChains(compiled.artifacts.rtn)
+    in_block = [(span := chains.span(p)) is not None and not span.closing for p in positions.tolist()]
+    for (accepted, uncertain), filtered in ((found[0], False), (found[2], True)):
         assert (accepted == np_accepted).all()
-        for a, b in zip(uncertain, np_uncertain, strict=True):
-            assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
+        for a, b, block in zip(uncertain, np_uncertain, in_block, strict=True):
+            if filtered and block:  # (a block's filter leaves out tokens that are no string's content)
+                assert_block_exits(trie, vocab.token_bytes, a, b)
+            else:
+                assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
+    assert any(in_block) == (name == "max200")  # (the only one counted)

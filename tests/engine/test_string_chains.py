@@ -17,7 +17,17 @@ from codemask import CompiledGrammar, Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import native
 from codemask.engine.position_classifier import PositionClassifier
 from codemask.engine.shared_positions import SharedPositions
-from codemask.engine.string_chains import CharCounts, StringChains, _json_chars, json_string_chars, string_chain
+from codemask.engine.string_chains import (
+    CharCounts,
+    StringChain,
+    StringChains,
+    _json_chars,
+    bounded_chain,
+    free_string_rtn,
+    json_char_ends,
+    json_string_chars,
+    string_chain,
+)
 from codemask.engine.token_trie import token_trie
 from tests.engine.conftest import encode, vocabulary
 from tests.engine.test_native import uncertain_pairs
@@ -59,28 +69,79 @@ def test_char_counts_equal_python_json_scanner(tokenizer: str) -> None:
 ])
 def test_char_counts_of_unfinished_characters(token: bytes, count: int, closes: int) -> None:
     """An escape, a surrogate pair or a UTF-8 character counts one as soon as it begins."""
-    assert _json_chars(token) == 2 * count + closes
+    assert _json_chars(token)[0] == 2 * count + closes
 
 
-def string_rules(tokenizer: str, schema: Any) -> tuple[Any, dict[str, Any]]:
-    compiled = compiled_schema(tokenizer, schema)
-    rtn = compiled.core.rtn
-    return compiled, {name: string_chain(rtn, rule) for rule, name in enumerate(rtn.rule_names)
-                      if rtn.is_shared(rule)}
+@pytest.mark.parametrize("chars", [0, 1, 3, 8])
+def test_char_ends_split_tokens_where_python_decoding_does(chars: int) -> None:
+    """Where a token's content goes on past ``chars`` characters: in C as in Python on a whole
+    vocabulary, and, for tokens of plain UTF-8 (no escape), where the first ``chars`` decoded
+    characters end, or the closing quote after exactly that many."""
+    trie = token_trie(vocabulary("llama3"))
+    rows = np.arange(trie.num_tokens, dtype=np.int64)
+    ends = json_char_ends(trie, rows, chars)
+    with native.using(False):
+        assert np.array_equal(json_char_ends(trie, rows, chars), ends)
+    checked = 0
+    for row, length in enumerate(trie.lengths.tolist()):
+        token = bytes(trie.matrix[row, :length])
+        if b"\\" in token:
+            continue
+        try:
+            content = token.decode("utf-8").split('"')[0]
+        except UnicodeDecodeError:
+            continue
+        closes = b'"' in token
+        expected = len(content[:chars].encode()) if len(content) > chars or (closes and len(content) == chars) else -1
+        assert ends[row] == expected, token
+        checked += expected >= 0
+    assert checked > 1000
+
+
+def string_rules(tokenizer: str, schema: Any) -> dict[str, Any]:
+    """Per shared rule of the schema's grammar, `string_chain` from the state after its opening quote."""
+    rtn = compiled_schema(tokenizer, schema).core.rtn
+    has_calls = np.diff(rtn.call_table[0]) > 0
+    return {name: string_chain(rtn, int(rtn.trans[rtn.rule_start[rule], ord('"')]), has_calls)
+            for rule, name in enumerate(rtn.rule_names) if rtn.is_shared(rule)}
 
 
 def test_string_chain_is_found_for_bounded_strings_only() -> None:
     schema = {"type": "object", "properties": {
         "a": {"type": "string", "minLength": 2, "maxLength": 9}, "b": {"type": "string", "maxLength": 100},
         "c": {"type": "string"}, "d": {"type": "string", "pattern": "^[a-z]{1,40}$"},
-        "e": {"enum": ["abc", "abd"]}, "f": {"type": "string", "format": "date"}}}
-    _compiled, chains = string_rules("llama3", schema)
-    found = sorted((c.min_length, c.max_length) for c in chains.values() if c is not None)
-    assert found == [(0, 100), (2, 9)]
-    assert sum(c is None for c in chains.values()) >= 1  # the free string (an object's keys, "c")
+        "e": {"enum": ["abc", "abd"]}, "f": {"type": "string", "format": "date"},
+        "g": {"type": "string", "minLength": 12}, "h": {"type": "string", "maxLength": 300}}}
+    chains = string_rules("llama3", schema)
+    found = sorted((c.min_length, c.max_length, c.closing) for c in chains.values() if c is not None)
+    assert found == [(0, 100, True), (2, 9, True)]  # (h counts its characters: its chain is its last ones)
+    assert sum(c is None for c in chains.values()) >= 3  # the free string, minLength 12, maxLength 300
 
 
-BOUNDS = [(0, 1), (0, 12), (1, 36), (5, 63), (3, 3), (0, 128)]
+def test_bounded_chain_in_c_equals_python() -> None:
+    """The C comparison of an automaton with a counted free string against the Python one, from every
+    position of strings of several bounds (chains, counted strings, patterns), true and false."""
+    schema = {"type": "array", "prefixItems": [
+        {"type": "string", "minLength": 2, "maxLength": 9}, {"type": "string", "maxLength": 300},
+        {"type": "string", "pattern": "^[a-z]{1,40}$"}, {"type": "string", "minLength": 12}]}
+    rtn = compiled_schema("llama3", schema).core.rtn
+    has_calls = np.diff(rtn.call_table[0]) > 0
+    free, content = free_string_rtn(rtn.trans.shape[1])
+    outcomes = []
+    for rule in range(len(rtn.rule_names)):
+        lo, hi = np.searchsorted(rtn.state_rule, [rule, rule + 1]).tolist()
+        for state in range(lo, hi, 7):
+            for low, high, closing in ((0, 3, True), (0, 7, True), (2, 7, True), (0, 43, True), (64, 64, False),
+                                       (17, 17, False)):
+                chain = StringChain(low, high, closing, ())
+                with native.using(False):
+                    expected = bounded_chain(rtn, has_calls, lo, hi, state, free, content, chain)
+                assert bounded_chain(rtn, has_calls, lo, hi, state, free, content, chain) == expected
+                outcomes.append((closing, expected))
+    assert {(True, True), (True, False), (False, True), (False, False)} <= set(outcomes)
+
+
+BOUNDS = [(0, 1), (0, 12), (1, 36), (5, 63), (3, 3), (0, 128), (1, 300)]
 
 
 @pytest.mark.parametrize("tokenizer", ["llama3", "qwen3"])
@@ -94,8 +155,14 @@ def test_filtered_positions_equal_their_walks(tokenizer: str, low: int, high: in
     compiled = compiled_schema(tokenizer, schema)
     rtn, trie = compiled.core.rtn, token_trie(vocabulary(tokenizer))
     chains = StringChains(rtn)
-    heads = [p for p in np.flatnonzero(rtn.scanning).tolist() if chains.bounds(p) is not None]
-    assert [chains.bounds(p) for p in heads] == [(max(0, low - k), high - k) for k in range(high + 1)]
+    heads = [p for p in np.flatnonzero(rtn.scanning).tolist() if chains.span(p) is not None]
+    spans = [chains.span(p) for p in heads]
+    if high <= 128:
+        expected = [(max(0, low - k), high - k, True) for k in range(high + 1)]
+        assert [(s.low, s.high, s.closing) for s in spans if s is not None] == expected
+    else:  # counted: the chain of its last characters, and the blocks of the counting rules
+        assert {s.high for s in spans if s is not None and not s.closing} == set(range(1, 65))
+        assert min(s.high for s in spans if s is not None and s.closing) == 0
     SharedPositions.of(trie).clear()
     CharCounts.of(trie, compiled.vocab_size).reference = None
     classifier = PositionClassifier(compiled.core, trie, compiled.vocab_size)
@@ -112,10 +179,29 @@ def test_filtered_positions_equal_their_walks(tokenizer: str, low: int, high: in
     assert walks == []
     walked_rows, walked_unc = walker._walk_any(np.array(heads, dtype=np.int64), None)
     walked_unc = [walker._followed(p, u) for p, u in zip(heads, walked_unc, strict=True)]
-    for k, position in enumerate(heads):
+    for k, (position, span) in enumerate(zip(heads, spans, strict=True)):
         assert np.array_equal(filtered_rows[k], walked_rows[k]), (position, k)
-        assert uncertain_pairs(trie, filtered_unc[k]) == uncertain_pairs(trie, walked_unc[k]), (position, k)
+        filtered, walked = filtered_unc[k], walked_unc[k]
+        if span is not None and not span.closing:
+            assert_block_exits(trie, vocabulary(tokenizer).token_bytes, filtered, walked)
+        else:
+            assert uncertain_pairs(trie, filtered) == uncertain_pairs(trie, walked), (position, k)
     assert walked_rows[0].any() and not np.array_equal(walked_rows[0], walked_rows[-1])
+
+
+def assert_block_exits(trie: Any, token_bytes: list[bytes], filtered: Any, walked: Any) -> None:
+    """A block's exits, filtered against walked: the same, but for tokens that are no string's content
+    (a caller inside the string refuses their residual: the walk lists them, the filter need not),
+    and both unlisted where there are too many."""
+    if (filtered is not None and filtered.direct) or (walked is not None and walked.direct):
+        assert filtered is not None and filtered.direct and walked is not None and walked.direct
+        return
+    mine, theirs = uncertain_pairs(trie, filtered), uncertain_pairs(trie, walked)
+    assert mine <= theirs
+    for token, residual in theirs - mine:
+        with pytest.raises((UnicodeDecodeError, ValueError)):
+            json.decoder.scanstring(token_bytes[token].decode("utf-8") + '"', 0)  # type: ignore[attr-defined]
+        assert residual
 
 
 def test_generation_masks_along_a_bounded_string_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,7 +216,7 @@ def test_generation_masks_along_a_bounded_string_are_unchanged(monkeypatch: pyte
         SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
         compiled = compiled_schema("llama3", schema)
         if not derive:
-            monkeypatch.setattr(StringChains, "bounds", lambda self, position: None)
+            monkeypatch.setattr(StringChains, "span", lambda self, position: None)
         matcher = GrammarMatcher(compiled)
         masks = []
         for token in tokens:

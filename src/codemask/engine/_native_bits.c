@@ -186,25 +186,30 @@ done:
  * complete or not, a surrogate pair of `\u` escapes one, a UTF-8 character one from its first byte
  * on: what a `maxLength` counts, so that a bounded string's positions are a free string's tokens
  * filtered by this count (`string_chains`). Rows a string cannot hold get a count never read. */
-static int32_t json_chars(const uint8_t *b, Py_ssize_t len) {
+static int32_t json_chars(const uint8_t *b, Py_ssize_t len, int32_t stop, Py_ssize_t *end_of_stop) {
     int32_t count = 0;
     int after_high = 0; /* the last character was a complete `\uD800`-`\uDBFF` escape */
     Py_ssize_t i = 0;
     while (i < len && b[i] != '"') {
         if (b[i] != '\\') {
-            count += (b[i] & 0xC0) != 0x80;
+            if ((b[i] & 0xC0) != 0x80) {
+                if (count == stop) *end_of_stop = i; /* (the character past `stop` begins here) */
+                count++;
+            }
             after_high = 0;
             i++;
             continue;
         }
         int unicode = i + 1 < len && b[i + 1] == 'u';
         int low_half = after_high && unicode; /* the second escape of a pair: the same character */
+        if (!low_half && count == stop) *end_of_stop = i;
         count += !low_half;
         Py_ssize_t end = i + (unicode ? 6 : 2);
         after_high = !low_half && unicode && end <= len && (b[i + 2] | 0x20) == 'd' &&
                      ((b[i + 3] >= '8' && b[i + 3] <= '9') || ((b[i + 3] | 0x20) >= 'a' && (b[i + 3] | 0x20) <= 'b'));
         i = end < len ? end : len;
     }
+    if (count == stop && i < len) *end_of_stop = i; /* (the closing quote) */
     return 2 * count + (i < len);
 }
 
@@ -229,10 +234,48 @@ PyObject *cm_json_string_chars(PyObject *self, PyObject *args) {
             cm_bad("json_string_chars: a length is outside the matrix");
             goto done;
         }
-        out[r] = json_chars((const uint8_t *)matrix.buf + r * width, length[r]);
+        Py_ssize_t unused;
+        out[r] = json_chars((const uint8_t *)matrix.buf + r * width, length[r], -1, &unused);
     }
 done:
     PyBuffer_Release(&matrix);
     PyBuffer_Release(&lengths);
+    return result;
+}
+
+/* json_char_ends(matrix, width, lengths, rows, chars) -> the bytes of an int32 array: per row of
+ * `rows` (int64), the byte where its token's content goes on past `chars` characters (where the
+ * next character or the closing quote begins), -1 where it does not: the residual of a token that
+ * crosses the end of a block of `chars` characters (`string_chains.CharCounts`). */
+PyObject *cm_json_char_ends(PyObject *self, PyObject *args) {
+    Py_buffer matrix, lengths, rows;
+    Py_ssize_t width, chars;
+    if (!PyArg_ParseTuple(args, "y*ny*y*n", &matrix, &width, &lengths, &rows, &chars)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t count = lengths.len / (Py_ssize_t)sizeof(int32_t), n = rows.len / (Py_ssize_t)sizeof(int64_t);
+    if (cm_need(&lengths, sizeof(int32_t), count, "lengths") || cm_need(&rows, sizeof(int64_t), n, "rows")) goto done;
+    if (width < 1 || matrix.len != count * width || chars < 0 || chars > INT32_MAX) {
+        cm_bad("json_char_ends: matrix is not rows x width bytes, or chars is negative");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
+    if (!result) goto done;
+    int32_t *out = (int32_t *)PyBytes_AS_STRING(result);
+    const int32_t *length = (const int32_t *)lengths.buf;
+    const int64_t *row = (const int64_t *)rows.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (row[i] < 0 || row[i] >= count || length[row[i]] < 0 || length[row[i]] > width) {
+            Py_CLEAR(result);
+            cm_bad("json_char_ends: a row or its length is outside the matrix");
+            goto done;
+        }
+        Py_ssize_t end = -1;
+        json_chars((const uint8_t *)matrix.buf + row[i] * width, length[row[i]], (int32_t)chars, &end);
+        out[i] = (int32_t)end;
+    }
+done:
+    PyBuffer_Release(&matrix);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&rows);
     return result;
 }

@@ -699,3 +699,95 @@ done:
     PyBuffer_Release(&out);
     return scanning;
 }
+
+/* bounded_chain(trans, accepting, has_calls, rule_lo, rule_hi, start, free_trans, free_accepting,
+ * free_content, low, high, closing) -> bool: whether the automaton from `start` (states of one rule,
+ * `rule_lo`..`rule_hi`, no calls) is a JSON string's content of `low` to `high` characters, then
+ * its closing quote and the rule's end (`closing`), or exactly `high` characters and the rule's end
+ * (a counting rule's block): a product of the free string's content automaton (`free_*`,
+ * `free_content` its state between characters, an accepting state past the quote) with a count of
+ * the characters read, walked in step with `start`'s states and required to match them one to one,
+ * byte for byte (both automata are minimal, so that is equality of their languages). A character
+ * may begin only below `high`, the quote close only from `low` (`string_chains.bounded_chain`). */
+PyObject *cm_bounded_chain(PyObject *self, PyObject *args) {
+    Py_buffer trans, accepting, has_calls, free_trans, free_accepting;
+    Py_ssize_t rule_lo, rule_hi, start, content, low, high;
+    int closing;
+    if (!PyArg_ParseTuple(args, "y*y*y*nnny*y*nnnp", &trans, &accepting, &has_calls, &rule_lo, &rule_hi, &start,
+                          &free_trans, &free_accepting, &content, &low, &high, &closing))
+        return NULL;
+    PyObject *result = NULL;
+    int32_t *amap = NULL, *bmap = NULL;
+    IntBuf queue = {0};
+    Py_ssize_t states = accepting.len, free_states = free_accepting.len, span = high + 1;
+    if (cm_need(&trans, sizeof(int32_t), states * 256, "trans") ||
+        cm_need(&has_calls, 1, states, "has_calls") ||
+        cm_need(&free_trans, sizeof(int32_t), free_states * 256, "free_trans"))
+        goto done;
+    if (rule_lo < 0 || rule_lo > start || start >= rule_hi || rule_hi > states || content < 0 ||
+        content >= free_states || low < 0 || low > high || free_states * span > INT32_MAX / 2) {
+        cm_bad("bounded_chain: a state or a bound out of range");
+        goto done;
+    }
+    amap = (int32_t *)malloc((size_t)(rule_hi - rule_lo) * sizeof(int32_t));
+    bmap = (int32_t *)malloc((size_t)(free_states * span) * sizeof(int32_t));
+    if (!amap || !bmap) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(amap, 0xff, (size_t)(rule_hi - rule_lo) * sizeof(int32_t));
+    memset(bmap, 0xff, (size_t)(free_states * span) * sizeof(int32_t));
+    const int32_t *ta = (const int32_t *)trans.buf, *tf = (const int32_t *)free_trans.buf;
+    const uint8_t *acc = (const uint8_t *)accepting.buf, *calls = (const uint8_t *)has_calls.buf;
+    const uint8_t *facc = (const uint8_t *)free_accepting.buf;
+    int same = 1;
+    amap[start - rule_lo] = (int32_t)(content * span);
+    bmap[content * span] = (int32_t)start;
+    if (buf_push(&queue, (int32_t)start)) goto done;
+    while (same && queue.size) {
+        int32_t a = queue.data[--queue.size], b = amap[a - rule_lo];
+        Py_ssize_t f = b / span, k = b % span;
+        int ends = closing ? facc[f] : f == content && k == high;
+        if (calls[a] || !acc[a] != !ends) {
+            same = 0;
+            break;
+        }
+        for (int byte = 0; byte < 256 && same; byte++) {
+            int32_t next_a = ta[(Py_ssize_t)a * 256 + byte], next_f = tf[f * 256 + byte];
+            Py_ssize_t next_b = -1;
+            if (next_f >= free_states) {
+                cm_bad("bounded_chain: a free string transition out of range");
+                goto done;
+            }
+            if (next_f >= 0 && facc[next_f]) { /* the closing quote */
+                if (closing && k >= low) next_b = next_f * span;
+            } else if (next_f >= 0 && !(f == content && k >= high)) { /* a character begins below `high` or goes on */
+                next_b = next_f == content ? content * span + k + 1 : next_f * span + k;
+            }
+            if ((next_a < 0) != (next_b < 0)) {
+                same = 0;
+            } else if (next_a >= 0) {
+                if (next_a < rule_lo || next_a >= rule_hi) {
+                    same = 0;
+                } else if (amap[next_a - rule_lo] < 0 && bmap[next_b] < 0) {
+                    amap[next_a - rule_lo] = (int32_t)next_b;
+                    bmap[next_b] = next_a;
+                    if (buf_push(&queue, next_a)) goto done;
+                } else {
+                    same = amap[next_a - rule_lo] == next_b && bmap[next_b] == next_a;
+                }
+            }
+        }
+    }
+    result = PyBool_FromLong(same);
+done:
+    free(amap);
+    free(bmap);
+    free(queue.data);
+    PyBuffer_Release(&trans);
+    PyBuffer_Release(&accepting);
+    PyBuffer_Release(&has_calls);
+    PyBuffer_Release(&free_trans);
+    PyBuffer_Release(&free_accepting);
+    return result;
+}

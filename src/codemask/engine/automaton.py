@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from collections.abc import Sequence as ReadOnlyList
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from types import MappingProxyType
 from typing import NamedTuple
@@ -323,6 +323,8 @@ class DFA:
     accepting: np.ndarray  # [n] bool
     calls: ReadOnlyList[Mapping[int, int]]  # per state: callee rule -> target state
     start: int = 0
+    # what `compile_expr` keeps it under (equal keys: equal automata), where it does
+    key: object = field(default=None, init=False, compare=False, repr=False)
 
     @functools.cached_property
     def call_rows(self) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
@@ -586,6 +588,7 @@ def compile_expr(expr: Expr, rule_index: dict[str, int], alphabet: int,
             _DFA_CACHE.move_to_end(key)
             return found
     dfa = _build_dfa(expr, rule_index, alphabet, None)
+    dfa.key = key
     dfa.trans.flags.writeable = False
     dfa.accepting.flags.writeable = False
     with _DFA_CACHE_LOCK:
@@ -657,6 +660,8 @@ class RTN:
     state_rule: np.ndarray  # [S] int32: the rule each state belongs to
     start_rule: int
     shared: np.ndarray | None = None  # [R] bool: rules whose masks are shared between grammars (`Rule.shared`)
+    # [R]: each rule automaton's `DFA.key`, for this process only (not part of a cached grammar)
+    rule_keys: list[object] | None = field(default=None, init=False, compare=False, repr=False)
 
     def is_shared(self, rule: int) -> bool:
         return self.shared is not None and bool(self.shared[rule])
@@ -886,6 +891,7 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
         start_rule=rule_index[start],
         shared=np.array([name in shared for name in names], dtype=bool),
     )
+    rtn.rule_keys = [d.key for d in dfas]
     if scanning is not None:
         rtn.__dict__["scanning"] = scanning  # (`RTN.scanning`'s cached value: its own pass read the whole table again)
     return rtn

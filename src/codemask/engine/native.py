@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 28
+EXPECTED_VERSION = 29
 
 
 def _load() -> ModuleType | None:
@@ -484,6 +484,28 @@ def json_string_chars(matrix: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     (`string_chains.json_string_chars`). The extension must be loaded."""
     matrix = np.ascontiguousarray(matrix, dtype=np.uint8)
     out = _loaded().json_string_chars(matrix, matrix.shape[1], np.ascontiguousarray(lengths, dtype=np.int32))
+    return np.frombuffer(out, dtype=np.int32)
+
+
+def bounded_chain(trans: np.ndarray, accepting: np.ndarray, has_calls: np.ndarray, lo: int, hi: int, start: int,
+                  free_trans: np.ndarray, free_accepting: np.ndarray, content: int, low: int, high: int,
+                  closing: bool) -> bool:
+    """`string_chains.bounded_chain` in C (int32 tables of 256 columns, bool per-state arrays). The
+    extension must be loaded."""
+    def flags(array: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(array, dtype=np.uint8)
+
+    return bool(_loaded().bounded_chain(np.ascontiguousarray(trans, dtype=np.int32), flags(accepting), flags(has_calls),
+                                        lo, hi, start, np.ascontiguousarray(free_trans, dtype=np.int32),
+                                        flags(free_accepting), content, low, high, closing))
+
+
+def json_char_ends(matrix: np.ndarray, lengths: np.ndarray, rows: np.ndarray, chars: int) -> np.ndarray:
+    """Per trie row of ``rows``: the byte where its token's content goes on past ``chars`` JSON
+    string characters, or -1 (`string_chains.json_char_ends`). The extension must be loaded."""
+    matrix = np.ascontiguousarray(matrix, dtype=np.uint8)
+    out = _loaded().json_char_ends(matrix, matrix.shape[1], np.ascontiguousarray(lengths, dtype=np.int32),
+                                   np.ascontiguousarray(rows, dtype=np.int64), chars)
     return np.frombuffer(out, dtype=np.int32)
 
 

@@ -78,9 +78,9 @@ class PositionClassifier:
         """Per position: its accepted bitmask row and its uncertain tokens (None if none).
 
         Positions whose rule (with everything it calls) some earlier grammar had too come from
-        the process-wide `SharedPositions`; a bounded string's are the free string's
-        classification filtered by length (`string_chains`); the others are walked. All are then
-        shared.
+        the process-wide `SharedPositions`; those of a bounded string (or of a counted one's
+        blocks) are the free string's classification filtered by length (`string_chains`); the
+        others are walked. All are then shared.
         """
         accepted = np.zeros((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
         uncertain: list[Uncertain | None] = [None] * len(positions)
@@ -94,7 +94,7 @@ class PositionClassifier:
             else:
                 accepted[i], uncertain[i] = found
         if missing:
-            bounded = {i: span for i in missing if (span := self._chains.bounds(int(positions[i])))}
+            bounded = {i: span for i in missing if (span := self._chains.span(int(positions[i])))}
             walked = [i for i in missing if i not in bounded]
             if walked:
                 accepted[walked], walked_uncertain = self._walk_any(positions[walked], progress)
@@ -102,9 +102,11 @@ class PositionClassifier:
                     uncertain[i] = unc
             if bounded:
                 counts = self._char_counts()
-                for i, (low, high) in bounded.items():
+                has_callers, first_byte = self._rule_exits
+                for i, span in bounded.items():
                     rule = int(self.core.rtn.state_rule[positions[i]])
-                    accepted[i], uncertain[i] = counts.filtered(low, high, bool(self._calls.with_callers[rule]))
+                    exits = first_byte[rule] if has_callers[rule] else None
+                    accepted[i], uncertain[i] = counts.filtered(span, exits, MAX_LISTED_UNCERTAIN)
             for i in missing:
                 key = keys[i]
                 if key is not None:
@@ -126,7 +128,7 @@ class PositionClassifier:
             rtn, content = free_string_rtn(self.core.rtn.trans.shape[1])
             free = PositionClassifier(ParserCore(rtn), self.trie, self.vocab_size, share=self.share)
             accepted, uncertain = free._walk_any(np.array([content], dtype=np.int64), None)
-            counts.reference = (accepted[0], uncertain[0])
+            counts.set_reference(accepted[0], uncertain[0])
         return counts
 
     def _walk_any(self, positions: np.ndarray,
