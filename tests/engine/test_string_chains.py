@@ -224,3 +224,26 @@ def test_generation_masks_along_a_bounded_string_are_unchanged(monkeypatch: pyte
             assert matcher.accept_token(token)
         rows.append(np.stack(masks))
     assert np.array_equal(rows[0], rows[1])
+
+
+def test_c_functions_refuse_bad_input() -> None:
+    """Out-of-range rows, lengths, states and bounds raise `ValueError` naming the function, not a
+    read past an array."""
+    trie = token_trie(vocabulary("llama3"))
+    with pytest.raises(ValueError, match="json_char_ends: a row"):
+        native.json_char_ends(trie.matrix, trie.lengths, np.array([trie.num_tokens], dtype=np.int64), 2)
+    with pytest.raises(ValueError, match=r"json_char_ends: .*negative"):
+        native.json_char_ends(trie.matrix, trie.lengths, np.array([0], dtype=np.int64), -1)
+    with pytest.raises(ValueError, match="json_string_chars: a length"):
+        native.json_string_chars(trie.matrix, np.full(trie.num_tokens, trie.matrix.shape[1] + 1, dtype=np.int32))
+    rtn = compiled_schema("llama3", {"type": "string", "maxLength": 5}).core.rtn
+    free, content = free_string_rtn(rtn.trans.shape[1])
+    has_calls = np.diff(rtn.call_table[0]) > 0
+    args = (rtn.trans, rtn.accepting, has_calls, 0, rtn.num_states)
+    with pytest.raises(ValueError, match="bounded_chain: a state or a bound"):
+        native.bounded_chain(*args, rtn.num_states, free.trans, free.accepting, content, 0, 5, True)
+    with pytest.raises(ValueError, match="bounded_chain: a state or a bound"):
+        native.bounded_chain(*args, 0, free.trans, free.accepting, content, 6, 5, True)
+    with pytest.raises(ValueError, match="has_calls: expected"):
+        native.bounded_chain(rtn.trans, rtn.accepting, has_calls[:-1], 0, rtn.num_states, 0, free.trans,
+                             free.accepting, content, 0, 5, True)
