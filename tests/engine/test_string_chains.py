@@ -18,15 +18,15 @@ from codemask.engine import native
 from codemask.engine.position_classifier import PositionClassifier
 from codemask.engine.shared_positions import SharedPositions
 from codemask.engine.string_chains import (
+    UNKNOWN,
     CharCounts,
-    StringChain,
+    Span,
     StringChains,
     _json_chars,
-    bounded_chain,
     free_string_rtn,
     json_char_ends,
     json_string_chars,
-    string_chain,
+    string_counts,
 )
 from codemask.engine.token_trie import token_trie
 from tests.engine.conftest import encode, vocabulary
@@ -98,50 +98,56 @@ def test_char_ends_split_tokens_where_python_decoding_does(chars: int) -> None:
     assert checked > 1000
 
 
-def string_rules(tokenizer: str, schema: Any) -> dict[str, Any]:
-    """Per shared rule of the schema's grammar, `string_chain` from the state after its opening quote."""
+def first_spans(tokenizer: str, schema: Any) -> dict[str, Span | None]:
+    """Per shared rule of the schema's grammar, the `Span` of the state after its opening quote (which
+    calls a counting rule first where ``minLength`` is counted)."""
     rtn = compiled_schema(tokenizer, schema).core.rtn
-    has_calls = np.diff(rtn.call_table[0]) > 0
-    return {name: string_chain(rtn, int(rtn.trans[rtn.rule_start[rule], ord('"')]), has_calls)
-            for rule, name in enumerate(rtn.rule_names) if rtn.is_shared(rule)}
+    chains = StringChains(rtn)
+    shared = [rule for rule in range(len(rtn.rule_names)) if rtn.is_shared(rule)]
+    for rule in shared:
+        chains._find(rule)
+    return {rtn.rule_names[rule]: chains._spans.get(int(rtn.trans[rtn.rule_start[rule], ord('"')])) for rule in shared}
 
 
-def test_string_chain_is_found_for_bounded_strings_only() -> None:
+def test_spans_are_found_for_bounded_strings_only() -> None:
     schema = {"type": "object", "properties": {
         "a": {"type": "string", "minLength": 2, "maxLength": 9}, "b": {"type": "string", "maxLength": 100},
         "c": {"type": "string"}, "d": {"type": "string", "pattern": "^[a-z]{1,40}$"},
         "e": {"enum": ["abc", "abd"]}, "f": {"type": "string", "format": "date"},
-        "g": {"type": "string", "minLength": 12}, "h": {"type": "string", "maxLength": 300}}}
-    chains = string_rules("llama3", schema)
-    found = sorted((c.min_length, c.max_length, c.closing) for c in chains.values() if c is not None)
-    assert found == [(0, 100, True), (2, 9, True)]  # (h counts its characters: its chain is its last ones)
-    assert sum(c is None for c in chains.values()) >= 3  # the free string, minLength 12, maxLength 300
+        "g": {"type": "string", "minLength": 12}, "h": {"type": "string", "maxLength": 300},
+        "i": {"type": "string", "minLength": 100, "maxLength": 1000}}}
+    spans = first_spans("llama3", schema)
+    found = sorted((s.low, s.high, s.closing) for s in spans.values() if s is not None)
+    # (h and i count their characters with calls of counting rules: two levels of them for i)
+    assert found == [(0, 100, True), (0, 300, True), (2, 9, True), (100, 1000, True)]
+    assert sum(s is None for s in spans.values()) == 2  # the free string and minLength 12 (no bound)
 
 
-def test_bounded_chain_in_c_equals_python() -> None:
-    """The C comparison of an automaton with a counted free string against the Python one, from every
-    position of strings of several bounds (chains, counted strings, patterns), true and false."""
+def test_string_counts_in_c_equal_python() -> None:
+    """The C pairing of an automaton with the free string, from every 23rd state of every rule
+    of strings of several bounds (chains, counted strings of one and two levels, patterns), as
+    strings and as blocks, against the Python one: counted and not, both kinds."""
     schema = {"type": "array", "prefixItems": [
         {"type": "string", "minLength": 2, "maxLength": 9}, {"type": "string", "maxLength": 300},
-        {"type": "string", "pattern": "^[a-z]{1,40}$"}, {"type": "string", "minLength": 12}]}
+        {"type": "string", "pattern": "^[a-z]{1,40}$"}, {"type": "string", "minLength": 12},
+        {"type": "string", "minLength": 100, "maxLength": 1000}]}
     rtn = compiled_schema("llama3", schema).core.rtn
-    has_calls = np.diff(rtn.call_table[0]) > 0
-    free, content = free_string_rtn(rtn.trans.shape[1])
-    outcomes = []
+    chains = StringChains(rtn)
     for rule in range(len(rtn.rule_names)):
-        lo, hi = np.searchsorted(rtn.state_rule, [rule, rule + 1]).tolist()
-        for state in range(lo, hi, 7):
-            for low, high, closing in ((0, 3, True), (0, 7, True), (2, 7, True), (0, 43, True), (64, 64, False),
-                                       (17, 17, False)):
-                chain = StringChain(low, high, closing, ())
-                with native.using(False):
-                    expected = bounded_chain(rtn, has_calls, lo, hi, state, free, content, chain)
-                assert bounded_chain(rtn, has_calls, lo, hi, state, free, content, chain) == expected
-                outcomes.append((closing, expected))
+        chains._find(rule)
+    lengths = chains._lengths
+    assert sorted(lengths[lengths != UNKNOWN].tolist()) == [64, 512]
+    outcomes = []
+    for state in range(0, rtn.num_states, 23):
+        for closing in (True, False):
+            with native.using(False):
+                expected = string_counts(rtn, state, closing, lengths)
+            assert string_counts(rtn, state, closing, lengths) == expected, (state, closing)
+            outcomes.append((closing, expected is not None))
     assert {(True, True), (True, False), (False, True), (False, False)} <= set(outcomes)
 
 
-BOUNDS = [(0, 1), (0, 12), (1, 36), (5, 63), (3, 3), (0, 128), (1, 300)]
+BOUNDS = [(0, 1), (0, 12), (1, 36), (5, 63), (3, 3), (0, 128), (1, 300), (100, 1000)]
 
 
 @pytest.mark.parametrize("tokenizer", ["llama3", "qwen3"])
@@ -160,9 +166,11 @@ def test_filtered_positions_equal_their_walks(tokenizer: str, low: int, high: in
     if high <= 128:
         expected = [(max(0, low - k), high - k, True) for k in range(high + 1)]
         assert [(s.low, s.high, s.closing) for s in spans if s is not None] == expected
-    else:  # counted: the chain of its last characters, and the blocks of the counting rules
-        assert {s.high for s in spans if s is not None and not s.closing} == set(range(1, 65))
-        assert min(s.high for s in spans if s is not None and s.closing) == 0
+    else:  # counted: the string's own states (calling blocks), and the blocks' states
+        assert {s.high for s in spans if s is not None and not s.closing} >= set(range(1, 65))
+        closing = [(s.low, s.high) for s in spans if s is not None and s.closing]
+        # (a count is spelled most significant unit first: a block before any character of the rule's own)
+        assert max(closing) == (low % 64, high - 64 * (low // 64)) and min(h for _, h in closing) == 0
     SharedPositions.of(trie).clear()
     CharCounts.of(trie, compiled.vocab_size).reference = None
     classifier = PositionClassifier(compiled.core, trie, compiled.vocab_size)
@@ -236,14 +244,22 @@ def test_c_functions_refuse_bad_input() -> None:
         native.json_char_ends(trie.matrix, trie.lengths, np.array([0], dtype=np.int64), -1)
     with pytest.raises(ValueError, match="json_string_chars: a length"):
         native.json_string_chars(trie.matrix, np.full(trie.num_tokens, trie.matrix.shape[1] + 1, dtype=np.int32))
-    rtn = compiled_schema("llama3", {"type": "string", "maxLength": 5}).core.rtn
+    rtn = compiled_schema("llama3", {"type": "string", "maxLength": 300}).core.rtn
     free, content = free_string_rtn(rtn.trans.shape[1])
-    has_calls = np.diff(rtn.call_table[0]) > 0
-    args = (rtn.trans, rtn.accepting, has_calls, 0, rtn.num_states)
-    with pytest.raises(ValueError, match="bounded_chain: a state or a bound"):
-        native.bounded_chain(*args, rtn.num_states, free.trans, free.accepting, content, 0, 5, True)
-    with pytest.raises(ValueError, match="bounded_chain: a state or a bound"):
-        native.bounded_chain(*args, 0, free.trans, free.accepting, content, 6, 5, True)
-    with pytest.raises(ValueError, match="has_calls: expected"):
-        native.bounded_chain(rtn.trans, rtn.accepting, has_calls[:-1], 0, rtn.num_states, 0, free.trans,
-                             free.accepting, content, 0, 5, True)
+    call_lo, callee, ret = rtn.call_table
+    lengths = np.full(len(rtn.rule_names), 64, dtype=np.int32)
+    args = (rtn.trans, rtn.accepting, call_lo, callee, ret)
+    with pytest.raises(ValueError, match="string_counts: a state out of range"):
+        native.string_counts(*args, lengths, 0, rtn.num_states, rtn.num_states, free.trans, free.accepting, content,
+                             True)
+    with pytest.raises(ValueError, match="call_lo: expected"):
+        native.string_counts(rtn.trans, rtn.accepting, call_lo[:-1], callee, ret, lengths, 0, rtn.num_states, 0,
+                             free.trans, free.accepting, content, True)
+    string = next(rule for rule in range(len(rtn.rule_names)) if rtn.is_shared(rule))
+    lo, hi = rtn.rule_bounds[string], rtn.rule_bounds[string + 1]
+    after_quote = int(rtn.trans[rtn.rule_start[string], ord('"')])
+    counted = native.string_counts(*args, lengths, lo, hi, after_quote, free.trans, free.accepting, content, True)
+    assert counted is not None and counted[2 * (after_quote - lo) + 1] == 300
+    # a callee past the lengths given is no block: not counted, and nothing read past the array
+    assert native.string_counts(*args, lengths[:0], lo, hi, after_quote, free.trans, free.accepting, content,
+                                True) is None

@@ -41,7 +41,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 29
+#define NATIVE_VERSION 30
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -86,10 +86,10 @@ static PyMethodDef methods[] = {
     {"json_string_chars", cm_json_string_chars, METH_VARARGS,
      "json_string_chars(matrix, width, lengths) -> bytes: per row, the JSON string characters it begins before a "
      "closing quote (int32)"},
-    {"bounded_chain", cm_bounded_chain, METH_VARARGS,
-     "bounded_chain(trans, accepting, has_calls, rule_lo, rule_hi, start, free_trans, free_accepting, free_content, "
-     "low, high, closing) -> bool: whether the automaton from start is a JSON string's content of low to high "
-     "characters and its closing quote (closing), or of high characters"},
+    {"string_counts", cm_string_counts, METH_VARARGS,
+     "string_counts(trans, accepting, call_lo, callee, ret, lengths, rule_lo, rule_hi, start, free_trans, "
+     "free_accepting, free_content, closing) -> bytes or None: per state of the rule, the fewest and the most "
+     "characters of a JSON string's content before its end (int32 pairs, -1: not a state between characters)"},
     {"json_char_ends", cm_json_char_ends, METH_VARARGS,
      "json_char_ends(matrix, width, lengths, rows, chars) -> bytes: per row, the byte past its first chars JSON "
      "string characters, or -1 (int32)"},

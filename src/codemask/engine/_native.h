@@ -227,7 +227,7 @@ PyObject *cm_rule_graph(PyObject *self, PyObject *args);
 /* _native_bits.c */
 PyObject *cm_set_bits_where(PyObject *self, PyObject *args);
 PyObject *cm_json_string_chars(PyObject *self, PyObject *args);
-PyObject *cm_bounded_chain(PyObject *self, PyObject *args);
+PyObject *cm_string_counts(PyObject *self, PyObject *args);
 PyObject *cm_json_char_ends(PyObject *self, PyObject *args);
 PyObject *cm_distinct(PyObject *self, PyObject *args);
 PyObject *cm_pack_rows(PyObject *self, PyObject *args);

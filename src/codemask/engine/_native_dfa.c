@@ -700,93 +700,252 @@ done:
     return scanning;
 }
 
-/* bounded_chain(trans, accepting, has_calls, rule_lo, rule_hi, start, free_trans, free_accepting,
- * free_content, low, high, closing) -> bool: whether the automaton from `start` (states of one rule,
- * `rule_lo`..`rule_hi`, no calls) is a JSON string's content of `low` to `high` characters, then
- * its closing quote and the rule's end (`closing`), or exactly `high` characters and the rule's end
- * (a counting rule's block): a product of the free string's content automaton (`free_*`,
- * `free_content` its state between characters, an accepting state past the quote) with a count of
- * the characters read, walked in step with `start`'s states and required to match them one to one,
- * byte for byte (both automata are minimal, so that is equality of their languages). A character
- * may begin only below `high`, the quote close only from `low` (`string_chains.bounded_chain`). */
-PyObject *cm_bounded_chain(PyObject *self, PyObject *args) {
-    Py_buffer trans, accepting, has_calls, free_trans, free_accepting;
-    Py_ssize_t rule_lo, rule_hi, start, content, low, high;
+/* The state of `string_counts`: one rule's states (`lo`..`hi`) paired with the free string's. */
+typedef struct {
+    const int32_t *ta, *tf, *callee, *ret, *lengths;
+    const int64_t *call_lo;
+    const uint8_t *acc, *facc;
+    Py_ssize_t lo, hi, content, free_states, rules, calls;
     int closing;
-    if (!PyArg_ParseTuple(args, "y*y*y*nnny*y*nnnp", &trans, &accepting, &has_calls, &rule_lo, &rule_hi, &start,
-                          &free_trans, &free_accepting, &content, &low, &high, &closing))
-        return NULL;
-    PyObject *result = NULL;
-    int32_t *amap = NULL, *bmap = NULL;
-    IntBuf queue = {0};
-    Py_ssize_t states = accepting.len, free_states = free_accepting.len, span = high + 1;
-    if (cm_need(&trans, sizeof(int32_t), states * 256, "trans") ||
-        cm_need(&has_calls, 1, states, "has_calls") ||
-        cm_need(&free_trans, sizeof(int32_t), free_states * 256, "free_trans"))
-        goto done;
-    if (rule_lo < 0 || rule_lo > start || start >= rule_hi || rule_hi > states || content < 0 ||
-        content >= free_states || low < 0 || low > high || free_states * span > INT32_MAX / 2) {
-        cm_bad("bounded_chain: a state or a bound out of range");
-        goto done;
+    int8_t *kind;          /* per local state: 0 unseen, 1 between characters (open), 2 (counted), 3 within one */
+    int32_t *pair, *after; /* within a character: its free state and the state the character ends in;
+                            * between characters: whether it may end, and the state after a character */
+    int32_t *low, *high;   /* between characters: its counts */
+    IntBuf inside;         /* the states within the character being paired */
+} Counter;
+
+enum { UNSEEN, OPEN, COUNTED, INSIDE };
+
+/* Pair `a` with free state `f` as `string_counts` does (1: paired; 0: not a counted string). */
+static int counter_step(Counter *c, int32_t a, int32_t f, int32_t *after) {
+    if (a < c->lo || a >= c->hi) return 0;
+    Py_ssize_t i = a - c->lo;
+    if (f == c->content) {
+        if (*after >= 0 && *after != a) return 0;
+        *after = a;
+        return 1;
     }
-    amap = (int32_t *)malloc((size_t)(rule_hi - rule_lo) * sizeof(int32_t));
-    bmap = (int32_t *)malloc((size_t)(free_states * span) * sizeof(int32_t));
-    if (!amap || !bmap) {
-        PyErr_NoMemory();
-        goto done;
+    if (c->kind[i] == UNSEEN) {
+        c->kind[i] = INSIDE;
+        c->pair[i] = f;
+        c->after[i] = -1;
+        return buf_push(&c->inside, a) ? -1 : 1;
     }
-    memset(amap, 0xff, (size_t)(rule_hi - rule_lo) * sizeof(int32_t));
-    memset(bmap, 0xff, (size_t)(free_states * span) * sizeof(int32_t));
-    const int32_t *ta = (const int32_t *)trans.buf, *tf = (const int32_t *)free_trans.buf;
-    const uint8_t *acc = (const uint8_t *)accepting.buf, *calls = (const uint8_t *)has_calls.buf;
-    const uint8_t *facc = (const uint8_t *)free_accepting.buf;
-    int same = 1;
-    amap[start - rule_lo] = (int32_t)(content * span);
-    bmap[content * span] = (int32_t)start;
-    if (buf_push(&queue, (int32_t)start)) goto done;
-    while (same && queue.size) {
-        int32_t a = queue.data[--queue.size], b = amap[a - rule_lo];
-        Py_ssize_t f = b / span, k = b % span;
-        int ends = closing ? facc[f] : f == content && k == high;
-        if (calls[a] || !acc[a] != !ends) {
-            same = 0;
+    if (c->kind[i] != INSIDE || c->pair[i] != f) return 0;
+    if (c->after[i] >= 0) {
+        if (*after >= 0 && *after != c->after[i]) return 0;
+        *after = c->after[i];
+    }
+    return 1;
+}
+
+static int counter_is_end(const Counter *c, int32_t a) {
+    if (a < c->lo || a >= c->hi || !c->acc[a] || c->call_lo[a + 1] != c->call_lo[a]) return 0;
+    for (int byte = 0; byte < 256; byte++)
+        if (c->ta[(Py_ssize_t)a * 256 + byte] >= 0) return 0;
+    return 1;
+}
+
+/* One character from `a`, a state between characters: whether `a` may end, and in `*after` the state
+ * every character read from it ends in (-1: it takes none). 1, 0 (not counted) or -1 (an error). */
+static int counter_character(Counter *c, int32_t a, int *ends, int32_t *after) {
+    *ends = c->acc[a];
+    *after = -1;
+    if (*ends && c->closing) return 0;
+    int takes = -1, r;
+    c->inside.size = 0;
+    for (int byte = 0; byte < 256; byte++) {
+        int32_t next_a = c->ta[(Py_ssize_t)a * 256 + byte], next_f = c->tf[c->content * 256 + byte];
+        if (next_f >= c->free_states) return 0;
+        if (next_f >= 0 && c->facc[next_f]) { /* the closing quote */
+            if (next_a >= 0) {
+                if (!c->closing || !counter_is_end(c, next_a)) return 0;
+                *ends = 1;
+            }
+            continue;
+        }
+        if (next_f < 0) {
+            if (next_a >= 0) return 0;
+            continue;
+        }
+        if (takes >= 0 && takes != (next_a >= 0)) return 0;
+        takes = next_a >= 0;
+        if (next_a >= 0 && (r = counter_step(c, next_a, next_f, after)) != 1) return r;
+    }
+    for (Py_ssize_t k = 0; k < c->inside.size; k++) {
+        int32_t m = c->inside.data[k], f = c->pair[m - c->lo];
+        if (c->acc[m] || c->call_lo[m + 1] != c->call_lo[m]) return 0;
+        for (int byte = 0; byte < 256; byte++) {
+            int32_t next_a = c->ta[(Py_ssize_t)m * 256 + byte], next_f = c->tf[(Py_ssize_t)f * 256 + byte];
+            if (next_f >= c->free_states || (next_a < 0) != (next_f < 0) || (next_f >= 0 && c->facc[next_f])) return 0;
+            if (next_a >= 0 && (r = counter_step(c, next_a, next_f, after)) != 1) return r;
+        }
+    }
+    if (takes == 1 && *after < 0) return 0;
+    for (Py_ssize_t k = 0; k < c->inside.size; k++) c->after[c->inside.data[k] - c->lo] = *after;
+    return 1;
+}
+
+/* The counts of `a` from those of the states it goes on to (all counted): 1, or 0 where they are
+ * not one interval. */
+static int counter_union(Counter *c, int32_t a, int ends, int32_t after) {
+    int64_t parts[2 * 8];
+    int n = 0;
+    Py_ssize_t calls = c->call_lo[a + 1] - c->call_lo[a];
+    if (calls > 6) return 0;
+    if (ends) parts[2 * n] = 0, parts[2 * n + 1] = 0, n++;
+    if (after >= 0) {
+        Py_ssize_t j = after - c->lo;
+        parts[2 * n] = (int64_t)c->low[j] + 1, parts[2 * n + 1] = (int64_t)c->high[j] + 1, n++;
+    }
+    for (int64_t call = c->call_lo[a]; call < c->call_lo[a + 1]; call++) {
+        Py_ssize_t j = c->ret[call] - c->lo;
+        int64_t length = c->lengths[c->callee[call]];
+        parts[2 * n] = c->low[j] + length, parts[2 * n + 1] = c->high[j] + length, n++;
+    }
+    if (!n) return 0;
+    for (int i = 1; i < n; i++) /* insertion sort by the low end */
+        for (int j = i; j > 0 && parts[2 * j] < parts[2 * j - 2]; j--) {
+            int64_t l = parts[2 * j], h = parts[2 * j + 1];
+            parts[2 * j] = parts[2 * j - 2], parts[2 * j + 1] = parts[2 * j - 1];
+            parts[2 * j - 2] = l, parts[2 * j - 1] = h;
+        }
+    int64_t low = parts[0], high = parts[1];
+    for (int i = 1; i < n; i++) {
+        if (parts[2 * i] > high + 1) return 0;
+        if (parts[2 * i + 1] > high) high = parts[2 * i + 1];
+    }
+    if (high > INT32_MAX / 2) return 0;
+    c->low[a - c->lo] = (int32_t)low;
+    c->high[a - c->lo] = (int32_t)high;
+    return 1;
+}
+
+/* Whether the calls of `a` are of blocks and return within the rule. */
+static int counter_calls_known(const Counter *c, int32_t a) {
+    for (int64_t call = c->call_lo[a]; call < c->call_lo[a + 1]; call++) {
+        if (call < 0 || call >= c->calls || c->callee[call] < 0 || c->callee[call] >= c->rules ||
+            c->lengths[c->callee[call]] < 0 || c->ret[call] < c->lo || c->ret[call] >= c->hi)
+            return 0;
+    }
+    return 1;
+}
+
+/* Depth first from `start`, a state's counts once those of the states it goes on to are known:
+ * 1, 0 (not a counted string) or -1 (an error). */
+static int counter_walk(Counter *c, int32_t start) {
+    IntBuf stack = {0};
+    int r = 1;
+    if (buf_push(&stack, start)) return -1;
+    while (r == 1 && stack.size) {
+        int32_t a = stack.data[stack.size - 1];
+        if (a < c->lo || a >= c->hi) {
+            r = 0;
             break;
         }
-        for (int byte = 0; byte < 256 && same; byte++) {
-            int32_t next_a = ta[(Py_ssize_t)a * 256 + byte], next_f = tf[f * 256 + byte];
-            Py_ssize_t next_b = -1;
-            if (next_f >= free_states) {
-                cm_bad("bounded_chain: a free string transition out of range");
-                goto done;
-            }
-            if (next_f >= 0 && facc[next_f]) { /* the closing quote */
-                if (closing && k >= low) next_b = next_f * span;
-            } else if (next_f >= 0 && !(f == content && k >= high)) { /* a character begins below `high` or goes on */
-                next_b = next_f == content ? content * span + k + 1 : next_f * span + k;
-            }
-            if ((next_a < 0) != (next_b < 0)) {
-                same = 0;
-            } else if (next_a >= 0) {
-                if (next_a < rule_lo || next_a >= rule_hi) {
-                    same = 0;
-                } else if (amap[next_a - rule_lo] < 0 && bmap[next_b] < 0) {
-                    amap[next_a - rule_lo] = (int32_t)next_b;
-                    bmap[next_b] = next_a;
-                    if (buf_push(&queue, next_a)) goto done;
-                } else {
-                    same = amap[next_a - rule_lo] == next_b && bmap[next_b] == next_a;
-                }
+        Py_ssize_t i = a - c->lo;
+        if (c->kind[i] == COUNTED) {
+            stack.size--;
+        } else if (c->kind[i] == OPEN) { /* everything it goes on to is counted now */
+            stack.size--;
+            r = counter_union(c, a, c->pair[i], c->after[i]);
+            c->kind[i] = COUNTED;
+        } else if (c->kind[i] == INSIDE) {
+            r = 0;
+        } else {
+            int ends;
+            int32_t after;
+            c->kind[i] = OPEN;
+            if ((r = counter_character(c, a, &ends, &after)) != 1 || !(r = counter_calls_known(c, a))) break;
+            c->pair[i] = ends;
+            c->after[i] = after;
+            Py_ssize_t pushed = stack.size;
+            if (after >= 0 && buf_push(&stack, after)) r = -1;
+            for (int64_t call = c->call_lo[a]; r == 1 && call < c->call_lo[a + 1]; call++)
+                if (buf_push(&stack, c->ret[call])) r = -1;
+            for (Py_ssize_t k = pushed; r == 1 && k < stack.size; k++) {
+                int8_t kind = c->kind[stack.data[k] - c->lo];
+                if (kind == OPEN || kind == INSIDE) r = 0; /* a cycle (no bound), or not between characters */
             }
         }
     }
-    result = PyBool_FromLong(same);
+    free(stack.data);
+    return r;
+}
+
+/* string_counts(trans, accepting, call_lo, callee, ret, lengths, rule_lo, rule_hi, start, free_trans,
+ * free_accepting, free_content, closing) -> bytes or None: per state of the rule (`rule_lo`..`rule_hi`),
+ * the fewest and the most characters of a JSON string's content that follow it before the closing
+ * quote and the rule's end (`closing`) or before the rule's end (a block), -1 for a state that is not
+ * one between characters reached from `start` (int32 pairs); None where the automaton from `start`
+ * is anything else. `lengths`: per rule, the characters of a block, -1 for any other rule; the free
+ * string's automaton (`free_*`, `free_content` its state between characters, accepting past the
+ * quote) is paired with the rule's state for state within each character (`string_chains.string_counts`). */
+PyObject *cm_string_counts(PyObject *self, PyObject *args) {
+    Py_buffer trans, accepting, call_lo, callee, ret, lengths, free_trans, free_accepting;
+    Py_ssize_t lo, hi, start, content;
+    int closing;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*nnny*y*np", &trans, &accepting, &call_lo, &callee, &ret, &lengths, &lo,
+                          &hi, &start, &free_trans, &free_accepting, &content, &closing))
+        return NULL;
+    PyObject *result = NULL;
+    Counter c = {0};
+    Py_ssize_t states = accepting.len, n = hi - lo;
+    c.free_states = free_accepting.len;
+    c.rules = lengths.len / (Py_ssize_t)sizeof(int32_t);
+    c.calls = callee.len / (Py_ssize_t)sizeof(int32_t);
+    if (cm_need(&trans, sizeof(int32_t), states * 256, "trans") ||
+        cm_need(&call_lo, sizeof(int64_t), states + 1, "call_lo") ||
+        cm_need(&ret, sizeof(int32_t), c.calls, "ret") ||
+        cm_need(&free_trans, sizeof(int32_t), c.free_states * 256, "free_trans"))
+        goto done;
+    if (lo < 0 || lo > start || start >= hi || hi > states || content < 0 || content >= c.free_states) {
+        cm_bad("string_counts: a state out of range");
+        goto done;
+    }
+    c.ta = (const int32_t *)trans.buf, c.tf = (const int32_t *)free_trans.buf;
+    c.call_lo = (const int64_t *)call_lo.buf, c.callee = (const int32_t *)callee.buf;
+    c.ret = (const int32_t *)ret.buf, c.lengths = (const int32_t *)lengths.buf;
+    c.acc = (const uint8_t *)accepting.buf, c.facc = (const uint8_t *)free_accepting.buf;
+    c.lo = lo, c.hi = hi, c.content = content, c.closing = closing;
+    c.kind = (int8_t *)calloc((size_t)n, 1);
+    c.pair = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    c.after = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    result = PyBytes_FromStringAndSize(NULL, 2 * n * (Py_ssize_t)sizeof(int32_t));
+    c.low = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    c.high = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    if (!c.kind || !c.pair || !c.after || !c.low || !c.high || !result) {
+        if (result) PyErr_NoMemory();
+        Py_CLEAR(result);
+        goto done;
+    }
+    int r = counter_walk(&c, (int32_t)start);
+    if (r < 0) {
+        PyErr_NoMemory();
+        Py_CLEAR(result);
+    } else if (r == 0) {
+        Py_SETREF(result, Py_NewRef(Py_None));
+    } else {
+        int32_t *out = (int32_t *)PyBytes_AS_STRING(result);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int counted = c.kind[i] == COUNTED;
+            out[2 * i] = counted ? c.low[i] : -1;
+            out[2 * i + 1] = counted ? c.high[i] : -1;
+        }
+    }
 done:
-    free(amap);
-    free(bmap);
-    free(queue.data);
+    free(c.kind);
+    free(c.pair);
+    free(c.after);
+    free(c.low);
+    free(c.high);
+    free(c.inside.data);
     PyBuffer_Release(&trans);
     PyBuffer_Release(&accepting);
-    PyBuffer_Release(&has_calls);
+    PyBuffer_Release(&call_lo);
+    PyBuffer_Release(&callee);
+    PyBuffer_Release(&ret);
+    PyBuffer_Release(&lengths);
     PyBuffer_Release(&free_trans);
     PyBuffer_Release(&free_accepting);
     return result;

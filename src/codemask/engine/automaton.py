@@ -666,6 +666,13 @@ class RTN:
     def is_shared(self, rule: int) -> bool:
         return self.shared is not None and bool(self.shared[rule])
 
+    @functools.cached_property
+    def rule_bounds(self) -> list[int]:
+        """Rule ``r``'s states are ``rule_bounds[r]`` to ``rule_bounds[r + 1]`` (states are numbered
+        rule by rule). Made once: a search of ``state_rule`` for a Python int copies the whole array."""
+        rules = np.arange(len(self.rule_names) + 1, dtype=self.state_rule.dtype)
+        return np.searchsorted(self.state_rule, rules).tolist()
+
     @property
     def num_states(self) -> int:
         return len(self.accepting)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 29
+EXPECTED_VERSION = 30
 
 
 def _load() -> ModuleType | None:
@@ -487,17 +487,21 @@ def json_string_chars(matrix: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.frombuffer(out, dtype=np.int32)
 
 
-def bounded_chain(trans: np.ndarray, accepting: np.ndarray, has_calls: np.ndarray, lo: int, hi: int, start: int,
-                  free_trans: np.ndarray, free_accepting: np.ndarray, content: int, low: int, high: int,
-                  closing: bool) -> bool:
-    """`string_chains.bounded_chain` in C (int32 tables of 256 columns, bool per-state arrays). The
-    extension must be loaded."""
+def string_counts(trans: np.ndarray, accepting: np.ndarray, call_lo: np.ndarray, callee: np.ndarray, ret: np.ndarray,
+                  lengths: np.ndarray, lo: int, hi: int, start: int, free_trans: np.ndarray,
+                  free_accepting: np.ndarray, content: int, closing: bool) -> np.ndarray | None:
+    """`string_chains.string_counts` in C: per state of the rule ``lo``..``hi``, its fewest and most
+    characters (int32 pairs, -1 where not counted), or None. The extension must be loaded."""
     def flags(array: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(array, dtype=np.uint8)
 
-    return bool(_loaded().bounded_chain(np.ascontiguousarray(trans, dtype=np.int32), flags(accepting), flags(has_calls),
-                                        lo, hi, start, np.ascontiguousarray(free_trans, dtype=np.int32),
-                                        flags(free_accepting), content, low, high, closing))
+    def ints(array: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(array, dtype=np.int32)
+
+    out = _loaded().string_counts(ints(trans), flags(accepting), np.ascontiguousarray(call_lo, dtype=np.int64),
+                                  ints(callee), ints(ret), ints(lengths), lo, hi, start, ints(free_trans),
+                                  flags(free_accepting), content, closing)
+    return None if out is None else np.frombuffer(out, dtype=np.int32)
 
 
 def json_char_ends(matrix: np.ndarray, lengths: np.ndarray, rows: np.ndarray, chars: int) -> np.ndarray:

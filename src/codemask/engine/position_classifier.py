@@ -149,7 +149,7 @@ class PositionClassifier:
         signature = self._signatures[rule]
         if signature is None:
             return None
-        local = position - int(np.searchsorted(rtn.state_rule, rule))
+        local = position - rtn.rule_bounds[rule]
         with_callers = bool(self._calls.with_callers[rule])
         if rtn.is_shared(rule):
             return signature, local, with_callers

@@ -93,8 +93,8 @@ class RuleSignatures:
         """``calls``: ``rtn.rule_calls(MAX_SHARED_STATES)``."""
         self.rtn = rtn
         count = len(rtn.rule_names)
-        self._starts = np.searchsorted(rtn.state_rule, np.arange(count)).tolist()
-        self._ends = np.searchsorted(rtn.state_rule, np.arange(count), side="right").tolist()
+        self._starts = rtn.rule_bounds[:count]
+        self._ends = rtn.rule_bounds[1:]
         self._callee_lo = calls.callee_lo.tolist()
         self._callees = calls.callees
         self._unshared = calls.unshared.tolist()

@@ -10,15 +10,19 @@ begins before the closing quote (`json_string_chars`) fit: at most ``n - k``, an
 ``m - k`` where it closes the string. So a bounded string's positions are the free string's
 classification filtered by a per-token count.
 
-A string too long for a chain (`codemask.grammar.counting`) ends in such a chain, and its counting
-rules' blocks are chains too: ``R`` characters exactly, then the block's end. From there a token
-is accepted when it begins at most ``R`` characters and does not close the string, and it leaves
-the block when its content runs past ``R`` characters: its residual starts where the next
-character (or the closing quote) does (`json_char_ends`).
+A string too long for a chain counts its characters with calls of counting rules
+(`codemask.grammar.counting`), whose blocks are such strings too: ``R`` characters exactly, then
+the block's end. From a block's state a token is accepted when it begins at most ``R`` characters
+and does not close the string, and it leaves the block when its content runs past ``R``
+characters: its residual starts where the next character (or the closing quote) does
+(`json_char_ends`). The string's own states, which call the blocks, are a count again: what
+follows them is the content of ``m'`` to ``n'`` characters, whichever calls read them.
 
-A position is taken for such a chain only when the automaton from it is, state for state, the
-free string's content with a count of its characters, then the closing quote or the block's end,
-then the end of the rule (`bounded_chain`): never a language the filter was not derived for.
+A position is taken for such a string only when the automaton from it is, character for
+character, the free string's content, each state between two characters followed by the same
+count whatever character was read, the counts of the calls it makes added, then the closing
+quote or the block's end, then the end of the rule (`string_counts`): never a language the filter
+was not derived for.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from codemask.grammar.json_schema.strings import string_of_length
 QUOTE, LETTER, BACKSLASH = ord('"'), ord("a"), ord("\\")
 FREE_STRING = "string"
 NEVER = np.iinfo(np.int32).max
+UNKNOWN = -1  # a rule's length in `string_counts`: not a block of a known count
 
 # (lowest, highest) character counts whose token sets a vocabulary keeps (`CharCounts.fitting`)
 KEPT_BOUNDS = 512
@@ -49,140 +54,260 @@ KEPT_BOUNDS = 512
 
 @dataclass(frozen=True)
 class Span:
-    """What a chain's state lets a token do: begin at most ``high`` characters, and at least ``low``
-    if it closes the string (``closing``); or, in a block (not ``closing``), end the block after
-    exactly ``high`` characters."""
+    """What a string's state lets a token do: begin at most ``high`` characters, and at least
+    ``low`` if it closes the string (``closing``); or, in a block (not ``closing``, ``low`` equal
+    to ``high``), end the block after exactly ``high`` characters."""
 
     low: int
     high: int
     closing: bool
 
 
-@dataclass
-class StringChain:
-    """A string's content of ``min_length`` to ``max_length`` characters from ``heads[0]``, then its
-    closing quote, or exactly ``max_length`` characters (a block: not ``closing``)."""
-
-    min_length: int
-    max_length: int
-    closing: bool
-    heads: tuple[int, ...]  # the state after k characters, k = 0 .. max_length
-
-    def spans(self) -> dict[int, Span]:
-        """Per state of the chain, its `Span`."""
-        return {head: Span(max(0, self.min_length - k), self.max_length - k, self.closing)
-                for k, head in enumerate(self.heads)}
+Counts = dict[int, tuple[int, int]]
 
 
-def string_chain(rtn: RTN, state: int, has_calls: np.ndarray) -> StringChain | None:
-    """The chain of a string's content from ``state`` to its closing quote (or the end of a block)
-    and the end of its rule, or None if the automaton from ``state`` is anything else
-    (``has_calls``: per state, whether it calls a rule).
+def string_counts(rtn: RTN, start: int, closing: bool, lengths: np.ndarray) -> Counts | None:
+    """Per state between two characters that the automaton reaches from ``start`` (in its rule):
+    the fewest and the most characters of a JSON string's content that follow it before the
+    closing quote (``closing``, the quote then ends the rule) or the rule's end (a block); None
+    where the automaton from ``start`` is anything else, or the counts of a state are not an
+    interval. ``lengths``: per rule, the characters of a block it may call (`UNKNOWN`: a call of
+    it is anything else).
 
-    The bounds are read off the automaton (the characters it takes until only the quote or the end
-    is left, and the first count the quote may close), then the automaton from ``state`` is compared
-    with the free string's content counted up to those bounds (`bounded_chain`).
+    Each state between characters is paired with the free string's (``content`` in
+    `free_string_rtn`), the states inside a character with the free string's, byte for byte: both
+    automata take the same bytes, and every character read from the state ends in one same next
+    state. Its counts are then those of that state plus one, those of each call's return state
+    plus the callee's length, and zero where it may end. The automaton's states within a
+    character are paired with one free state each, whatever path reaches them, so its language is
+    the count's.
     """
-    rule = int(rtn.state_rule[state])
-    lo, hi = (int(x) for x in np.searchsorted(rtn.state_rule, [rule, rule + 1]))
-    heads: list[int] = []
-    while state >= 0 and state not in heads[-1:] and len(heads) <= hi - lo:
-        heads.append(state)
-        state = int(rtn.trans[state, LETTER])
-    if len(heads) < 2 or state >= 0:
-        return None
-    closing = [k for k, head in enumerate(heads) if rtn.trans[head, QUOTE] >= 0]
-    high = len(heads) - 1
-    chain = StringChain(closing[0] if closing else high, high, bool(closing), tuple(heads))
+    rule = int(rtn.state_rule[start])
+    lo, hi = rtn.rule_bounds[rule], rtn.rule_bounds[rule + 1]
     free, content = free_string_rtn(rtn.trans.shape[1])
-    if not bounded_chain(rtn, has_calls, lo, hi, heads[0], free, content, chain):
-        return None
-    return chain
-
-
-def bounded_chain(rtn: RTN, has_calls: np.ndarray, lo: int, hi: int, start: int, free: RTN, content: int,
-                  chain: StringChain) -> bool:
-    """Whether the automaton from ``start`` (a state of the rule of states ``lo``..``hi``) is the free
-    string's content (``content`` in ``free``) as ``chain`` bounds it, then its closing quote or its
-    block's end, then the end of the rule: the two walked in step, state for state and byte for
-    byte, the free string's states paired with a count of the characters read (a character may
-    begin only below the most, the quote close only from the least). Both automata are minimal, so
-    a one-to-one match is equality of their languages."""
-    low, high, closing = chain.min_length, chain.max_length, chain.closing
+    call_lo, callee, ret = rtn.call_table
     if native.enabled():
-        return native.bounded_chain(rtn.trans, rtn.accepting, has_calls, lo, hi, start, free.trans, free.accepting,
-                                    content, low, high, closing)
-    span = high + 1
-    pair_of, state_of = {start: content * span}, {content * span: start}
-    todo = [start]
-    while todo:
-        a = todo.pop()
-        f, k = divmod(pair_of[a], span)
-        ends = bool(free.accepting[f]) if closing else f == content and k == high
-        if has_calls[a] or bool(rtn.accepting[a]) != ends:
-            return False
+        out = native.string_counts(rtn.trans, rtn.accepting, call_lo, callee, ret, lengths, lo, hi, start,
+                                   free.trans, free.accepting, content, closing)
+        if out is None:
+            return None
+        between = np.flatnonzero(out[0::2] >= 0)
+        return {lo + int(s): (int(out[2 * s]), int(out[2 * s + 1])) for s in between}
+    return _StringCounts(rtn, lo, hi, free, content, closing, lengths).counts(start)
+
+
+class _StringCounts:
+    """`string_counts` without the extension (its C version's twin and the tests' oracle)."""
+
+    def __init__(self, rtn: RTN, lo: int, hi: int, free: RTN, content: int, closing: bool,
+                 lengths: np.ndarray) -> None:
+        self.rtn, self.lo, self.hi, self.free, self.content = rtn, lo, hi, free, content
+        self.closing, self.lengths = closing, lengths
+        self.call_lo, self.callee, self.ret = rtn.call_table
+        self.found: Counts = {}
+        self.inside: dict[int, tuple[int, int]] = {}  # a state within a character: (free state, next state)
+        self.open: set[int] = set()
+
+    def counts(self, start: int) -> Counts | None:
+        try:
+            self._between(start)
+        except _NotCounted:
+            return None
+        return self.found
+
+    def _between(self, state: int) -> tuple[int, int]:
+        found = self.found.get(state)
+        if found is not None:
+            return found
+        if state in self.open or state in self.inside or not self.lo <= state < self.hi:
+            raise _NotCounted  # a cycle (no bound), or not a state between characters
+        self.open.add(state)
+        ends, after = self._one_character(state)
+        parts = [(0, 0)] if ends else []
+        if after >= 0:
+            low, high = self._between(after)
+            parts.append((low + 1, high + 1))
+        for call in range(int(self.call_lo[state]), int(self.call_lo[state + 1])):
+            length = int(self.lengths[self.callee[call]])
+            if length < 0:
+                raise _NotCounted
+            low, high = self._between(int(self.ret[call]))
+            parts.append((low + length, high + length))
+        self.open.discard(state)
+        self.found[state] = _interval(parts)
+        return self.found[state]
+
+    def _one_character(self, state: int) -> tuple[bool, int]:
+        """Whether ``state`` may end, and the state every character read from it ends in (-1: none)."""
+        rtn, free = self.rtn, self.free
+        ends = bool(rtn.accepting[state])
+        if ends and self.closing:
+            raise _NotCounted
+        takes: set[bool] = set()
+        after = [-1]
+        todo: list[int] = []
         for byte in range(rtn.trans.shape[1]):
-            next_a, next_f = int(rtn.trans[a, byte]), int(free.trans[f, byte])
-            next_b = -1
-            if next_f >= 0 and free.accepting[next_f]:
-                next_b = next_f * span if closing and k >= low else -1
-            elif next_f >= 0 and not (f == content and k >= high):
-                next_b = content * span + k + 1 if next_f == content else next_f * span + k
-            if (next_a < 0) != (next_b < 0) or (next_a >= 0 and not lo <= next_a < hi):
-                return False
-            if next_a < 0:
+            next_a, next_f = int(rtn.trans[state, byte]), int(free.trans[self.content, byte])
+            if next_f >= 0 and free.accepting[next_f]:  # the closing quote
+                if next_a >= 0:
+                    if not (self.closing and self._is_end(next_a)):
+                        raise _NotCounted
+                    ends = True
                 continue
-            if next_a not in pair_of and next_b not in state_of:
-                pair_of[next_a], state_of[next_b] = next_b, next_a
-                todo.append(next_a)
-            elif pair_of.get(next_a) != next_b or state_of.get(next_b) != next_a:
-                return False
-    return True
+            if next_f < 0:
+                if next_a >= 0:
+                    raise _NotCounted
+                continue
+            takes.add(next_a >= 0)
+            if next_a >= 0:
+                self._step(next_a, next_f, after, todo)
+        if len(takes) > 1:
+            raise _NotCounted
+        while todo:
+            inner = todo.pop()
+            f = self.inside[inner][0]
+            if rtn.accepting[inner] or self.call_lo[inner + 1] > self.call_lo[inner]:
+                raise _NotCounted
+            for byte in range(rtn.trans.shape[1]):
+                next_a, next_f = int(rtn.trans[inner, byte]), int(free.trans[f, byte])
+                if (next_a < 0) != (next_f < 0) or (next_f >= 0 and free.accepting[next_f]):
+                    raise _NotCounted
+                if next_a >= 0:
+                    self._step(next_a, next_f, after, todo)
+        if True in takes and after[0] < 0:
+            raise _NotCounted
+        for inner, (f, target) in list(self.inside.items()):
+            if target < 0:
+                self.inside[inner] = (f, after[0])
+        return ends, after[0]
+
+    def _step(self, state: int, free_state: int, after: list[int], todo: list[int]) -> None:
+        """Pair ``state`` with ``free_state``: the next state between characters, or a state within one."""
+        if not self.lo <= state < self.hi:
+            raise _NotCounted
+        if free_state == self.content:
+            _same(after, state)
+            return
+        if state in self.found or state in self.open:
+            raise _NotCounted
+        known = self.inside.get(state)
+        if known is None:
+            self.inside[state] = (free_state, -1)
+            todo.append(state)
+        elif known[0] != free_state:
+            raise _NotCounted
+        elif known[1] >= 0:
+            _same(after, known[1])
+
+    def _is_end(self, state: int) -> bool:
+        """Whether ``state`` is the rule's end and nothing else."""
+        rtn = self.rtn
+        return (self.lo <= state < self.hi and bool(rtn.accepting[state]) and not (rtn.trans[state] >= 0).any()
+                and self.call_lo[state + 1] == self.call_lo[state])
+
+
+class _NotCounted(Exception):
+    """The automaton is not a counted string's content from where `string_counts` began."""
+
+
+def _same(after: list[int], state: int) -> None:
+    if after[0] >= 0 and after[0] != state:
+        raise _NotCounted
+    after[0] = state
+
+
+def _interval(parts: list[tuple[int, int]]) -> tuple[int, int]:
+    """The union of the intervals ``parts``, which must be one interval."""
+    if not parts:
+        raise _NotCounted
+    parts.sort()
+    low, high = parts[0]
+    for part_low, part_high in parts[1:]:
+        if part_low > high + 1:
+            raise _NotCounted
+        high = max(high, part_high)
+    return low, high
 
 
 class StringChains:
-    """The bounded strings and blocks of one grammar, found as their positions are classified.
+    """The bounded strings and blocks of one grammar, found rule by rule as their positions are
+    classified.
 
-    What is found from a state is kept for the process too, by its rule's automaton (`DFA.key`) and
-    its place in it: the same strings and counting blocks recur in every schema.
+    What is found in a rule is kept for the process too, by its automaton's compile key
+    (`DFA.key`) and its callees' (`rule_key`): the same strings and counting blocks recur in every
+    schema.
     """
 
-    _known: ClassVar[OrderedDict[tuple[object, int], tuple[tuple[int, Span], ...] | None]] = OrderedDict()
+    _known: ClassVar[OrderedDict[object, tuple[tuple[int, Span], ...]]] = OrderedDict()
     _lock: ClassVar[threading.Lock] = threading.Lock()
-    KNOWN = 8192
+    KNOWN = 1024  # rules (a counted string has a span per character of its own)
 
     def __init__(self, rtn: RTN) -> None:
         self.rtn = rtn
-        self._spans: dict[int, Span | None] = {}
-
-    @functools.cached_property
-    def _has_calls(self) -> np.ndarray:
-        return np.diff(self.rtn.call_table[0]) > 0
+        self._spans: dict[int, Span] = {}
+        self._done: set[int] = set()
+        self._lengths = np.full(len(rtn.rule_names), UNKNOWN, dtype=np.int32)
+        self._keys: dict[int, object] = {}
 
     def span(self, position: int) -> Span | None:
-        """The `Span` of ``position`` where it is a state of a string's chain, else None."""
-        if position not in self._spans:
-            rule = int(self.rtn.state_rule[position])
-            lo = int(np.searchsorted(self.rtn.state_rule, rule))
-            key = self.rtn.rule_keys[rule] if self.rtn.rule_keys is not None else None
-            known = (key, position - lo) if key is not None else None
-            with self._lock:
-                found = self._known.get(known, ()) if known is not None else ()  # (): not looked at yet
-            if found == ():
-                chain = string_chain(self.rtn, position, self._has_calls) if self._may_begin(position) else None
-                found = None if chain is None else tuple((head - lo, span) for head, span in chain.spans().items())
-                if known is not None:
-                    with self._lock:
-                        self._known[known] = found
-                        if len(self._known) > self.KNOWN:
-                            self._known.popitem(last=False)
-            self._spans[position] = None
-            self._spans.update((lo + head, span) for head, span in found or ())
-        return self._spans[position]
+        """The `Span` of ``position`` where it is a state of a bounded string or block, else None."""
+        if self._may_begin(position):
+            self._find(int(self.rtn.state_rule[position]))
+        return self._spans.get(position)
+
+    def _find(self, rule: int) -> None:
+        """Set the spans of ``rule``'s states (and the length of the block it is, if it is one),
+        those of the rules it calls first."""
+        if rule in self._done:
+            return
+        self._done.add(rule)  # (first: a recursive call is of no block)
+        for called in self._callees(rule):
+            self._find(called)
+        key = self.rule_key(rule)
+        with self._lock:
+            found = self._known.get(key) if key is not None else None
+        if found is None:
+            found = tuple((state - self.rtn.rule_bounds[rule], span) for state, span in self._counted(rule).items())
+            if key is not None:
+                with self._lock:
+                    self._known[key] = found
+                    if len(self._known) > self.KNOWN:
+                        self._known.popitem(last=False)
+        lo = self.rtn.rule_bounds[rule]
+        self._spans.update((lo + state, span) for state, span in found)
+        start = self._spans.get(int(self.rtn.rule_start[rule]))
+        if start is not None and not start.closing:
+            self._lengths[rule] = start.high
+
+    def _counted(self, rule: int) -> dict[int, Span]:
+        """The spans of ``rule``'s states: a string's from the state after its opening quote, or a
+        block's from its start (none where it is neither)."""
+        start = int(self.rtn.rule_start[rule])
+        after_quote = int(self.rtn.trans[start, QUOTE])
+        closing = after_quote >= 0
+        counts = string_counts(self.rtn, after_quote if closing else start, closing, self._lengths)
+        return {state: Span(low, high, closing) for state, (low, high) in (counts or {}).items()
+                if closing or low == high}
+
+    def rule_key(self, rule: int) -> object | None:
+        """What ``rule``'s automaton and its callees' are compiled from (None: not known, or recursive)."""
+        if rule not in self._keys:
+            self._keys[rule] = None  # (while its callees' are made: a recursive rule has none)
+            own = self.rtn.rule_keys[rule] if self.rtn.rule_keys is not None else None
+            callees = tuple(self.rule_key(called) for called in self._callees(rule))
+            if own is not None and None not in callees:
+                self._keys[rule] = (own, callees)
+        return self._keys[rule]
+
+    def _callees(self, rule: int) -> list[int]:
+        """The rules ``rule`` calls (a set, not `np.unique`: its first call imports `numpy.ma`, 20 ms)."""
+        call_lo, callee, _ret = self.rtn.call_table
+        lo, hi = self.rtn.rule_bounds[rule], self.rtn.rule_bounds[rule + 1]
+        return sorted(set(callee[call_lo[lo]:call_lo[hi]].tolist()))
 
     def _may_begin(self, position: int) -> bool:
         """Whether ``position`` takes a letter, an escape and a two-byte character, as any string's
-        content does (a cheap test before `string_chain`)."""
+        content does (a cheap test before `string_counts`)."""
         row = self.rtn.trans[position]
         return len(row) == 256 and bool(row[LETTER] >= 0 and row[BACKSLASH] >= 0 and row[0xC3] >= 0)
 
@@ -265,7 +390,9 @@ class CharCounts:
         if self.reference is not None and self.reference[1] is not None and self.reference[1].direct:
             return Uncertain.unlisted()
         rows, keys = self._rows
-        rows = rows[np.searchsorted(keys, 2 * chars + 1):]  # (past `chars` characters, or closing after them)
+        # past `chars` characters, or closing after them (a search for a typed key: a Python int
+        # made numpy copy the whole array)
+        rows = rows[keys.searchsorted(keys.dtype.type(2 * chars + 1)):]
         ends = json_char_ends(self.trie, rows, chars)
         keep = exits[self.trie.matrix[rows, ends]]
         rows, ends = rows[keep], ends[keep]
