@@ -775,10 +775,17 @@ static int counter_character(Counter *c, int32_t a, int *ends, int32_t *after) {
     for (Py_ssize_t k = 0; k < c->inside.size; k++) {
         int32_t m = c->inside.data[k], f = c->pair[m - c->lo];
         if (c->acc[m] || c->call_lo[m + 1] != c->call_lo[m]) return 0;
+        const int32_t *row_a = c->ta + (Py_ssize_t)m * 256, *row_f = c->tf + (Py_ssize_t)f * 256;
+        int mismatch = 0;
+        for (int byte = 0; byte < 256; byte++) mismatch |= (row_a[byte] < 0) != (row_f[byte] < 0);
+        if (mismatch) return 0;
+        int32_t last_a = -1, last_f = -1; /* (runs of bytes to one pair: the continuation bytes) */
         for (int byte = 0; byte < 256; byte++) {
-            int32_t next_a = c->ta[(Py_ssize_t)m * 256 + byte], next_f = c->tf[(Py_ssize_t)f * 256 + byte];
-            if (next_f >= c->free_states || (next_a < 0) != (next_f < 0) || (next_f >= 0 && c->facc[next_f])) return 0;
-            if (next_a >= 0 && (r = counter_step(c, next_a, next_f, after)) != 1) return r;
+            int32_t next_a = row_a[byte], next_f = row_f[byte];
+            if (next_a < 0 || (next_a == last_a && next_f == last_f)) continue;
+            if (next_f >= c->free_states || c->facc[next_f]) return 0;
+            if ((r = counter_step(c, next_a, next_f, after)) != 1) return r;
+            last_a = next_a, last_f = next_f;
         }
     }
     if (takes == 1 && *after < 0) return 0;

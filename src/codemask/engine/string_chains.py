@@ -30,8 +30,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -47,16 +46,17 @@ QUOTE, LETTER, BACKSLASH = ord('"'), ord("a"), ord("\\")
 FREE_STRING = "string"
 NEVER = np.iinfo(np.int32).max
 UNKNOWN = -1  # a rule's length in `string_counts`: not a block of a known count
+NO_BLOCK = "no block"  # a callee's part of `StringChains.rule_key` where it begins as no block does
 
 # (lowest, highest) character counts whose token sets a vocabulary keeps (`CharCounts.fitting`)
 KEPT_BOUNDS = 512
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):
     """What a string's state lets a token do: begin at most ``high`` characters, and at least
     ``low`` if it closes the string (``closing``); or, in a block (not ``closing``, ``low`` equal
-    to ``high``), end the block after exactly ``high`` characters."""
+    to ``high``), end the block after exactly ``high`` characters. (A tuple: a counted string
+    has one per character, and a tuple of numbers is no work for the garbage collector.)"""
 
     low: int
     high: int
@@ -248,6 +248,7 @@ class StringChains:
         self._done: set[int] = set()
         self._lengths = np.full(len(rtn.rule_names), UNKNOWN, dtype=np.int32)
         self._keys: dict[int, object] = {}
+        self._blocks: dict[int, bool] = {}
 
     def span(self, position: int) -> Span | None:
         """The `Span` of ``position`` where it is a state of a bounded string or block, else None."""
@@ -262,7 +263,8 @@ class StringChains:
             return
         self._done.add(rule)  # (first: a recursive call is of no block)
         for called in self._callees(rule):
-            self._find(called)
+            if self._may_be_block(called):
+                self._find(called)
         key = self.rule_key(rule)
         with self._lock:
             found = self._known.get(key) if key is not None else None
@@ -290,11 +292,14 @@ class StringChains:
                 if closing or low == high}
 
     def rule_key(self, rule: int) -> object | None:
-        """What ``rule``'s automaton and its callees' are compiled from (None: not known, or recursive)."""
+        """What ``rule``'s spans are found from: its automaton's compile key (which holds the indices
+        of the rules it calls), and per callee its own key if it may be a block, else that it is
+        none (a call of it ends any count). None: not known, or recursive."""
         if rule not in self._keys:
             self._keys[rule] = None  # (while its callees' are made: a recursive rule has none)
             own = self.rtn.rule_keys[rule] if self.rtn.rule_keys is not None else None
-            callees = tuple(self.rule_key(called) for called in self._callees(rule))
+            callees = tuple(self.rule_key(called) if self._may_be_block(called) else NO_BLOCK
+                            for called in self._callees(rule))
             if own is not None and None not in callees:
                 self._keys[rule] = (own, callees)
         return self._keys[rule]
@@ -304,6 +309,18 @@ class StringChains:
         call_lo, callee, _ret = self.rtn.call_table
         lo, hi = self.rtn.rule_bounds[rule], self.rtn.rule_bounds[rule + 1]
         return sorted(set(callee[call_lo[lo]:call_lo[hi]].tolist()))
+
+    def _may_be_block(self, rule: int) -> bool:
+        """Whether ``rule`` begins as a block does: with a string's content, or with calls of such
+        rules only (a cheap test, so that a rule calling a schema's values does not look at them all)."""
+        if rule not in self._blocks:
+            self._blocks[rule] = False  # (while its callees are looked at: a recursive rule is none)
+            start = int(self.rtn.rule_start[rule])
+            call_lo, callee, _ret = self.rtn.call_table
+            called = callee[call_lo[start]:call_lo[start + 1]].tolist()
+            self._blocks[rule] = self._may_begin(start) or (
+                bool(called) and not bool((self.rtn.trans[start] >= 0).any()) and all(map(self._may_be_block, called)))
+        return self._blocks[rule]
 
     def _may_begin(self, position: int) -> bool:
         """Whether ``position`` takes a letter, an escape and a two-byte character, as any string's
