@@ -3,12 +3,16 @@ cache equals what walking its own automata gives (`PositionClassifier(share=Fals
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from codemask import Grammar
+from codemask.engine.automaton import build_rtn
 from codemask.engine.position_classifier import PositionClassifier
-from codemask.engine.shared_positions import SharedPositions
+from codemask.engine.shared_positions import MAX_SHARED_STATES, RuleSignatures, SharedPositions
 from codemask.engine.token_trie import token_trie
+from codemask.grammar.ir import Expr, RuleRef, literal, seq
 from tests.engine.conftest import compiler, uncertain_pairs, vocabulary
 
 
@@ -59,3 +63,24 @@ def test_free_string_positions_are_shared_whatever_follows_the_string() -> None:
             if a is not None and b is not None:
                 assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
     assert string_rule_hits > 0  # the later grammars took the string's positions from the first
+
+
+def test_rule_digests_tell_apart_equal_rules_calling_different_ones() -> None:
+    """A rule built in this process is digested by its automaton's compile key (which names its
+    callees by index) and its callees' digests: the same body calling different rules gets
+    different digests, the same grammar built twice the same ones, and a grammar without keys (as
+    read from the disk cache) is digested from its tables instead."""
+    def digests(callee_body: Expr) -> list[bytes | None]:
+        rtn = build_rtn({"root": seq(RuleRef("a"), literal("x")), "a": callee_body}, "root", 256)
+        signatures = RuleSignatures(rtn, rtn.rule_calls(MAX_SHARED_STATES))
+        return [signatures[rule] for rule in range(len(rtn.rule_names))]
+
+    p, q = digests(literal("p")), digests(literal("q"))
+    assert None not in p
+    assert p[0] != q[0] and p[1] != q[1]  # (root's own automaton is the same in both)
+    assert digests(literal("p")) == p
+    rtn = build_rtn({"root": seq(RuleRef("a"), literal("x")), "a": literal("p")}, "root", 256)
+    keyless = replace(rtn)  # (`rule_keys` is not a field a copy or the disk cache carries)
+    assert rtn.rule_keys is not None and keyless.rule_keys is None
+    from_tables = RuleSignatures(keyless, keyless.rule_calls(MAX_SHARED_STATES))
+    assert [from_tables[rule] for rule in range(2)] != p
