@@ -91,6 +91,18 @@ def test_object_members_may_come_in_any_order_but_required_ones_must_come() -> N
     assert not recognizer.accepts('{"a": "x", "c": 2}')
 
 
+def test_other_keys_take_every_raw_character_a_json_string_may_hold() -> None:
+    """A key the schema does not name may hold raw DEL (JSON escapes only the quote, the backslash and
+    control characters below the space) at every place of the names' trie, as the checker says."""
+    schema = {"type": "object", "properties": {"ab": {"type": "integer"}, "cd": {}}}
+    recognizer = Recognizer(Grammar.from_json_schema(schema, mode="validate"))
+    validator = jsonschema.Draft202012Validator(schema)
+    for key in ["\x7f", "a\x7f", "ab\x7f", "\x7fab", "c\x7fd", "~", "ab~"]:
+        text = json.dumps({key: 1}, ensure_ascii=False)
+        assert validator.is_valid(json.loads(text)) and recognizer.accepts(text), repr(text)
+    assert not recognizer.accepts('{"ab": "x"}')
+
+
 def test_escaped_spellings_of_keys_and_values_are_the_same_string() -> None:
     """Non-ASCII and control characters in any spelling; printable ASCII raw (docs/guides/json-schema.md)."""
     schema = {"type": "object", "properties": {"é": {"const": "tab\there"}}, "required": ["é"],

@@ -140,8 +140,9 @@ def other_char_spellings(next_chars: list[str]) -> Expr:
 
 
 def other_raw_ascii(next_chars: list[str]) -> Expr:
-    """Raw printable ASCII other than the raw-only ``next_chars``: with `escaped_or_beyond_ascii`,
-    the same set as `other_char_spellings` (split so the second part can be one shared rule)."""
+    """Raw ASCII from the space up, DEL included, other than the raw-only ``next_chars``: with
+    `escaped_or_beyond_ascii`, the same set as `other_char_spellings` (split so the second part can
+    be one shared rule)."""
     assert all(spelled_raw_only(c) for c in next_chars)
     return _other_raw_ascii("".join(sorted(set(next_chars))))
 
@@ -150,7 +151,7 @@ def other_raw_ascii(next_chars: list[str]) -> Expr:
 def _other_raw_ascii(taken: str) -> Expr:
     """`other_raw_ascii` of the (sorted, distinct) characters ``taken``: the same few sets come
     back at every branch of every object's key trie."""
-    raw = _subtract(((0x20, 0x7E),), tuple((ord(c), ord(c)) for c in taken) + _RAW_FORBIDDEN)
+    raw = _subtract(((0x20, 0x7F),), tuple((ord(c), ord(c)) for c in taken) + _RAW_FORBIDDEN)
     return char_class(raw) if raw else NOTHING
 
 
