@@ -24,7 +24,7 @@ from codemask import Grammar, GrammarCompiler, GrammarMatcher, Vocabulary
 from codemask.engine import native
 from codemask.engine.parser import ParserCore
 from codemask.engine.position_classifier import PositionClassifier
-from codemask.engine.shared_positions import SharedPositions
+from codemask.engine.shared_positions import MAX_SHARED_STATES, SharedPositions
 from codemask.engine.string_chains import StringChains
 from codemask.engine.token_trie import token_trie
 from tests.engine.conftest import encode, vocabulary
@@ -139,7 +139,7 @@ def test_ill_formed_tokens_are_classified_as_the_numpy_walk_classifies_them(name
             found.append(PositionClassifier(core, trie, compiled.vocab_size, share=False).classify(positions))
     (np_accepted, np_uncertain) = found[1]
     assert np_accepted.any()
-    chains = StringChains(compiled.artifacts.rtn)
+    chains = StringChains(compiled.artifacts.rtn, compiled.artifacts.rtn.rule_calls(MAX_SHARED_STATES))
     in_block = [(span := chains.span(p)) is not None and not span.closing for p in positions.tolist()]
     for (accepted, uncertain), filtered in ((found[0], False), (found[2], True)):
         assert (accepted == np_accepted).all()

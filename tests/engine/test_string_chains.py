@@ -15,8 +15,9 @@ import pytest
 
 from codemask import CompiledGrammar, Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import native
+from codemask.engine.automaton import build_rtn
 from codemask.engine.position_classifier import PositionClassifier
-from codemask.engine.shared_positions import SharedPositions
+from codemask.engine.shared_positions import MAX_SHARED_STATES, SharedPositions
 from codemask.engine.string_chains import (
     UNKNOWN,
     CharCounts,
@@ -29,6 +30,8 @@ from codemask.engine.string_chains import (
     string_counts,
 )
 from codemask.engine.token_trie import token_trie
+from codemask.grammar.ir import Repeat, RuleRef, choice, literal, seq
+from codemask.grammar.json_schema.strings import any_char
 from tests.engine.conftest import encode, vocabulary
 from tests.engine.test_native import uncertain_pairs
 
@@ -102,7 +105,7 @@ def first_spans(tokenizer: str, schema: Any) -> dict[str, Span | None]:
     """Per shared rule of the schema's grammar, the `Span` of the state after its opening quote (which
     calls a counting rule first where ``minLength`` is counted)."""
     rtn = compiled_schema(tokenizer, schema).core.rtn
-    chains = StringChains(rtn)
+    chains = StringChains(rtn, rtn.rule_calls(MAX_SHARED_STATES))
     shared = [rule for rule in range(len(rtn.rule_names)) if rtn.is_shared(rule)]
     for rule in shared:
         chains._find(rule)
@@ -132,7 +135,7 @@ def test_string_counts_in_c_equal_python() -> None:
         {"type": "string", "pattern": "^[a-z]{1,40}$"}, {"type": "string", "minLength": 12},
         {"type": "string", "minLength": 100, "maxLength": 1000}]}
     rtn = compiled_schema("llama3", schema).core.rtn
-    chains = StringChains(rtn)
+    chains = StringChains(rtn, rtn.rule_calls(MAX_SHARED_STATES))
     for rule in range(len(rtn.rule_names)):
         chains._find(rule)
     lengths = chains._lengths
@@ -160,7 +163,7 @@ def test_filtered_positions_equal_their_walks(tokenizer: str, low: int, high: in
     schema = {"type": "array", "items": {"type": "string", "minLength": low, "maxLength": high}}
     compiled = compiled_schema(tokenizer, schema)
     rtn, trie = compiled.core.rtn, token_trie(vocabulary(tokenizer))
-    chains = StringChains(rtn)
+    chains = StringChains(rtn, rtn.rule_calls(MAX_SHARED_STATES))
     heads = [p for p in np.flatnonzero(rtn.scanning).tolist() if chains.span(p) is not None]
     spans = [chains.span(p) for p in heads]
     if high <= 128:
@@ -263,3 +266,21 @@ def test_c_functions_refuse_bad_input() -> None:
     # a callee past the lengths given is no block: not counted, and nothing read past the array
     assert native.string_counts(*args, lengths[:0], lo, hi, after_quote, free.trans, free.accepting, content,
                                 True) is None
+
+
+def test_a_state_calling_many_blocks_counts_their_lengths() -> None:
+    """A string's state that may call any of eight blocks (one to eight characters) counts one to
+    eight characters, in C as in Python (no bound on the calls a state makes)."""
+    rules = {f"block{n}": Repeat(any_char(), n, n) for n in range(1, 9)}
+    rules["root"] = seq(literal('"'), choice(*(RuleRef(f"block{n}") for n in range(1, 9))), literal('"'))
+    rtn = build_rtn(rules, "root", 256)
+    root = rtn.rule_names.index("root")
+    after_quote = int(rtn.trans[rtn.rule_start[root], ord('"')])
+    assert np.diff(rtn.call_table[0])[after_quote] == 8
+    chains = StringChains(rtn, rtn.rule_calls(MAX_SHARED_STATES))
+    chains._find(root)
+    assert chains._spans[after_quote] == Span(1, 8, True)
+    with native.using(False):
+        expected = string_counts(rtn, after_quote, True, chains._lengths)
+    assert expected is not None and expected[after_quote] == (1, 8)
+    assert string_counts(rtn, after_quote, True, chains._lengths) == expected

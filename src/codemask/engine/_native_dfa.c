@@ -793,13 +793,13 @@ static int counter_character(Counter *c, int32_t a, int *ends, int32_t *after) {
     return 1;
 }
 
-/* The counts of `a` from those of the states it goes on to (all counted): 1, or 0 where they are
- * not one interval. */
+/* The counts of `a` from those of the states it goes on to (all counted): 1, 0 where they are not
+ * one interval, -1 on memory error. */
 static int counter_union(Counter *c, int32_t a, int ends, int32_t after) {
-    int64_t parts[2 * 8];
-    int n = 0;
-    Py_ssize_t calls = c->call_lo[a + 1] - c->call_lo[a];
-    if (calls > 6) return 0;
+    Py_ssize_t calls = (Py_ssize_t)(c->call_lo[a + 1] - c->call_lo[a]);
+    int64_t *parts = (int64_t *)malloc((size_t)(2 * (calls + 2)) * sizeof(int64_t));
+    if (!parts) return -1;
+    Py_ssize_t n = 0;
     if (ends) parts[2 * n] = 0, parts[2 * n + 1] = 0, n++;
     if (after >= 0) {
         Py_ssize_t j = after - c->lo;
@@ -810,19 +810,20 @@ static int counter_union(Counter *c, int32_t a, int ends, int32_t after) {
         int64_t length = c->lengths[c->callee[call]];
         parts[2 * n] = c->low[j] + length, parts[2 * n + 1] = c->high[j] + length, n++;
     }
-    if (!n) return 0;
-    for (int i = 1; i < n; i++) /* insertion sort by the low end */
-        for (int j = i; j > 0 && parts[2 * j] < parts[2 * j - 2]; j--) {
+    for (Py_ssize_t i = 1; i < n; i++) /* insertion sort by the low end (a few parts) */
+        for (Py_ssize_t j = i; j > 0 && parts[2 * j] < parts[2 * j - 2]; j--) {
             int64_t l = parts[2 * j], h = parts[2 * j + 1];
             parts[2 * j] = parts[2 * j - 2], parts[2 * j + 1] = parts[2 * j - 1];
             parts[2 * j - 2] = l, parts[2 * j - 1] = h;
         }
-    int64_t low = parts[0], high = parts[1];
-    for (int i = 1; i < n; i++) {
-        if (parts[2 * i] > high + 1) return 0;
+    int found = n > 0;
+    int64_t low = found ? parts[0] : 0, high = found ? parts[1] : 0;
+    for (Py_ssize_t i = 1; found && i < n; i++) {
+        if (parts[2 * i] > high + 1) found = 0;
         if (parts[2 * i + 1] > high) high = parts[2 * i + 1];
     }
-    if (high > INT32_MAX / 2) return 0;
+    free(parts);
+    if (!found || high > INT32_MAX / 2) return 0;
     c->low[a - c->lo] = (int32_t)low;
     c->high[a - c->lo] = (int32_t)high;
     return 1;

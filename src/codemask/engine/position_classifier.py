@@ -59,7 +59,10 @@ class PositionClassifier:
         self.core, self.trie, self.vocab_size = core, trie, vocab_size
         self.share = share
         self._memo = SubtreeMemo(core, trie)
-        self._chains = StringChains(core.rtn)
+
+    @functools.cached_property
+    def _chains(self) -> StringChains:
+        return StringChains(self.core.rtn, self._calls)
 
     @functools.cached_property
     def _calls(self) -> RuleCalls:

@@ -115,14 +115,17 @@ class RuleSignatures:
                 continue
             todo.pop()
             if top not in self._digests:
-                self._digests[top] = _rule_digest(self.rtn, top, self._starts[top], self._ends[top], self._digests)
+                self._digests[top] = _rule_digest(self.rtn, top, self._starts[top], self._ends[top],
+                                                  self._callees_of(top), self._digests)
         return self._digests[rule]
 
 
-def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callee_digests: dict[int, bytes]) -> bytes:
-    """The digest of rule ``rule`` (states ``lo:hi``): its transitions, accepting states and start,
-    then per call (by state, then callee) the state, the callee's digest and the return state —
-    laid out as arrays (a loop over every state of a large rule was most of a first mask).
+def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callees: list[int],
+                 callee_digests: dict[int, bytes]) -> bytes:
+    """The digest of rule ``rule`` (states ``lo:hi``, calling ``callees``, ascending): its
+    transitions, accepting states and start, then per call (by state, then callee) the state, the
+    callee's digest and the return state — laid out as arrays (a loop over every state of a large
+    rule was most of a first mask).
 
     Where the rule was built in this process, its automaton's compile key stands for all that
     (equal keys, equal automata, the indices of the rules it calls included), with its callees'
@@ -134,7 +137,7 @@ def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callee_digests: dict[int
     if isinstance(key, tuple) and isinstance(key[0], bytes):  # (native.expr_digest, alphabet)
         h = hashlib.blake2b(key[0], digest_size=16, person=b"rule key")
         h.update(int(key[1]).to_bytes(4, "little"))
-        for called in sorted(set(callee[first:last].tolist())):
+        for called in callees:
             h.update(callee_digests[called])
         return h.digest()
     h = hashlib.blake2b(digest_size=16)

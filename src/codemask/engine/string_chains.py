@@ -35,7 +35,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from codemask.engine import native
-from codemask.engine.automaton import RTN, build_rtn
+from codemask.engine.automaton import RTN, RuleCalls, build_rtn
 from codemask.engine.bitmask import bitmask_width
 from codemask.engine.token_trie import TokenTrie
 from codemask.engine.uncertain import Uncertain, uncertain_entries
@@ -106,6 +106,7 @@ class _StringCounts:
         self.call_lo, self.callee, self.ret = rtn.call_table
         self.found: Counts = {}
         self.inside: dict[int, tuple[int, int]] = {}  # a state within a character: (free state, next state)
+        self.character: list[int] = []  # the states within the character `_one_character` pairs
         self.open: set[int] = set()
 
     def counts(self, start: int) -> Counts | None:
@@ -146,6 +147,7 @@ class _StringCounts:
         takes: set[bool] = set()
         after = [-1]
         todo: list[int] = []
+        self.character = []
         for byte in range(rtn.trans.shape[1]):
             next_a, next_f = int(rtn.trans[state, byte]), int(free.trans[self.content, byte])
             if next_f >= 0 and free.accepting[next_f]:  # the closing quote
@@ -176,9 +178,8 @@ class _StringCounts:
                     self._step(next_a, next_f, after, todo)
         if True in takes and after[0] < 0:
             raise _NotCounted
-        for inner, (f, target) in list(self.inside.items()):
-            if target < 0:
-                self.inside[inner] = (f, after[0])
+        for inner in self.character:
+            self.inside[inner] = (self.inside[inner][0], after[0])
         return ends, after[0]
 
     def _step(self, state: int, free_state: int, after: list[int], todo: list[int]) -> None:
@@ -193,6 +194,7 @@ class _StringCounts:
         known = self.inside.get(state)
         if known is None:
             self.inside[state] = (free_state, -1)
+            self.character.append(state)
             todo.append(state)
         elif known[0] != free_state:
             raise _NotCounted
@@ -242,8 +244,10 @@ class StringChains:
     _lock: ClassVar[threading.Lock] = threading.Lock()
     KNOWN = 1024  # rules (a counted string has a span per character of its own)
 
-    def __init__(self, rtn: RTN) -> None:
+    def __init__(self, rtn: RTN, calls: RuleCalls) -> None:
+        """``calls``: ``rtn``'s call graph (`RTN.rule_calls`; the limit it was made with does not matter)."""
         self.rtn = rtn
+        self._calls = calls
         self._spans: dict[int, Span] = {}
         self._done: set[int] = set()
         self._lengths = np.full(len(rtn.rule_names), UNKNOWN, dtype=np.int32)
@@ -268,6 +272,8 @@ class StringChains:
         key = self.rule_key(rule)
         with self._lock:
             found = self._known.get(key) if key is not None else None
+            if found is not None:
+                self._known.move_to_end(key)
         if found is None:
             found = tuple((state - self.rtn.rule_bounds[rule], span) for state, span in self._counted(rule).items())
             if key is not None:
@@ -305,10 +311,8 @@ class StringChains:
         return self._keys[rule]
 
     def _callees(self, rule: int) -> list[int]:
-        """The rules ``rule`` calls (a set, not `np.unique`: its first call imports `numpy.ma`, 20 ms)."""
-        call_lo, callee, _ret = self.rtn.call_table
-        lo, hi = self.rtn.rule_bounds[rule], self.rtn.rule_bounds[rule + 1]
-        return sorted(set(callee[call_lo[lo]:call_lo[hi]].tolist()))
+        """The rules ``rule`` calls, ascending."""
+        return self._calls.callees[self._calls.callee_lo[rule]:self._calls.callee_lo[rule + 1]].tolist()
 
     def _may_be_block(self, rule: int) -> bool:
         """Whether ``rule`` begins as a block does: with a string's content, or with calls of such
