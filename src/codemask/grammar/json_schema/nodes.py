@@ -53,21 +53,34 @@ MAX_SCHEMA_DEPTH = 96
 
 def check_json_values(value: Any) -> None:
     """Refuse what JSON cannot hold or the compiler cannot take, before anything recurses into
-    it: nesting deeper than `MAX_SCHEMA_DEPTH`, and numbers that are not finite (``inf`` or
-    ``nan`` from Python; JSON has neither). Iterative: the point is to get no `RecursionError`."""
+    it: nesting deeper than `MAX_SCHEMA_DEPTH`, numbers that are not finite (``inf`` or ``nan``
+    from Python; JSON has neither), object keys that are not strings and values of other Python
+    types (a tuple, a set). The schema is then exactly what its JSON text says, which keys the
+    compile cache (`Grammar.cache_key`). Iterative: the point is to get no `RecursionError`."""
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
         item, depth, pointer = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             raise InvalidSchemaError(f"invalid JSON Schema at {pointer or '/'}: {item} is not a JSON number")
         if not isinstance(item, (dict, list)):
+            if not isinstance(item, JSON_SCALARS):
+                raise InvalidSchemaError(f"invalid JSON Schema at {pointer or '/'}: a {type(item).__name__} "
+                                         "is not a JSON value")
             continue
         if depth > MAX_SCHEMA_DEPTH:
             where = pointer if len(pointer) <= 80 else pointer[:80] + "..."
             raise InvalidSchemaError(f"invalid JSON Schema at {where}: nesting deeper than "
                                      f"{MAX_SCHEMA_DEPTH} levels of objects and arrays")
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    raise InvalidSchemaError(f"invalid JSON Schema at {pointer or '/'}: the key {key!r} "
+                                             "is not a string")
         children = item.items() if isinstance(item, dict) else enumerate(item)
         stack.extend((child, depth + 1, f"{pointer}/{_escape(str(key))}") for key, child in children)
+
+
+JSON_SCALARS = (str, int, float, type(None))  # (bool is an int)
 
 
 def _escape(key: str) -> str:
