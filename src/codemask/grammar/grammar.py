@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import importlib.metadata
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -227,9 +226,8 @@ def _json_schema_key(schema: Any, mode: str, strict: bool, whitespace: str | int
 
 @functools.cache
 def _front_end_fingerprint() -> str:
-    """A digest of the grammar package's sources and of the jsonschema library's version (its
-    meta-schemas resolve references): read once per process."""
-    digest = hashlib.sha256(importlib.metadata.version("jsonschema").encode())
+    """A digest of the grammar package's sources (the front-ends and the IR): read once per process."""
+    digest = hashlib.sha256()
     folder = Path(__file__).parent
     for path in sorted(folder.rglob("*.py")):
         digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
