@@ -1,8 +1,8 @@
 """`Grammar`: the user-facing handle on a grammar, whatever it was written in.
 
 Every constructor runs a front-end that produces the shared IR (:mod:`codemask.grammar.ir`);
-the engine only ever sees that IR. A `Grammar` also remembers a canonical text of itself,
-which (with the vocabulary's fingerprint) keys the compile cache.
+the engine only ever sees that IR. A `Grammar` also remembers a hash of its canonical text (of
+a JSON Schema's, for schemas), which (with the vocabulary's fingerprint) keys the compile cache.
 """
 
 from __future__ import annotations
