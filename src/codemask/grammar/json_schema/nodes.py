@@ -51,6 +51,9 @@ ANNOTATIONS = frozenset([
 MAX_SCHEMA_DEPTH = 96
 
 
+JSON_SCALARS = (str, int, float, type(None))  # (bool is an int)
+
+
 def check_json_values(value: Any) -> None:
     """Refuse what JSON cannot hold or the compiler cannot take, before anything recurses into
     it: nesting deeper than `MAX_SCHEMA_DEPTH`, numbers that are not finite (``inf`` or ``nan``
@@ -78,9 +81,6 @@ def check_json_values(value: Any) -> None:
                                              "is not a string")
         children = item.items() if isinstance(item, dict) else enumerate(item)
         stack.extend((child, depth + 1, f"{pointer}/{_escape(str(key))}") for key, child in children)
-
-
-JSON_SCALARS = (str, int, float, type(None))  # (bool is an int)
 
 
 def _escape(key: str) -> str:
