@@ -15,7 +15,7 @@ PACKAGE = SRC / "codemask"
 
 # lower layers first; a module may import its own layer and the ones before it (longest prefix wins)
 LAYERS = [
-    ("codemask.errors", "codemask._version", "codemask.shipped"),
+    ("codemask.errors", "codemask._version", "codemask.shipped", "codemask.source_digest"),
     ("codemask.grammar.ir",),  # the IR every front-end produces
     # IR -> automata
     ("codemask.engine.collection", "codemask.engine.state_table", "codemask.engine.token_trie",

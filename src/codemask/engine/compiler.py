@@ -55,6 +55,7 @@ from codemask.engine.uncertain import Uncertain
 from codemask.grammar.grammar import Grammar
 from codemask.grammar.ir import GrammarIR, clear_references, references_remembered
 from codemask.grammar.optimize import optimize
+from codemask.source_digest import files_digest
 
 # A compiled grammar starts a new generation of parser states past this many (`CompiledGrammar`):
 # about 1.5 KB each with their transition row and stack nodes, so ~75 MB, plus the generation's
@@ -80,11 +81,7 @@ def engine_fingerprint() -> str:
     the lexer's algorithms (transitions, classifications, splits), not only of the grammar: a
     state saved by another version of them must not be read, even where `ENGINE_VERSION` was not
     bumped. (The C and numpy paths give the same results, so which one ran does not matter.)"""
-    digest = hashlib.sha256()
-    folder = Path(__file__).parent
-    for path in sorted([*folder.glob("*.py"), *folder.glob("_native*.so"), *folder.glob("_native*.pyd")]):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    return files_digest(Path(__file__).parent, ("*.py", "_native*.so", "_native*.pyd"))[:16]
 
 
 def default_cache_dir() -> Path:

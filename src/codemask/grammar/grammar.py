@@ -17,6 +17,7 @@ from typing import Any
 
 from codemask.errors import GrammarError, InvalidSchemaError
 from codemask.grammar.ir import GrammarIR, grammar_text
+from codemask.source_digest import files_digest
 
 ITEM_PENALTY = 0.5
 """The default decay per repeated JSON array item when generating (`Grammar.from_json_schema`)."""
@@ -227,8 +228,4 @@ def _json_schema_key(schema: Any, mode: str, strict: bool, whitespace: str | int
 @functools.cache
 def _front_end_fingerprint() -> str:
     """A digest of the grammar package's sources (the front-ends and the IR): read once per process."""
-    digest = hashlib.sha256()
-    folder = Path(__file__).parent
-    for path in sorted(folder.rglob("*.py")):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    return files_digest(Path(__file__).parent, ("**/*.py",))
