@@ -106,7 +106,6 @@ class _StringCounts:
         self.call_lo, self.callee, self.ret = rtn.call_table
         self.found: Counts = {}
         self.inside: dict[int, tuple[int, int]] = {}  # a state within a character: (free state, next state)
-        self.character: list[int] = []  # the states within the character `_one_character` pairs
         self.open: set[int] = set()
 
     def counts(self, start: int) -> Counts | None:
@@ -146,8 +145,8 @@ class _StringCounts:
             raise _NotCounted
         takes: set[bool] = set()
         after = [-1]
-        todo: list[int] = []
-        self.character = []
+        todo: list[int] = []  # states within the character, each once (`_step`)
+        character: list[int] = []  # those done
         for byte in range(rtn.trans.shape[1]):
             next_a, next_f = int(rtn.trans[state, byte]), int(free.trans[self.content, byte])
             if next_f >= 0 and free.accepting[next_f]:  # the closing quote
@@ -167,6 +166,7 @@ class _StringCounts:
             raise _NotCounted
         while todo:
             inner = todo.pop()
+            character.append(inner)
             f = self.inside[inner][0]
             if rtn.accepting[inner] or self.call_lo[inner + 1] > self.call_lo[inner]:
                 raise _NotCounted
@@ -178,7 +178,7 @@ class _StringCounts:
                     self._step(next_a, next_f, after, todo)
         if True in takes and after[0] < 0:
             raise _NotCounted
-        for inner in self.character:
+        for inner in character:
             self.inside[inner] = (self.inside[inner][0], after[0])
         return ends, after[0]
 
@@ -194,7 +194,6 @@ class _StringCounts:
         known = self.inside.get(state)
         if known is None:
             self.inside[state] = (free_state, -1)
-            self.character.append(state)
             todo.append(state)
         elif known[0] != free_state:
             raise _NotCounted
