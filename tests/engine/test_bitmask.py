@@ -467,3 +467,16 @@ def test_triton_kernel_under_interpreter_matches_torch_path():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "triton interpreter cases: 21" in result.stdout
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, bm._FEW_IDS, bm._FEW_IDS + 1, 5000])
+def test_pack_ids_sets_exactly_the_ids_few_or_many(count: int) -> None:
+    """Both ways of packing ids (one by one for a few, a boolean row for many) give the row that
+    has exactly those bits, the vocabulary's last id and a word's edges included."""
+    vocab_size = 128_256
+    rng = np.random.default_rng(count)
+    ids = rng.choice(vocab_size, size=count, replace=False) if count > 2 else np.array([vocab_size - 1, 31][:count])
+    words = bm.pack_ids(ids.astype(np.int64), vocab_size)
+    assert words.dtype == np.uint32 and len(words) == bitmask_width(vocab_size)
+    allowed = unpack_bitmask(words.view(np.int32), vocab_size)
+    assert sorted(np.flatnonzero(allowed).tolist()) == sorted(ids.tolist())

@@ -7,7 +7,8 @@ and the mask cache work on flat numpy tables:
 
 - ``trans[state, symbol]``: next state or -1,
 - ``accepting[state]``: the rule may end here (its frame may pop),
-- ``calls[state]``: ``(callee rule, return state)`` pairs.
+- ``calls[state]``: ``(callee rule, return state)`` pairs (held as the flat arrays of
+  `RTN.call_table`).
 
 Character classes are over Unicode code points; they are compiled here into the UTF-8 byte
 sequences that encode them, so the engine itself only ever sees bytes.
@@ -327,10 +328,11 @@ class DFA:
     key: object = field(default=None, init=False, compare=False, repr=False)
 
     @functools.cached_property
-    def call_rows(self) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
-        """The states that call, each with its (callee rule, target state) pairs by callee: the
-        few states of a large rule that `build_rtn` numbers calls for."""
-        return [(state, tuple(sorted(c.items()))) for state, c in enumerate(self.calls) if c]
+    def call_array(self) -> np.ndarray:
+        """The calls as int32 rows ``(state, callee rule, target state)``, by state then callee:
+        what `build_rtn` numbers into the network's call table with array operations."""
+        rows = [(state, rule, target) for state, c in enumerate(self.calls) for rule, target in sorted(c.items())]
+        return np.array(rows, dtype=np.int32).reshape(-1, 3)
 
 
 def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
@@ -627,7 +629,7 @@ def _native_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_
     for state, called in rows.items():
         calls[state] = called
     dfa = DFA(trans=trans, accepting=accepting, calls=calls)
-    dfa.__dict__["call_rows"] = [(state, tuple(called.items())) for state, called in rows.items()]
+    dfa.__dict__["call_array"] = call_list.reshape(-1, 3)  # (`DFA.call_array`'s value, as C made it)
     return dfa
 
 
@@ -654,7 +656,11 @@ class RTN:
 
     trans: np.ndarray  # [S, alphabet] int32
     accepting: np.ndarray  # [S] bool
-    calls: list[tuple[tuple[int, int], ...]]  # per state: (callee rule, return state)
+    # the calls: state ``q``'s are ``call_lo[q]:call_lo[q + 1]`` (int64 [S + 1]) of ``call_callee``
+    # (the callee rule) and ``call_ret`` (the state returned to), both int32, by state then callee
+    call_lo: np.ndarray
+    call_callee: np.ndarray
+    call_ret: np.ndarray
     rule_names: list[str]
     rule_start: np.ndarray  # [R] int32: each rule's start state
     state_rule: np.ndarray  # [S] int32: the rule each state belongs to
@@ -682,15 +688,18 @@ class RTN:
         """States with at least one symbol transition (the tops a parser stack can wait on)."""
         return np.asarray((self.trans >= 0).any(axis=1))
 
-    @functools.cached_property
+    @property
     def call_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The calls as arrays: state ``q``'s are ``call_lo[q]:call_lo[q + 1]``, each with its callee
         rule and return state (``(call_lo, callee, ret)``; int64, int32, int32)."""
-        sizes = np.fromiter(map(len, self.calls), dtype=np.int64, count=len(self.calls))
-        flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(self.calls)), dtype=np.int64)
-        pairs = flat.reshape(-1, 2)
-        return (np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), pairs[:, 0].astype(np.int32),
-                pairs[:, 1].astype(np.int32))
+        return self.call_lo, self.call_callee, self.call_ret
+
+    @functools.cached_property
+    def calls(self) -> list[tuple[tuple[int, int], ...]]:
+        """Per state, its ``(callee rule, return state)`` pairs (`call_table` read as tuples)."""
+        pairs = list(zip(self.call_callee.tolist(), self.call_ret.tolist(), strict=True))
+        bounds = self.call_lo.tolist()
+        return [tuple(pairs[lo:hi]) for lo, hi in pairwise(bounds)]
 
     @functools.cached_property
     def call_sites(self) -> np.ndarray:
@@ -867,6 +876,18 @@ def _rule_dfa(name: str, body: Expr, rule_index: dict[str, int], alphabet: int,
         raise GrammarError(f"rule {name!r}: {error}") from None
 
 
+def _call_table(call_arrays: list[np.ndarray], offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`RTN.call_table` from each rule automaton's `DFA.call_array`, its states moved by the rule's
+    ``offsets``: the rules' calls are concatenated in state order already."""
+    counts = [len(a) for a in call_arrays]
+    flat = np.concatenate(call_arrays).astype(np.int64) if sum(counts) else np.zeros((0, 3), dtype=np.int64)
+    moved = np.repeat(offsets[:-1], counts)
+    per_state = np.bincount(flat[:, 0] + moved, minlength=int(offsets[-1]))
+    call_lo = np.zeros(int(offsets[-1]) + 1, dtype=np.int64)
+    np.cumsum(per_state, out=call_lo[1:])
+    return call_lo, flat[:, 1].astype(np.int32), (flat[:, 2] + moved).astype(np.int32)
+
+
 def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
               terminal_index: dict[str, int] | None = None, shared: frozenset[str] = frozenset()) -> RTN:
     """Compile every rule body and number all states globally (``shared``: `Rule.shared` rules)."""
@@ -883,14 +904,13 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     else:
         np.concatenate([d.trans for d in dfas], out=trans, casting="same_kind")
         np.add(trans, offsets[state_rule].astype(np.int32)[:, None], out=trans, where=trans >= 0)
-    calls: list[tuple[tuple[int, int], ...]] = [()] * int(offsets[-1])
-    for dfa, off in zip(dfas, offsets[:-1].tolist(), strict=True):
-        for state, called in dfa.call_rows:
-            calls[off + state] = tuple((callee, t + off) for callee, t in called)
+    call_lo, call_callee, call_ret = _call_table([d.call_array for d in dfas], offsets)
     rtn = RTN(
         trans=trans,
         accepting=np.concatenate([d.accepting for d in dfas]),
-        calls=calls,
+        call_lo=call_lo,
+        call_callee=call_callee,
+        call_ret=call_ret,
         rule_names=names,
         rule_start=np.array([off + d.start for d, off in zip(dfas, offsets[:-1].tolist(), strict=True)],
                             dtype=np.int32),

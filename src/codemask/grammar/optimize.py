@@ -71,14 +71,16 @@ def optimize(ir: GrammarIR) -> GrammarIR:
 
 
 def check_references(ir: GrammarIR) -> None:
-    """Raise `GrammarError` naming the first undefined rule or terminal."""
+    """Raise `GrammarError` naming the first undefined rule or terminal (a set comparison per rule:
+    the names are sorted only to name the first one)."""
+    rules, terminals = ir.rules.keys(), ir.terminals.keys()
     for rule in ir.rules.values():
-        for name in sorted(references(rule.body)):
-            if name not in ir.rules:
-                raise GrammarError(f"rule {rule.name!r} references undefined rule {name!r}")
-        for name in sorted(terminal_references(rule.body)):
-            if name not in ir.terminals:
-                raise GrammarError(f"rule {rule.name!r} references undefined terminal {name!r}")
+        called = references(rule.body)
+        if not rules >= called:
+            raise GrammarError(f"rule {rule.name!r} references undefined rule {min(called - rules)!r}")
+        lexed = terminal_references(rule.body)
+        if not terminals >= lexed:
+            raise GrammarError(f"rule {rule.name!r} references undefined terminal {min(lexed - terminals)!r}")
 
 
 def reachable_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
@@ -425,7 +427,7 @@ def _strongly_connected(rules: dict[str, Rule], edges: Callable[[str], Set[str]]
     if native.enabled():
         names = list(rules)
         number = {name: i for i, name in enumerate(names)}
-        found = native.strongly_connected([sorted(number[e] for e in edges(name) if e in number) for name in names])
+        found = native.strongly_connected([[number[e] for e in edges(name) if e in number] for name in names])
         return [[names[i] for i in component] for component in found]
     index: dict[str, int] = {}
     low: dict[str, int] = {}
