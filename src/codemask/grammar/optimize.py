@@ -65,8 +65,14 @@ def optimize(ir: GrammarIR) -> GrammarIR:
     rules = reachable_rules(ir.rules, ir.start)
     if not ir.productive:  # (a subset of productive rules, reachable from the start, is productive)
         rules = drop_unproductive(rules, ir.start)
-    rules = eliminate_left_recursion(rules, ir.start)
-    rules = count_large_repeats(inline_rules(rules, ir.start))
+    # (left recursion is a cycle of the call graph: a grammar without recursion, most JSON Schemas,
+    # skips the search for it, and the inliner reuses the components)
+    components = _strongly_connected(rules, lambda r: references(rules[r].body))
+    if _recursive(rules, components):
+        untangled = eliminate_left_recursion(rules, ir.start)
+        if untangled is not rules:
+            rules, components = untangled, None
+    rules = count_large_repeats(inline_rules(rules, ir.start, components))
     return GrammarIR(rules=rules, start=ir.start, terminals=ir.terminals, ignore=ir.ignore)
 
 
@@ -520,15 +526,17 @@ def expr_weight(expr: Expr) -> int:
     return 1
 
 
-def inline_rules(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
+def inline_rules(rules: dict[str, Rule], start: str, components: list[list[str]] | None = None) -> dict[str, Rule]:
     """Inline non-recursive rules (bottom-up) unless they grow beyond `INLINE_WEIGHT_LIMIT`.
 
     Rules with a lookahead assertion keep their identity (their lookahead belongs to them), and
     so do shared and standalone rules (`Rule.shared`, `Rule.standalone`: positions walked in a frame
-    of their own).
+    of their own). ``components``: the call graph's strongly connected components, where the
+    caller has them already.
     """
     # (the components come callees first: non-recursive callees before their callers)
-    components = _strongly_connected(rules, lambda r: references(rules[r].body))
+    if components is None:
+        components = _strongly_connected(rules, lambda r: references(rules[r].body))
     keep = _recursive(rules, components) | {start}
     keep |= {n for n, r in rules.items() if r.lookahead is not None or r.shared or r.standalone}
     uses: Counter[str] = Counter()
