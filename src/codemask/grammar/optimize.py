@@ -71,7 +71,8 @@ def optimize(ir: GrammarIR) -> GrammarIR:
     if _recursive(rules, components):
         untangled = eliminate_left_recursion(rules, ir.start)
         if untangled is not rules:
-            rules, components = untangled, None
+            rules = untangled
+            components = _strongly_connected(rules, lambda r: references(untangled[r].body))
     rules = count_large_repeats(inline_rules(rules, ir.start, components))
     return GrammarIR(rules=rules, start=ir.start, terminals=ir.terminals, ignore=ir.ignore)
 
