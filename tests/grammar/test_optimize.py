@@ -9,8 +9,10 @@ import json
 import random
 from pathlib import Path
 
+import lark
 import pytest
 
+import oracle  # the reference recognizer lives in tests/
 from codemask import Grammar
 from codemask.engine import native
 from codemask.errors import GrammarError
@@ -229,3 +231,25 @@ def test_a_validating_schemas_key_complement_is_a_standalone_rule_of_the_optimis
     assert any(standalone[0].name in references(rule.body) for rule in validating.rules.values())
     generating = optimize(Grammar.from_json_schema(schema, mode="generate").ir)
     assert not any(rule.standalone for rule in generating.rules.values())
+
+
+def test_left_recursion_is_found_through_the_call_graphs_cycles_only() -> None:
+    """optimize() looks for left recursion only in grammars whose call graph has a cycle: an
+    indirect left recursion is still rewritten (the language kept, checked by a parser), a left
+    recursion hidden behind a rule that can be empty is still refused by name, and a grammar whose
+    recursion is not on the left keeps it."""
+    indirect = 'root ::= a\na ::= b "x" | "y"\nb ::= a "z" | "w"\n'
+    rewritten = optimize(Grammar.from_ebnf(indirect).ir)
+    assert not any(name in references(rule.body) for name, rule in rewritten.rules.items())
+    parser = lark.Lark('start: a\na: b "x" | "y"\nb: a "z" | "w"\n', parser="earley", lexer="dynamic")
+    for text in ["y", "wx", "yzx", "wxzx", "yzxzx", "yz", "x", "wxz", ""]:
+        try:
+            parser.parse(text)
+            expected = True
+        except lark.exceptions.LarkError:
+            expected = False
+        assert oracle.accepts(rewritten, text.encode()) is expected, text
+    with pytest.raises(GrammarError, match="'root' is left-recursive through a rule that can match the empty"):
+        optimize(Grammar.from_ebnf('root ::= x root "a" | "b"\nx ::= "" | "c"\n').ir)
+    nested = optimize(Grammar.from_ebnf('root ::= "[" item* "]"\nitem ::= "a" | root\n').ir)
+    assert "root" in references(nested.rules["item"].body)
