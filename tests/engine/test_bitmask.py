@@ -480,3 +480,39 @@ def test_pack_ids_sets_exactly_the_ids_few_or_many(count: int) -> None:
     assert words.dtype == np.uint32 and len(words) == bitmask_width(vocab_size)
     allowed = unpack_bitmask(words.view(np.int32), vocab_size)
     assert sorted(np.flatnonzero(allowed).tolist()) == sorted(ids.tolist())
+
+
+def test_host_array_aliases_a_tensors_memory_while_its_layout_holds() -> None:
+    """The numpy array over a CPU bitmask tensor is made once and handed out again only for the
+    same tensor with the same memory and layout: writes land in the tensor, and an in-place change
+    of shape or storage gives an array over what the tensor is now."""
+    tensor = torch.full((2, 5), -1, dtype=torch.int32)
+    array = bm.host_array(tensor)
+    array[1, 2] = 7
+    assert tensor[1, 2].item() == 7 and bm.host_array(tensor) is array
+    assert array.base is None or not isinstance(array.base, torch.Tensor)  # (an alias: the tensor is not held)
+    tensor.unsqueeze_(0)
+    reshaped = bm.host_array(tensor)
+    assert reshaped is not array and reshaped.shape == (1, 2, 5)
+    tensor.set_(torch.zeros((3, 4), dtype=torch.int32))
+    moved = bm.host_array(tensor)
+    assert moved.shape == (3, 4) and not moved.any()
+    moved[2, 3] = 5
+    assert tensor[2, 3].item() == 5
+    numpy_bitmask = np.zeros((1, 4), dtype=np.int32)
+    assert bm.host_array(numpy_bitmask) is numpy_bitmask
+
+
+def test_host_array_of_tensors_that_come_and_go_stays_bounded_and_right() -> None:
+    """Many short-lived bitmasks (ids reused by Python) each get their own memory's array."""
+    for value in range(3 * bm._HOST_ARRAYS_KEPT):
+        tensor = torch.full((1, 3), value, dtype=torch.int32)
+        assert (bm.host_array(tensor) == value).all()
+    assert len(bm._HOST_ARRAYS) <= bm._HOST_ARRAYS_KEPT
+
+
+def test_host_array_refuses_what_is_not_a_cpu_bitmask() -> None:
+    with pytest.raises(ValueError, match="fill the bitmask on the CPU"):
+        bm.host_array(torch.empty((1, 4), dtype=torch.int32, device="meta"))
+    with pytest.raises(TypeError, match="int32 numpy array or torch tensor"):
+        bm.host_array([[0, 0]])

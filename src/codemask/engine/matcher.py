@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from codemask.engine.bitmask import host_array
 from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.parser import DEAD
 from codemask.errors import MatcherError
@@ -254,14 +255,7 @@ def _as_bytes(data: bytes | bytearray | str) -> bytes:
 def _row_view(bitmask: Any, row: int) -> np.ndarray:
     """A writable numpy view of one row of a CPU bitmask (torch tensor or numpy array): a 2-D
     ``[batch, words]`` one and a row in it, or one 1-D row (``row`` 0)."""
-    if isinstance(bitmask, np.ndarray):
-        arr = bitmask
-    elif callable(getattr(bitmask, "numpy", None)) and hasattr(bitmask, "device"):
-        if bitmask.device.type != "cpu":
-            raise ValueError("fill the bitmask on the CPU (allocate_token_bitmask) and copy it to the device")
-        arr = bitmask.numpy()
-    else:
-        raise TypeError(f"bitmask must be an int32 numpy array or torch tensor, got {type(bitmask).__name__}")
+    arr = host_array(bitmask)
     if arr.dtype != np.int32:
         raise ValueError(f"bitmask must be int32, got {arr.dtype}")
     if isinstance(row, bool) or not isinstance(row, int | np.integer):

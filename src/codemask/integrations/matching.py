@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from codemask.engine.bitmask import bitmask_width
+from codemask.engine.bitmask import bitmask_width, host_array
 from codemask.engine.compiler import CompiledGrammar
 from codemask.engine.matcher import GrammarMatcher
 from codemask.errors import MatcherError
@@ -127,7 +127,7 @@ class RequestMatcher:
 
 def _row(bitmask: Any, row: int) -> np.ndarray:
     """Row ``row`` of a CPU int32 bitmask as a writable uint32 numpy view."""
-    array = bitmask if isinstance(bitmask, np.ndarray) else bitmask.numpy()
+    array = host_array(bitmask)
     if array.dtype != np.int32:
         raise ValueError(f"a token bitmask is int32, got {array.dtype}")
     return array[row].view(np.uint32)
