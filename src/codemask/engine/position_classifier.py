@@ -99,7 +99,9 @@ class PositionClassifier:
         if missing:
             bounded = {i: span for i in missing if (span := self._chains.span(int(positions[i])))}
             walked = [i for i in missing if i not in bounded]
-            if walked:
+            if len(walked) == len(positions):  # (all of them, the usual batch: no copy through an index)
+                accepted, uncertain = self._walk_any(positions, progress)
+            elif walked:
                 accepted[walked], walked_uncertain = self._walk_any(positions[walked], progress)
                 for i, unc in zip(walked, walked_uncertain, strict=True):
                     uncertain[i] = unc
