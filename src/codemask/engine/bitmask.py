@@ -200,37 +200,41 @@ def set_bits(words: np.ndarray, token_ids: np.ndarray) -> None:
 
 def host_array(bitmask: Any) -> np.ndarray:
     """The numpy array over a CPU bitmask's memory: a numpy bitmask itself, or a torch tensor's
-    memory, made once per tensor while its memory and layout stay the same.
+    memory, made once for a tensor that comes back with the same memory and layout.
 
     A matcher writes its mask into the caller's bitmask at every step, and ``Tensor.numpy()`` costs
-    8 µs when warm and about 80 µs right after a mask's walk of the vocabulary has taken the
-    processor's caches: most of a remembered mask, a tenth of a new one. The array kept does not
-    hold the tensor (it is an alias of its memory), and it is handed out only for the same live
-    tensor with the same data pointer, dtype, shape and strides."""
+    4-8 µs when warm and about 80 µs right after a mask's walk of the vocabulary has taken the
+    processor's caches: most of a remembered mask, a tenth of a new one. A tensor seen a second time
+    (a decoding loop's bitmask, not a slice made per call) gets an alias of its memory that does not
+    hold the tensor, handed out only for the same live tensor with the same data pointer, dtype,
+    shape and strides."""
     if isinstance(bitmask, np.ndarray):
         return bitmask
     if not (callable(getattr(bitmask, "numpy", None)) and hasattr(bitmask, "data_ptr")):
         raise TypeError(f"bitmask must be an int32 numpy array or torch tensor, got {type(bitmask).__name__}")
     layout = (bitmask.data_ptr(), bitmask.dtype, tuple(bitmask.shape), bitmask.stride())
     found = _HOST_ARRAYS.get(id(bitmask))
+    seen = False
     if found is not None and found[0]() is bitmask and found[1] == layout:
-        return found[2]
+        if found[2] is not None:
+            return found[2]
+        seen = True
     if bitmask.device.type != "cpu":
         raise ValueError("fill the bitmask on the CPU (allocate_token_bitmask) and copy it to the device")
     array: np.ndarray = bitmask.numpy()
-    if not (array.flags.c_contiguous and array.nbytes):
-        return array
-    memory = (ctypes.c_char * array.nbytes).from_address(array.ctypes.data)
-    alias = np.frombuffer(memoryview(memory).cast("B"), dtype=array.dtype).reshape(array.shape)
-    alias.flags.writeable = array.flags.writeable
+    alias = None
+    if seen and array.flags.c_contiguous and array.nbytes:
+        memory = (ctypes.c_char * array.nbytes).from_address(layout[0])
+        alias = np.frombuffer(memoryview(memory).cast("B"), dtype=array.dtype).reshape(array.shape)
+        alias.flags.writeable = array.flags.writeable
     _HOST_ARRAYS[id(bitmask)] = (weakref.ref(bitmask), layout, alias)
     while len(_HOST_ARRAYS) > _HOST_ARRAYS_KEPT:
         del _HOST_ARRAYS[next(iter(_HOST_ARRAYS))]
-    return alias
+    return array if alias is None else alias
 
 
 # The host arrays of the most recent bitmask tensors (`host_array`), by the tensor's id.
-_HOST_ARRAYS: dict[int, tuple[weakref.ref[Any], tuple[object, ...], np.ndarray]] = {}
+_HOST_ARRAYS: dict[int, tuple[weakref.ref[Any], tuple[object, ...], np.ndarray | None]] = {}
 _HOST_ARRAYS_KEPT = 16
 
 
