@@ -517,3 +517,18 @@ def test_host_array_refuses_what_is_not_a_cpu_bitmask() -> None:
         bm.host_array(torch.empty((1, 4), dtype=torch.int32, device="meta"))
     with pytest.raises(TypeError, match="int32 numpy array or torch tensor"):
         bm.host_array([[0, 0]])
+
+
+def test_host_array_from_many_threads_at_once() -> None:
+    """Threads filling bitmasks of their own, more of them than the registry keeps, each always
+    get their own tensor's memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fill(value: int) -> bool:
+        tensor = torch.zeros((1, 8), dtype=torch.int32)
+        for step in range(200):
+            bm.host_array(tensor)[0, step % 8] = value
+        return bool((tensor == value).all())
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert all(pool.map(fill, range(1, 3 * bm._HOST_ARRAYS_KEPT)))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
@@ -227,15 +228,17 @@ def host_array(bitmask: Any) -> np.ndarray:
         memory = (ctypes.c_char * array.nbytes).from_address(layout[0])
         alias = np.frombuffer(memoryview(memory).cast("B"), dtype=array.dtype).reshape(array.shape)
         alias.flags.writeable = array.flags.writeable
-    _HOST_ARRAYS[id(bitmask)] = (weakref.ref(bitmask), layout, alias)
-    while len(_HOST_ARRAYS) > _HOST_ARRAYS_KEPT:
-        del _HOST_ARRAYS[next(iter(_HOST_ARRAYS))]
+    with _HOST_ARRAYS_LOCK:  # (matchers of several threads: the oldest entry is read, then dropped)
+        _HOST_ARRAYS[id(bitmask)] = (weakref.ref(bitmask), layout, alias)
+        while len(_HOST_ARRAYS) > _HOST_ARRAYS_KEPT:
+            del _HOST_ARRAYS[next(iter(_HOST_ARRAYS))]
     return array if alias is None else alias
 
 
 # The host arrays of the most recent bitmask tensors (`host_array`), by the tensor's id.
 _HOST_ARRAYS: dict[int, tuple[weakref.ref[Any], tuple[object, ...], np.ndarray | None]] = {}
 _HOST_ARRAYS_KEPT = 16
+_HOST_ARRAYS_LOCK = threading.Lock()
 
 
 def _as_bitmask(bitmask: object) -> torch.Tensor:
