@@ -480,6 +480,9 @@ def test_pack_ids_sets_exactly_the_ids_few_or_many(count: int) -> None:
     assert words.dtype == np.uint32 and len(words) == bitmask_width(vocab_size)
     allowed = unpack_bitmask(words.view(np.int32), vocab_size)
     assert sorted(np.flatnonzero(allowed).tolist()) == sorted(ids.tolist())
+    for outside in (-1, vocab_size):  # (either way of packing: never a wrapped or padding bit)
+        with pytest.raises(ValueError, match="token ids must be in"):
+            bm.pack_ids(np.append(ids, outside).astype(np.int64), vocab_size)
 
 
 def test_host_array_aliases_a_tensors_memory_while_its_layout_holds() -> None:
@@ -510,6 +513,19 @@ def test_host_array_of_tensors_that_come_and_go_stays_bounded_and_right() -> Non
         tensor = torch.full((1, 3), value, dtype=torch.int32)
         assert (bm.host_array(tensor) == value).all() and (bm.host_array(tensor) == value).all()
     assert len(bm._HOST_ARRAYS) <= bm._HOST_ARRAYS_KEPT
+
+
+def test_a_bitmask_in_use_keeps_its_array_while_slices_come_and_go() -> None:
+    """A decoding loop's bitmask keeps its alias however many slices made per call pass through
+    (theirs leave first once they are gone), and a slice's array is still its own memory."""
+    bitmask = torch.zeros((4, 6), dtype=torch.int32)
+    bm.host_array(bitmask)
+    alias = bm.host_array(bitmask)
+    for row in range(3 * bm._HOST_ARRAYS_KEPT):
+        view = bitmask[row % 4]
+        bm.host_array(view)[:] = row
+        assert (bitmask[row % 4] == row).all()
+    assert bm.host_array(bitmask) is alias
 
 
 def test_host_array_refuses_what_is_not_a_cpu_bitmask() -> None:

@@ -878,7 +878,9 @@ def _rule_dfa(name: str, body: Expr, rule_index: dict[str, int], alphabet: int,
 
 def _call_table(call_arrays: list[np.ndarray], offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`RTN.call_table` from each rule automaton's `DFA.call_array`, its states moved by the rule's
-    ``offsets``: the rules' calls are concatenated in state order already."""
+    ``offsets``. Each array is by state then callee (C's `native.dfa_of_expr` makes its calls in
+    that order, `DFA.call_array` sorts a Python automaton's), and the rules' states follow each
+    other, so the concatenation is in the network's state order already."""
     counts = [len(a) for a in call_arrays]
     flat = np.concatenate(call_arrays).astype(np.int64) if sum(counts) else np.zeros((0, 3), dtype=np.int64)
     moved = np.repeat(offsets[:-1], counts)

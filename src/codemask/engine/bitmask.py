@@ -177,6 +177,8 @@ def pack_ids(token_ids: np.ndarray, vocab_size: int) -> np.ndarray:
 
     A few ids (a matcher's stop tokens, made per grammar) are set one by one; many go through a
     boolean row, which costs a pass over the whole vocabulary (50 µs for Llama-3)."""
+    if len(token_ids) and not 0 <= int(np.min(token_ids)) <= int(np.max(token_ids)) < vocab_size:
+        raise ValueError(f"token ids must be in [0, {vocab_size}): got one outside it")
     if len(token_ids) <= _FEW_IDS:
         words = np.zeros(bitmask_width(vocab_size), dtype=np.uint32)
         set_bits(words, np.asarray(token_ids))
@@ -200,21 +202,23 @@ def set_bits(words: np.ndarray, token_ids: np.ndarray) -> None:
 
 
 def host_array(bitmask: Any) -> np.ndarray:
-    """The numpy array over a CPU bitmask's memory: a numpy bitmask itself, or a torch tensor's
-    memory, made once for a tensor that comes back with the same memory and layout.
+    """The numpy array over a CPU bitmask's memory, to write a mask into now: a numpy bitmask
+    itself, or a torch tensor's memory, made once for a tensor that comes back with the same
+    memory and layout.
 
     A matcher writes its mask into the caller's bitmask at every step, and ``Tensor.numpy()`` costs
     4-8 µs when warm and about 80 µs right after a mask's walk of the vocabulary has taken the
     processor's caches: most of a remembered mask, a tenth of a new one. A tensor seen a second time
-    (a decoding loop's bitmask, not a slice made per call) gets an alias of its memory that does not
-    hold the tensor, handed out only for the same live tensor with the same data pointer, dtype,
-    shape and strides."""
+    (a decoding loop's bitmask, not a slice made per call) gets an alias of its memory, handed out
+    only for the same live tensor with the same data pointer, dtype, shape and strides. The alias
+    does not keep the tensor alive (the registry would keep every bitmask alive otherwise): use it
+    while you hold the tensor, never after."""
     if isinstance(bitmask, np.ndarray):
         return bitmask
-    if not (callable(getattr(bitmask, "numpy", None)) and hasattr(bitmask, "data_ptr")):
+    if not (callable(getattr(bitmask, "numpy", None)) and hasattr(bitmask, "device")):
         raise TypeError(f"bitmask must be an int32 numpy array or torch tensor, got {type(bitmask).__name__}")
-    layout = (bitmask.data_ptr(), bitmask.dtype, tuple(bitmask.shape), bitmask.stride())
-    found = _HOST_ARRAYS.get(id(bitmask))
+    layout = _layout(bitmask)
+    found = _HOST_ARRAYS.get(id(bitmask)) if layout is not None else None
     seen = False
     if found is not None and found[0]() is bitmask and found[1] == layout:
         if found[2] is not None:
@@ -223,21 +227,46 @@ def host_array(bitmask: Any) -> np.ndarray:
     if bitmask.device.type != "cpu":
         raise ValueError("fill the bitmask on the CPU (allocate_token_bitmask) and copy it to the device")
     array: np.ndarray = bitmask.numpy()
+    if layout is None:
+        return array
     alias = None
     if seen and array.flags.c_contiguous and array.nbytes:
         memory = (ctypes.c_char * array.nbytes).from_address(layout[0])
         alias = np.frombuffer(memoryview(memory).cast("B"), dtype=array.dtype).reshape(array.shape)
         alias.flags.writeable = array.flags.writeable
-    with _HOST_ARRAYS_LOCK:  # (matchers of several threads: the oldest entry is read, then dropped)
-        _HOST_ARRAYS[id(bitmask)] = (weakref.ref(bitmask), layout, alias)
-        while len(_HOST_ARRAYS) > _HOST_ARRAYS_KEPT:
-            del _HOST_ARRAYS[next(iter(_HOST_ARRAYS))]
+    _remember(bitmask, layout, alias)
     return array if alias is None else alias
 
 
-# The host arrays of the most recent bitmask tensors (`host_array`), by the tensor's id.
-_HOST_ARRAYS: dict[int, tuple[weakref.ref[Any], tuple[object, ...], np.ndarray | None]] = {}
-_HOST_ARRAYS_KEPT = 16
+_Layout: TypeAlias = tuple[int, object, tuple[int, ...], tuple[int, ...]]
+
+
+def _layout(bitmask: Any) -> _Layout | None:
+    """A tensor's data pointer, dtype, shape and strides (None where it has none: a sparse tensor,
+    an object that is not a torch tensor)."""
+    try:
+        return (int(bitmask.data_ptr()), bitmask.dtype, tuple(bitmask.shape), tuple(bitmask.stride()))
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
+def _remember(bitmask: Any, layout: _Layout, alias: np.ndarray | None) -> None:
+    """Keep a tensor's entry; past `_HOST_ARRAYS_KEPT`, the entries of tensors that are gone leave
+    first (slices made per call), then the oldest."""
+    with _HOST_ARRAYS_LOCK:  # (matchers of several threads insert and evict at once)
+        _HOST_ARRAYS.pop(id(bitmask), None)
+        _HOST_ARRAYS[id(bitmask)] = (weakref.ref(bitmask), layout, alias)
+        if len(_HOST_ARRAYS) > _HOST_ARRAYS_KEPT:
+            for key in [key for key, entry in _HOST_ARRAYS.items() if entry[0]() is None]:
+                del _HOST_ARRAYS[key]
+        while len(_HOST_ARRAYS) > _HOST_ARRAYS_KEPT:
+            del _HOST_ARRAYS[next(iter(_HOST_ARRAYS))]
+
+
+# The host arrays of recent bitmask tensors (`host_array`), by the tensor's id: (the tensor, weakly;
+# its layout; its alias, None until it is seen a second time).
+_HOST_ARRAYS: dict[int, tuple[weakref.ref[Any], _Layout, np.ndarray | None]] = {}
+_HOST_ARRAYS_KEPT = 64
 _HOST_ARRAYS_LOCK = threading.Lock()
 
 
