@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import importlib.metadata
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -227,5 +228,11 @@ def _json_schema_key(schema: Any, mode: str, strict: bool, whitespace: str | int
 
 @functools.cache
 def _front_end_fingerprint() -> str:
-    """A digest of the grammar package's sources (the front-ends and the IR): read once per process."""
-    return files_digest(Path(__file__).parent, ("**/*.py",))
+    """A digest of the grammar package's sources (the front-ends and the IR) and of the versions of
+    the libraries a JSON Schema's grammar depends on (`referencing` resolves its references,
+    `jsonschema` and its specifications read its dialect): made once per process (10 ms)."""
+    versions = "\0".join(importlib.metadata.version(name) for name in _SCHEMA_LIBRARIES)
+    return files_digest(Path(__file__).parent, ("**/*.py",)) + versions
+
+
+_SCHEMA_LIBRARIES = ("jsonschema", "jsonschema-specifications", "referencing")

@@ -263,6 +263,26 @@ def test_schemas_are_keyed_by_their_json_text() -> None:
         Grammar.from_json_schema({"type": "object", "properties": {1: {"type": "integer"}}})
 
 
+def test_a_schemas_key_follows_the_libraries_that_resolve_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another version of `referencing` (which resolves a schema's references) may build another
+    grammar from the same schema text: its key must change with it."""
+    import importlib.metadata
+
+    from codemask.grammar import grammar as grammar_module
+
+    before = Grammar.from_json_schema(PERSON).cache_key
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "0.0.0" if name == "referencing" else real_version(name))
+    grammar_module._front_end_fingerprint.cache_clear()
+    try:
+        assert Grammar.from_json_schema(PERSON).cache_key != before
+    finally:
+        monkeypatch.undo()
+        grammar_module._front_end_fingerprint.cache_clear()
+    assert Grammar.from_json_schema(PERSON).cache_key == before
+
+
 def test_free_strings_are_shared_rules_that_optimisation_keeps() -> None:
     """Every free string (any characters, a value or an unknown key) is one `Rule.shared` rule
     with its quotes, which inlining leaves alone: the token masks inside it are then classified
