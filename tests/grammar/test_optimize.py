@@ -243,7 +243,7 @@ def test_left_recursion_is_found_through_the_call_graphs_cycles_only(monkeypatch
     searched: list[str] = []
     search = optimiser.eliminate_left_recursion
     monkeypatch.setattr(optimiser, "eliminate_left_recursion",
-                        lambda rules, start: searched.append(start) or search(rules, start))
+                        lambda rules, start, recursive=None: searched.append(start) or search(rules, start, recursive))
     optimize(Grammar.from_json_schema({"type": "object", "properties": {"a": {"type": "integer"}}}).ir)
     assert searched == []  # (no recursion: no search)
     indirect = 'root ::= a\na ::= b "x" | "y"\nb ::= a "z" | "w"\n'
@@ -263,3 +263,23 @@ def test_left_recursion_is_found_through_the_call_graphs_cycles_only(monkeypatch
         optimize(Grammar.from_ebnf('root ::= x root "a" | "b"\nx ::= "" | "c"\n').ir)
     nested = optimize(Grammar.from_ebnf('root ::= "[" item* "]"\nitem ::= "a" | root\n').ir)
     assert "root" in references(nested.rules["item"].body)
+
+
+@pytest.mark.parametrize("grammar", [
+    Grammar.builtin("json"),
+    Grammar.from_ebnf('root ::= a\na ::= b "x" | "y"\nb ::= a "z" | "w"\n'),
+    Grammar.from_ebnf('root ::= expr\nexpr ::= expr "+" term | term\nterm ::= term "*" atom | atom\n'
+                      'atom ::= "(" expr ")" | [0-9]+\n'),
+    Grammar.from_json_schema({"type": "object", "properties": {"child": {"$ref": "#"}, "n": {"type": "integer"}},
+                              "additionalProperties": True}, mode="validate"),
+])
+def test_the_left_recursion_search_within_the_recursive_rules_rewrites_as_the_whole_search(grammar: Grammar) -> None:
+    """Left recursion is a cycle of calls: searching the recursive rules' left calls only (what
+    optimize() does) rewrites exactly as searching every rule's."""
+    from codemask.grammar.optimize import _recursive, _strongly_connected, eliminate_left_recursion
+
+    rules = grammar.ir.rules
+    recursive = _recursive(rules, _strongly_connected(rules, lambda r: references(rules[r].body)))
+    assert recursive
+    start = grammar.ir.start
+    assert eliminate_left_recursion(rules, start, recursive) == eliminate_left_recursion(rules, start)

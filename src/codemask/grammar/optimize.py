@@ -68,8 +68,9 @@ def optimize(ir: GrammarIR) -> GrammarIR:
     # (left recursion is a cycle of the call graph: a grammar without recursion, most JSON Schemas,
     # skips the search for it, and the inliner reuses the components)
     components = _strongly_connected(rules, lambda r: references(rules[r].body))
-    if _recursive(rules, components):
-        untangled = eliminate_left_recursion(rules, ir.start)
+    recursive = _recursive(rules, components)
+    if recursive:
+        untangled = eliminate_left_recursion(rules, ir.start, recursive)
         if untangled is not rules:
             rules = untangled
             components = _strongly_connected(rules, lambda r: references(untangled[r].body))
@@ -322,16 +323,21 @@ def _left_calls(expr: Expr, nullable: set[str]) -> set[str]:
 
 # ----------------------------------------------------------------------------- left recursion
 
-def eliminate_left_recursion(rules: dict[str, Rule], start: str) -> dict[str, Rule]:
+def eliminate_left_recursion(rules: dict[str, Rule], start: str, recursive: Set[str] | None = None) -> dict[str, Rule]:
     """Rewrite left-recursive rules into equivalent right-iterative ones.
 
     Only the language matters to the engine (it builds no parse trees), so ``A: A a | b`` becomes
     ``A: b a*``; indirect cycles are first turned into direct ones by substituting the earlier
     rules of the cycle (Paull's algorithm). Left recursion hidden behind a nullable prefix that
     this cannot untangle raises `GrammarError` naming the rule.
+
+    ``recursive``: the rules that can call themselves, where the caller knows them. A left
+    recursion is a cycle of calls, so the search for one looks at their left calls only (a JSON
+    Schema's grammar has a few, its generic JSON value, among hundreds of rules).
     """
     nullable = nullable_rules(rules)
-    cycles = [c for c in _strongly_connected(rules, lambda r: left_calls(rules[r].body, nullable))
+    candidates = rules if recursive is None else {name: rule for name, rule in rules.items() if name in recursive}
+    cycles = [c for c in _strongly_connected(candidates, lambda r: left_calls(rules[r].body, nullable))
               if len(c) > 1 or c[0] in left_calls(rules[c[0]].body, nullable)]
     if not cycles:
         return rules
