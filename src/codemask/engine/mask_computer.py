@@ -4,6 +4,7 @@ tokens whose residuals the actual callers accept, memoised per state.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 
 import numpy as np
@@ -55,18 +56,21 @@ class MaskComputer:
             if unc is not None and unc.direct:
                 alone = core.closure([stack])  # (the parse of this stack alone: its mask, uncertain tokens included)
                 if alone != DEAD:
-                    np.bitwise_or(words, native.state_mask(native.position_walker(self.trie, self.vocab_size), core,
-                                                           alone), out=words)
+                    np.bitwise_or(words, native.state_mask(self._walker, core, alone), out=words)
             elif unc is not None:
                 exit_state = core.exit_state(stack)
                 if exit_state == DEAD:
                     continue
                 if native.enabled():
-                    native.resolve_residuals(native.position_walker(self.trie, self.vocab_size), core, exit_state,
-                                             unc.residual_rows, unc.residual_starts, unc.residual_len,
-                                             unc.token_ids, unc.residual_of, words)
+                    native.resolve_residuals(self._walker, core, exit_state, unc.residual_rows, unc.residual_starts,
+                                             unc.residual_len, unc.token_ids, unc.residual_of, words)
                 else:
                     set_bits(words, resolve_residuals(core, unc, exit_state, self.trie.matrix))
         if core.can_end(state):
             np.bitwise_or(words, self.stop_words, out=words)
         return words
+
+    @functools.cached_property
+    def _walker(self) -> native.PositionWalker:
+        """The vocabulary's walker (`native.position_walker`), taken once: the extension is loaded."""
+        return native.position_walker(self.trie, self.vocab_size)

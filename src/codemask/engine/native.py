@@ -196,23 +196,22 @@ def position_walker(trie: TokenTrie, vocab_size: int) -> PositionWalker:
     return walker
 
 
-def classify_position(walker: PositionWalker, core: ParserCore, start: int, follow: np.ndarray | None,
+def classify_position(walker: PositionWalker, core: ParserCore, start: int, follow: bytes | None,
                       max_uncertain: int, use_memo: bool = False
                       ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
     """A byte-level position's accepted tokens (a uint32 bitmask row over token ids, read-only) and
     uncertain tokens, from its frame-local parser state ``start`` (`ParserCore.frame_state`):
     int32 arrays of their trie rows and the distinct residual each goes on with, and per residual
     the row it is a tail of, where it starts and its length; None instead where more than
-    ``max_uncertain`` tokens leave the frame. ``follow`` (bool [256]) are the bytes a residual may
-    begin with, None where the frame has no caller. With ``use_memo`` the walker keeps the walks
+    ``max_uncertain`` tokens leave the frame. ``follow`` (256 bytes of 0/1) are the bytes a
+    residual may begin with, None where the frame has no caller. With ``use_memo`` the walker keeps the walks
     below first bytes that lead many tokens to one parser state, by the shape of the automaton
     that state reaches, for the later positions of any grammar that reach a state of the same
     shape (the branches of every key complement go on as one free string, say). Transitions the core does not know
     yet are computed on the way, under its lock."""
     interner = core.native_interner()
-    flags = None if follow is None else np.ascontiguousarray(follow, dtype=np.uint8).tobytes()
     with core.lock:
-        found = walker.classify(interner, core, start, flags, max_uncertain, use_memo)
+        found = walker.classify(interner, core, start, follow, max_uncertain, use_memo)
     words = np.frombuffer(found[0], dtype=np.uint32)
     parts = found[1:]
     if parts[0] is None:

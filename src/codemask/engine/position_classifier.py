@@ -15,7 +15,7 @@ from codemask.engine.automaton import RuleCalls
 from codemask.engine.bitmask import bitmask_width
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.shared_positions import MAX_SHARED_STATES, RuleSignatures, SharedPositions
-from codemask.engine.string_chains import CharCounts, StringChains, free_string_rtn
+from codemask.engine.string_chains import CharCounts, Span, StringChains, free_string_rtn
 from codemask.engine.token_trie import TokenTrie
 from codemask.engine.trie_walk import LevelResults, SubtreeMemo, first_bytes
 from codemask.engine.uncertain import Uncertain, uncertain_entries
@@ -85,38 +85,48 @@ class PositionClassifier:
         blocks) are the free string's classification filtered by length (`string_chains`); the
         others are walked. All are then shared.
         """
-        accepted = np.zeros((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
         uncertain: list[Uncertain | None] = [None] * len(positions)
         shared = SharedPositions.of(self.trie)
-        keys = [self._shared_key(int(p)) if self.share else None for p in positions]
+        keys = [self._shared_key(p) for p in positions.tolist()] if self.share else [None] * len(positions)
+        found_rows: dict[int, np.ndarray] = {}
         missing = []
         for i, key in enumerate(keys):
             found = shared.get(key) if key is not None else None
             if found is None:
                 missing.append(i)
             else:
-                accepted[i], uncertain[i] = found
-        if missing:
-            bounded = {i: span for i in missing if (span := self._chains.span(int(positions[i])))}
-            walked = [i for i in missing if i not in bounded]
-            if len(walked) == len(positions):  # (all of them, the usual batch: no copy through an index)
-                accepted, uncertain = self._walk_any(positions, progress)
-            elif walked:
-                accepted[walked], walked_uncertain = self._walk_any(positions[walked], progress)
-                for i, unc in zip(walked, walked_uncertain, strict=True):
-                    uncertain[i] = unc
-            if bounded:
-                counts = self._char_counts()
-                has_callers, first_byte = self._rule_exits
-                for i, span in bounded.items():
-                    rule = int(self.core.rtn.state_rule[positions[i]])
-                    exits = first_byte[rule] if has_callers[rule] else None
-                    accepted[i], uncertain[i] = counts.filtered(span, exits, MAX_LISTED_UNCERTAIN)
-            for i in missing:
-                key = keys[i]
-                if key is not None:
-                    shared.put(key, accepted[i].copy(), uncertain[i])
+                found_rows[i], uncertain[i] = found
+        bounded = {i: span for i in missing if (span := self._chains.span(int(positions[i])))}
+        if len(missing) == len(positions) and not bounded:
+            # (the usual batch of a lazy mask: every position walked, no copy through an index)
+            accepted, uncertain = self._walk_any(positions, progress)
+        else:
+            accepted = np.zeros((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
+            for i, row in found_rows.items():
+                accepted[i] = row
+            self._classify_some(positions, missing, bounded, accepted, uncertain, progress)
+        for i in missing:
+            key = keys[i]
+            if key is not None:
+                shared.put(key, accepted[i].copy(), uncertain[i])
         return accepted, [self._followed(int(p), unc) for p, unc in zip(positions, uncertain, strict=True)]
+
+    def _classify_some(self, positions: np.ndarray, missing: list[int], bounded: dict[int, Span],
+                       accepted: np.ndarray, uncertain: list[Uncertain | None], progress: str | None) -> None:
+        """`classify` of the ``missing`` positions into ``accepted`` and ``uncertain``: the
+        ``bounded`` strings filtered from the free string's classification, the others walked."""
+        walked = [i for i in missing if i not in bounded]
+        if walked:
+            accepted[walked], walked_uncertain = self._walk_any(positions[walked], progress)
+            for i, unc in zip(walked, walked_uncertain, strict=True):
+                uncertain[i] = unc
+        if bounded:
+            counts = self._char_counts()
+            has_callers, first_byte = self._rule_exits
+            for i, span in bounded.items():
+                rule = int(self.core.rtn.state_rule[positions[i]])
+                exits = first_byte[rule] if has_callers[rule] else None
+                accepted[i], uncertain[i] = counts.filtered(span, exits, MAX_LISTED_UNCERTAIN)
 
     def prepare_strings(self) -> None:
         """Make the vocabulary's `CharCounts` now if this grammar has shared rules (strings), so
@@ -151,14 +161,26 @@ class PositionClassifier:
         """
         rtn = self.core.rtn
         rule = int(rtn.state_rule[position])
+        if rule not in self._key_parts:
+            self._key_parts[rule] = self._rule_key_parts(rule)
+        parts = self._key_parts[rule]
+        if parts is None:
+            return None
+        signature, with_callers, follow = parts
+        local = position - rtn.rule_bounds[rule]
+        return (signature, local, with_callers) if follow is None else (signature, local, with_callers, follow)
+
+    @functools.cached_property
+    def _key_parts(self) -> dict[int, tuple[bytes, bool, bytes | None] | None]:
+        """Per rule met so far, what its positions' `_shared_key` takes from the rule."""
+        return {}
+
+    def _rule_key_parts(self, rule: int) -> tuple[bytes, bool, bytes | None] | None:
         signature = self._signatures[rule]
         if signature is None:
             return None
-        local = position - rtn.rule_bounds[rule]
-        with_callers = bool(self._calls.with_callers[rule])
-        if rtn.is_shared(rule):
-            return signature, local, with_callers
-        return signature, local, with_callers, self._follow[rule].tobytes()
+        follow = None if self.core.rtn.is_shared(rule) else self._follow[rule].tobytes()
+        return signature, bool(self._calls.with_callers[rule]), follow
 
     def _followed(self, position: int, unc: Uncertain | None) -> Uncertain | None:
         """A shared rule's ``unc`` without the tokens whose residual begins with a byte no caller takes."""
@@ -192,12 +214,12 @@ class PositionClassifier:
     def _walk_native(self, positions: np.ndarray,
                      progress: str | None) -> tuple[np.ndarray, list[Uncertain | None]]:
         """`_walk` in C: one trie scan per position (`native.classify_position`), the exits kept
-        where a caller can continue them (`_rule_exits`)."""
+        where a caller can continue them (`_exit_flags`)."""
         core, trie = self.core, self.trie
         walker = native.position_walker(trie, self.vocab_size)
-        has_callers, first_byte = self._rule_exits
+        exit_flags = self._exit_flags
         rules = core.rtn.state_rule[positions].tolist()
-        accepted = np.zeros((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
+        accepted = np.empty((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
         uncertain: list[Uncertain | None] = [None] * len(positions)
         # (no bar at all without a label: making one, even disabled, took milliseconds)
         bar = None if progress is None else tqdm(total=len(positions), desc=progress, unit="pos", delay=1.0,
@@ -206,25 +228,34 @@ class PositionClassifier:
             if bar is not None:
                 bar.update(1)
             start = core.frame_state(position)
-            if start != DEAD:
-                follow = first_byte[rule] if has_callers[rule] else None
-                accepted[k], found = native.classify_position(walker, core, start, follow, MAX_LISTED_UNCERTAIN,
-                                                              use_memo=True)
-                if found is None:
-                    uncertain[k] = Uncertain.unlisted()
-                    continue
-                rows, residual_of, residual_rows, starts, lengths = found
-                if len(rows):
-                    token_ids, residual_of = trie.expand_pairs(rows, residual_of)
-                    uncertain[k] = Uncertain(token_ids=token_ids.astype(np.int32, copy=False),
-                                             residual_of=residual_of.astype(np.int32, copy=False),
-                                             residual_rows=residual_rows, residual_starts=starts,
-                                             residual_len=lengths)
+            if start == DEAD:
+                accepted[k] = 0
+                continue
+            accepted[k], found = native.classify_position(walker, core, start, exit_flags[rule], MAX_LISTED_UNCERTAIN,
+                                                          use_memo=True)
+            if found is None:
+                uncertain[k] = Uncertain.unlisted()
+                continue
+            rows, residual_of, residual_rows, starts, lengths = found
+            if len(rows):
+                token_ids, residual_of = trie.expand_pairs(rows, residual_of)
+                uncertain[k] = Uncertain(token_ids=token_ids.astype(np.int32, copy=False),
+                                         residual_of=residual_of.astype(np.int32, copy=False),
+                                         residual_rows=residual_rows, residual_starts=starts,
+                                         residual_len=lengths)
         if bar is not None:
             bar.close()
         if trie.has_duplicates:
             trie.add_duplicates(accepted)
         return accepted, uncertain
+
+    @functools.cached_property
+    def _exit_flags(self) -> list[bytes | None]:
+        """Per rule, `_rule_exits` as `native.classify_position` takes them: the bytes a residual
+        may begin with (256 bytes of 0/1), None where the frame has no caller."""
+        has_callers, first_byte = self._rule_exits
+        flags = first_byte.astype(np.uint8)
+        return [flags[rule].tobytes() if callers else None for rule, callers in enumerate(has_callers.tolist())]
 
     @functools.cached_property
     def _rule_exits(self) -> tuple[np.ndarray, np.ndarray]:
