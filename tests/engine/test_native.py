@@ -103,6 +103,29 @@ def test_c_walk_classifies_every_position_as_the_numpy_walk(source: str, tokeniz
         assert uncertain_pairs(trie, a) == uncertain_pairs(trie, b)
 
 
+def test_a_spelled_key_is_followed_in_the_rtn_without_a_parser_state_per_byte() -> None:
+    """A member's spelled key is a chain of RTN states that call nothing: the C walk follows the RTN
+    along it rather than interning a parser state per byte (a key mask's positions used to make one
+    per level of the trie along each key), and the mask after ``{"`` is what the Python walk gives."""
+    keys = ["description", "descriptions", "identifier", "information"]
+    schema = {"type": "object", "properties": {k: {"type": "string"} for k in keys}, "additionalProperties": False}
+    masks = []
+    for use_native in (True, False):
+        with native.using(use_native):
+            compiled = compiler("llama3").compile(Grammar.from_json_schema(schema, mode="validate"))
+            matcher = GrammarMatcher(compiled)
+            assert matcher.accept_string('{"')
+            masks.append(matcher.next_token_bitmask().copy())
+            positions = compiled.generation()[1].masks.core
+            if use_native:  # (the frame states of the keys' first bytes, their first bytes' targets)
+                assert positions.num_states < len("description")
+    assert (masks[0] == masks[1]).all()
+    vocab = vocabulary("llama3")
+    allowed = {t for t in range(vocab.vocab_size) if masks[0][t >> 5] >> (t & 31) & 1}
+    spelled = {t for t in allowed if vocab.token_bytes[t] in (b"description", b"identifier", b"information")}
+    assert spelled and all(vocab.token_bytes[t][:1] in (b"d", b"i") for t in allowed)
+
+
 # Schemas whose masks lean on each part of the C walk: free strings and keys (bulk subtrees), open
 # objects in validate mode (key complements: the walk memo), bounded strings (chains of states;
 # counting rules past 32 characters, whose inner positions are too wide to list their uncertain

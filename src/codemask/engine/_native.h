@@ -177,6 +177,7 @@ void cm_ctx_give(Interner *x, Ctx *c);
 Py_ssize_t cm_as_id(PyObject *found);
 uint64_t cm_node_hash(int32_t q, const int32_t *ps, Py_ssize_t n);
 int cm_fill_row(Interner *x, PyObject *core, Ctx *c, Py_ssize_t state);
+int32_t cm_bottom_state(Interner *x, PyObject *core, int32_t q, int32_t parent);
 void *cm_copy_array(Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count, const char *name);
 int cm_any_out_of_range(const int32_t *values, Py_ssize_t count, Py_ssize_t states);
 int32_t cm_step_state(Interner *x, PyObject *core, Py_ssize_t state, Py_ssize_t symbol);

@@ -571,6 +571,20 @@ done:
     return status;
 }
 
+/* The parser state of one node at RTN state `q` over the single bottom `parent` (< 0), as a row
+ * fill would reach it: where a walk that followed the RTN itself through call-free states
+ * (`_native_position.c`) comes to a state that needs the parser. FAILED with an exception set. */
+int32_t cm_bottom_state(Interner *x, PyObject *core, int32_t q, int32_t parent) {
+    if (q < 0 || q >= x->states || parent >= 0) return cm_bad("bottom state: RTN state or parent out of range"), FAILED;
+    Ctx *c = cm_ctx_take(x);
+    if (!c) return FAILED;
+    Py_ssize_t s = node(x, q, &parent, 1, -1);
+    int32_t one = (int32_t)s;
+    int32_t result = s < 0 ? FAILED : closure(x, core, c, &one, 1);
+    cm_ctx_give(x, c);
+    return result;
+}
+
 /* -- the Interner type ------------------------------------------------------------------------ */
 
 static void interner_dealloc(Interner *x) {

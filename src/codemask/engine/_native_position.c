@@ -97,6 +97,9 @@ typedef struct {
     uint32_t *ok_stamp; /* per row: the generation in which the current walk accepted it */
     uint32_t gen;
     int32_t *path;      /* per depth: the parser state after the current path's prefix */
+    /* per depth: where the path is followed in the RTN itself (`rtn_chain`), its RTN state and
+     * the bottom below it (`path` is then DEAD), else -1 */
+    int32_t *rtn_path, *rtn_bottom;
     int busy;           /* a walk is running (a transition it computes may run Python code) */
     /* per node with at least BULK_TOKENS tokens below it: the index of the bytes its subtree holds
      * (-1 for the others), and those bytes as 256-bit sets (`bulk_bytes`, four words each) */
@@ -163,6 +166,8 @@ static void pwalker_dealloc(PositionWalker *w) {
     }
     free(w->ok_stamp);
     free(w->path);
+    free(w->rtn_path);
+    free(w->rtn_bottom);
     free(w->bulk_of);
     free(w->bulk_height);
     free(w->bulk_bytes);
@@ -690,7 +695,9 @@ static PyObject *pwalker_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     }
     w->ok_stamp = (uint32_t *)calloc((size_t)(w->rows ? w->rows : 1), sizeof(uint32_t));
     w->path = (int32_t *)malloc((size_t)(w->max_depth + 1) * sizeof(int32_t));
-    if (!w->ok_stamp || !w->path) {
+    w->rtn_path = (int32_t *)malloc((size_t)(w->max_depth + 1) * sizeof(int32_t));
+    w->rtn_bottom = (int32_t *)malloc((size_t)(w->max_depth + 1) * sizeof(int32_t));
+    if (!w->ok_stamp || !w->path || !w->rtn_path || !w->rtn_bottom) {
         Py_DECREF(w);
         return PyErr_NoMemory();
     }
@@ -984,6 +991,43 @@ static int32_t bulk_exit_at(const PositionWalker *w, int32_t node, int32_t code,
     return code & CHAR_EXIT ? char_offset(w, row, depth[node] - 1, code & ~CHAR_EXIT) : limit;
 }
 
+/* ---- following a literal in the RTN itself ----
+ *
+ * A key's spelling (a member's `"name":`) is a chain of RTN states that call nothing, each taking
+ * a byte or a few. Stepping the parser through it interned a parser state per byte (a row of 256
+ * transitions each, a closure per distinct target), most of a first key mask's parser states,
+ * though the trie below each of them dies at once but along the spelling. Where the path's parser
+ * state is one stack node over the bottom of its frame, at such a chain state, and its row is not
+ * known, the walk follows the RTN instead: a node (q, bottom) at a state without calls goes on to
+ * (trans[q][b], bottom), which may end the frame where it is accepting and lives on where it has
+ * transitions, exactly what the closure of that node gives. The walk comes back to parser states
+ * where the chain reaches a state with calls or many transitions (`cm_bottom_state`). */
+#define RTN_CHAIN_BYTES 4
+
+/* Whether RTN state `q` is part of a chain: no calls, at most RTN_CHAIN_BYTES bytes taken. */
+static int rtn_chain(const Interner *x, int32_t q) {
+    if (x->call_lo[q] != x->call_lo[q + 1]) return 0;
+    const int32_t *row = (const int32_t *)x->trans.buf + (Py_ssize_t)q * 256;
+    int live = 0;
+    for (int b = 0; b < 256; b++) live += row[b] >= 0;
+    return live <= RTN_CHAIN_BYTES;
+}
+
+/* Set depth `d` of the path to parser state `state` (live), followed in the RTN from there on
+ * where `state` is one node over a bottom at a chain state and its row is not known yet. */
+static void path_set(PositionWalker *w, const Interner *x, const CoreView *v, Py_ssize_t d, int32_t state) {
+    w->path[d] = state;
+    w->rtn_path[d] = -1;
+    if (x->lazy || x->alphabet != 256 || v->table[(Py_ssize_t)state * 256] != UNKNOWN || state >= x->st_count ||
+        x->st_len[state] != 1)
+        return;
+    int32_t node_id = x->st_ids[x->st_at[state]];
+    if (x->npn[node_id] != 1 || x->par[x->npo[node_id]] >= 0 || !rtn_chain(x, x->nq[node_id])) return;
+    w->path[d] = DEAD;
+    w->rtn_path[d] = x->nq[node_id];
+    w->rtn_bottom[d] = x->par[x->npo[node_id]];
+}
+
 /* The scan of the preorder nodes `begin`..`stop` (a run of whole subtrees whose parent's state is
  * `w->path[depth[begin] - 1]`), recording into `k`; 0, or -1 on error. */
 static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, Py_ssize_t begin, Py_ssize_t stop,
@@ -991,10 +1035,11 @@ static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *
     const uint8_t *byte = w->v[PW_BYTE].buf;
     const int32_t *depth = w->v[PW_DEPTH].buf, *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf;
     const int32_t *token = w->v[PW_TOKEN].buf, *end = w->v[PW_END].buf, *length = w->v[PW_LENGTH].buf;
+    const int32_t *trans = (const int32_t *)x->trans.buf;
     for (Py_ssize_t i = begin; i < stop;) {
         int32_t d = depth[i];
-        int32_t bulk = w->bulk_of[i];
-        if (bulk >= 0) {
+        int32_t bulk = w->bulk_of[i], q = w->rtn_path[d - 1];
+        if (bulk >= 0 && q < 0) {
             int32_t height = w->bulk_height[bulk], chars = -1;
             int exit_at_end = 0;
             int32_t reach = bulk_reach(w, x, core, v, w->path[d - 1], w->bulk_bytes + 4 * (Py_ssize_t)bulk, height,
@@ -1021,24 +1066,49 @@ static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *
                 continue;
             }
         }
-        int32_t next = v->table[(Py_ssize_t)w->path[d - 1] * 256 + byte[i]];
-        if (next == UNKNOWN || next >= v->states || next < DEAD) {
-            next = core_step(x, core, v, w->path[d - 1], byte[i]);
-            if (next == FAILED) return -1;
+        int32_t next, in_rtn = -1;
+        int ends, lives;
+        if (q >= 0) { /* (a chain followed in the RTN) */
+            int32_t t = trans[(Py_ssize_t)q * 256 + byte[i]];
+            if (t >= 0 && rtn_chain(x, t)) {
+                in_rtn = t;
+            } else if (t >= 0) {
+                t = cm_bottom_state(x, core, t, w->rtn_bottom[d - 1]);
+                if (t == FAILED || core_view(x, core, v)) return -1;
+            }
+            next = t;
+        } else {
+            next = v->table[(Py_ssize_t)w->path[d - 1] * 256 + byte[i]];
+            if (next == UNKNOWN || next >= v->states || next < DEAD) {
+                next = core_step(x, core, v, w->path[d - 1], byte[i]);
+                if (next == FAILED) return -1;
+            }
         }
-        if (next < 0) {
+        if (in_rtn >= 0) {
+            ends = x->accepting[in_rtn];
+            lives = x->scanning[in_rtn];
+        } else {
+            ends = next >= 0 && v->flags[next];
+            lives = next >= 0 && v->has_stacks[next];
+        }
+        if (in_rtn < 0 ? next < 0 : !ends && !lives) {
             i = end[i];
             continue;
         }
         if (token[i] >= 0) sink_ok(w, k, token[i]);
-        if (k->keep_exits && v->flags[next] && end[i] > i + 1 &&
+        if (k->keep_exits && ends && end[i] > i + 1 &&
             (buf_push(k->exits, k->root) || buf_push(k->exits, (int32_t)i) || buf_push(k->exits, d)))
             return -1;
-        if (v->has_stacks[next]) {
-            w->path[d] = next;
+        if (!lives) {
+            i = end[i];
+        } else if (in_rtn >= 0) {
+            w->path[d] = DEAD;
+            w->rtn_path[d] = in_rtn;
+            w->rtn_bottom[d] = w->rtn_bottom[d - 1];
             i++;
         } else {
-            i = end[i];
+            path_set(w, x, v, d, next);
+            i++;
         }
     }
     return 0;
@@ -1063,7 +1133,7 @@ static int memo_fill(PositionWalker *w, Interner *x, PyObject *core, CoreView *v
             (buf_push(&e->exits, r) || buf_push(&e->exits, i) || buf_push(&e->exits, 1)))
             return -1;
         if (!v->has_stacks[state] || end[i] <= i + 1) continue;
-        w->path[1] = state;
+        path_set(w, x, v, 1, state);
         if (walk_nodes(w, x, core, v, i + 1, end[i], &k)) return -1;
     }
     return 0;
@@ -1159,7 +1229,10 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
     }
     uint32_t gen = w->gen;
     w->steps_used = 0;
-    for (Py_ssize_t d = 0; d <= w->max_depth; d++) w->path[d] = start; /* (every entry a valid state) */
+    for (Py_ssize_t d = 0; d <= w->max_depth; d++) { /* (every entry a valid state) */
+        w->path[d] = start;
+        w->rtn_path[d] = -1;
+    }
     uint64_t follow_bits[4] = {0, 0, 0, 0};
     for (int b = 0; follow && b < 256; b++) {
         if (follow[b]) follow_bits[b >> 6] |= (uint64_t)1 << (b & 63);
@@ -1212,7 +1285,7 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
                 (buf_push(&exits, -1) || buf_push(&exits, i) || buf_push(&exits, 1)))
                 goto done;
             if (!v.has_stacks[t] || end[i] <= i + 1) continue;
-            w->path[1] = t;
+            path_set(w, x, &v, 1, t);
             if (walk_nodes(w, x, core, &v, i + 1, end[i], &direct)) goto done;
         }
     }
