@@ -1066,23 +1066,31 @@ static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *
                 continue;
             }
         }
-        int32_t next, in_rtn = -1;
+        int32_t next = DEAD, in_rtn = -1;
         int ends, lives;
         if (q >= 0) { /* (a chain followed in the RTN) */
             int32_t t = trans[(Py_ssize_t)q * 256 + byte[i]];
-            if (t >= 0 && rtn_chain(x, t)) {
-                in_rtn = t;
-            } else if (t >= 0) {
-                t = cm_bottom_state(x, core, t, w->rtn_bottom[d - 1]);
-                if (t == FAILED || core_view(x, core, v)) return -1;
+            if (t >= 0 && !rtn_chain(x, t)) {
+                /* the chain ends: its state becomes a parser state, whose row the siblings read
+                 * (a closure per node leaving the chain took longer where many paths reach it) */
+                int32_t state = cm_bottom_state(x, core, q, w->rtn_bottom[d - 1]);
+                if (state == FAILED || core_view(x, core, v)) return -1;
+                if (state < 0) return cm_bad("a live chain state without a parser state");
+                w->path[d - 1] = state;
+                w->rtn_path[d - 1] = -1;
+                continue;
             }
-            next = t;
+            in_rtn = t;
         } else {
             next = v->table[(Py_ssize_t)w->path[d - 1] * 256 + byte[i]];
             if (next == UNKNOWN || next >= v->states || next < DEAD) {
                 next = core_step(x, core, v, w->path[d - 1], byte[i]);
                 if (next == FAILED) return -1;
             }
+        }
+        if (q >= 0 && in_rtn < 0) { /* (no transition) */
+            i = end[i];
+            continue;
         }
         if (in_rtn >= 0) {
             ends = x->accepting[in_rtn];
