@@ -217,7 +217,6 @@ class PositionClassifier:
         where a caller can continue them (`_exit_flags`)."""
         core, trie = self.core, self.trie
         walker = native.position_walker(trie, self.vocab_size)
-        exit_flags = self._exit_flags
         rules = core.rtn.state_rule[positions].tolist()
         accepted = np.empty((len(positions), bitmask_width(self.vocab_size)), dtype=np.uint32)
         uncertain: list[Uncertain | None] = [None] * len(positions)
@@ -231,8 +230,8 @@ class PositionClassifier:
             if start == DEAD:
                 accepted[k] = 0
                 continue
-            accepted[k], found = native.classify_position(walker, core, start, exit_flags[rule], MAX_LISTED_UNCERTAIN,
-                                                          use_memo=True)
+            accepted[k], found = native.classify_position(walker, core, start, self._exit_flags(rule),
+                                                          MAX_LISTED_UNCERTAIN, use_memo=True)
             if found is None:
                 uncertain[k] = Uncertain.unlisted()
                 continue
@@ -249,13 +248,20 @@ class PositionClassifier:
             trie.add_duplicates(accepted)
         return accepted, uncertain
 
+    def _exit_flags(self, rule: int) -> bytes | None:
+        """`_rule_exits` of ``rule`` as `native.classify_position` takes them: the bytes a residual
+        may begin with (256 bytes of 0/1), None where the frame has no caller. Made per rule when
+        first walked (for every rule of a large schema at once, they were a tenth of a millisecond
+        of its first key mask)."""
+        flags = self._exit_flag_bytes
+        if rule not in flags:
+            has_callers, first_byte = self._rule_exits
+            flags[rule] = first_byte[rule].astype(np.uint8).tobytes() if has_callers[rule] else None
+        return flags[rule]
+
     @functools.cached_property
-    def _exit_flags(self) -> list[bytes | None]:
-        """Per rule, `_rule_exits` as `native.classify_position` takes them: the bytes a residual
-        may begin with (256 bytes of 0/1), None where the frame has no caller."""
-        has_callers, first_byte = self._rule_exits
-        flags = first_byte.astype(np.uint8)
-        return [flags[rule].tobytes() if callers else None for rule, callers in enumerate(has_callers.tolist())]
+    def _exit_flag_bytes(self) -> dict[int, bytes | None]:
+        return {}
 
     @functools.cached_property
     def _rule_exits(self) -> tuple[np.ndarray, np.ndarray]:
