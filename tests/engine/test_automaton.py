@@ -158,6 +158,8 @@ def test_c_automata_are_the_python_automata_numbered_alike() -> None:
         for c_dfa, py_dfa in zip(rule_automata(grammar, True), rule_automata(grammar, False), strict=True):
             assert c_dfa.trans.shape == py_dfa.trans.shape and np.array_equal(c_dfa.trans, py_dfa.trans)
             assert np.array_equal(c_dfa.accepting, py_dfa.accepting) and c_dfa.calls == py_dfa.calls
+            assert "first_bytes" in c_dfa.__dict__  # (set by C as it wrote the rows; the Python one's from them)
+            assert np.array_equal(c_dfa.first_bytes, py_dfa.first_bytes)
             rules += 1
             states += len(c_dfa.accepting)
     assert rules > 500 and states > 10_000

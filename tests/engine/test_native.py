@@ -23,7 +23,7 @@ import pytest
 
 from codemask import Grammar, GrammarCompiler, GrammarMatcher
 from codemask.engine import native, parser
-from codemask.engine.automaton import RTN
+from codemask.engine.automaton import RTN, build_rtn
 from codemask.engine.automaton import _rule_calls as python_rule_calls
 from codemask.engine.bitmask import bitmask_width, pack_ids, set_bits
 from codemask.engine.compiler import CompiledGrammar
@@ -44,6 +44,7 @@ from codemask.engine.shared_positions import SharedPositions
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from codemask.engine.uncertain import Uncertain
 from codemask.errors import GrammarError
+from codemask.grammar.optimize import optimize
 from tests.data_paths import TEST_DATA
 from tests.engine.conftest import compiler, encode, vocabulary
 
@@ -226,10 +227,18 @@ def test_a_key_walk_reads_the_free_string_walk_another_schema_made() -> None:
 @pytest.mark.parametrize("source", ["json", "python_function", "Kubernetes---kb_474_Normalized.json",
                                     "Github_medium---o10297.json"])
 def test_c_follow_bytes_equal_the_python_worklist(source: str) -> None:
-    rtn = compiler("llama3").compile(grammar_of(source)).artifacts.rtn
+    """With the states' symbols made with the rule automata (`RTN.first_bytes`) and without them
+    (read from the table's rows, as for a grammar from the disk cache)."""
+    ir = optimize(grammar_of(source).ir)
+    rtn = build_rtn({name: rule.body for name, rule in ir.rules.items()}, ir.start,
+                    shared=frozenset(name for name, rule in ir.rules.items() if rule.shared))
+    assert rtn.first_bytes is not None and rtn.first_bytes.shape == (rtn.num_states, 4)
     with native.using(False):
         expected = rtn.follow_bytes()
     assert (native.follow_bytes(rtn) == expected).all() and expected.any()
+    from_rows = dataclasses.replace(rtn)
+    assert from_rows.first_bytes is None
+    assert (native.follow_bytes(from_rows) == expected).all()
 
 
 @pytest.mark.parametrize("source", ["json", "python_function", "Kubernetes---kb_474_Normalized.json",

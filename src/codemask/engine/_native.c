@@ -49,15 +49,15 @@ static PyMethodDef methods[] = {
      "owners) -> (ok_owner, ok_token, exit_owner, exit_lo, exit_hi, exit_depth, pending_node, pending_state, "
      "pending_owner), each the bytes of an int32 array"},
     {"follow_bytes", cm_follow_bytes, METH_VARARGS,
-     "follow_bytes(trans, accepting, call_lo, callee, ret, rule_start, state_rule, rules) -> bytes: per rule, the 256 "
-     "bytes (0/1) that may follow it"},
+     "follow_bytes(trans, accepting, call_lo, callee, ret, rule_start, state_rule, rules, symbols) -> bytes: per rule, "
+     "the 256 bytes (0/1) that may follow it (symbols: per state its bytes as 4 uint64 words, or None)"},
     {"rule_graph", cm_rule_graph, METH_VARARGS,
      "rule_graph(owner, callee, tail, sizes, limit) -> (callee_lo, callees, unshared, with_callers): the rules' call "
      "graph, each the bytes of an array"},
     {"set_ir", cm_set_ir, METH_VARARGS, "set_ir(types, grammar_error): the IR's eight expression classes and GrammarError"},
     {"dfa_of_expr", cm_dfa_of_expr, METH_VARARGS,
      "dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (trans, accepting, "
-     "calls): the minimal DFA of the Thompson NFA of a grammar expression"},
+     "calls, first): the minimal DFA of the Thompson NFA of a grammar expression, and its states' symbols"},
     {"expr_text", cm_expr_text, METH_O, "expr_text(expr) -> str: grammar.ir.to_text of a grammar expression"},
     {"expr_digest", cm_expr_digest, METH_VARARGS,
      "expr_digest(expr, rule_index) -> bytes: a 128-bit digest of an expression, rule references as indices"},

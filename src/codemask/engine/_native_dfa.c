@@ -400,7 +400,9 @@ static int expand_subset(Subsets *d, int32_t id, IntBuf *scratch, int32_t *open_
 
 /* The minimal DFA of an NFA of `states` states given as flat int32 lists of `n_eps` epsilon edges
  * (source, target), `n_edges` symbol ranges (source, lo, hi, target) and `n_calls` calls (source,
- * rule, target): (trans, accepting, calls) bytes, or NULL with an exception set. */
+ * rule, target): (trans, accepting, calls, first) bytes, or NULL with an exception set. `first` holds
+ * per state the symbols it takes, a bit set of ceil(alphabet / 64) uint64 words (set from the
+ * symbol ranges as the rows are written: `RTN.follow_bytes` reads them instead of the rows). */
 PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *eps_flat, Py_ssize_t n_eps,
                         const int32_t *edges_flat, Py_ssize_t n_edges, const int32_t *calls_flat,
                         Py_ssize_t n_calls, Py_ssize_t alphabet, Py_ssize_t max_states) {
@@ -575,19 +577,26 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
     for (Py_ssize_t q = 0; q < n; q++) {
         if (alive[q]) kept_state[alive_map[q]] = (int32_t)q;
     }
+    Py_ssize_t words = (alphabet + 63) / 64;
     PyObject *trans_out = PyBytes_FromStringAndSize(NULL, final_count * alphabet * (Py_ssize_t)sizeof(int32_t));
     PyObject *acc_out = PyBytes_FromStringAndSize(NULL, final_count);
+    PyObject *first_out = PyBytes_FromStringAndSize(NULL, final_count * words * (Py_ssize_t)sizeof(uint64_t));
     IntBuf calls_out = {0};
-    int failed = !trans_out || !acc_out;
+    int failed = !trans_out || !acc_out || !first_out;
     for (Py_ssize_t k = 0; !failed && k < final_count; k++) {
         int32_t q = kept_state[rep[k]];
         int32_t *row = (int32_t *)PyBytes_AS_STRING(trans_out) + k * alphabet;
+        uint64_t *bits = (uint64_t *)PyBytes_AS_STRING(first_out) + k * words;
         memset(row, 0xFF, (size_t)alphabet * sizeof(int32_t));
+        memset(bits, 0, (size_t)words * sizeof(uint64_t));
         for (int32_t g = seg_first[q]; g < seg_first[q + 1]; g++) {
             int32_t t = alive_map[segs[3 * g + 2]];
             if (t < 0) continue;
             int32_t to = order[cls[t]];
-            for (int32_t a = segs[3 * g]; a <= segs[3 * g + 1]; a++) row[a] = to;
+            for (int32_t a = segs[3 * g]; a <= segs[3 * g + 1]; a++) {
+                row[a] = to;
+                bits[a >> 6] |= (uint64_t)1 << (a & 63);
+            }
         }
         PyBytes_AS_STRING(acc_out)[k] = (char)d.accepting.data[q];
     }
@@ -603,12 +612,13 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
     free(kept_state);
     if (!failed) {
         PyObject *calls_bytes = cm_buf_bytes(&calls_out);
-        if (calls_bytes) result = PyTuple_Pack(3, trans_out, acc_out, calls_bytes);
+        if (calls_bytes) result = PyTuple_Pack(4, trans_out, acc_out, calls_bytes, first_out);
         Py_XDECREF(calls_bytes);
     }
     free(calls_out.data);
     Py_XDECREF(trans_out);
     Py_XDECREF(acc_out);
+    Py_XDECREF(first_out);
 done:
     free(class_at);
     for (int i = 0; i < 4; i++) free(scratch[i].data);

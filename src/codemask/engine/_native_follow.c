@@ -1,9 +1,9 @@
 /* ---------------------------------------------------------------------------------------------
  * The bytes that may follow each rule (`automaton.RTN.follow_bytes`).
  *
- * follow_bytes(trans, accepting, call_lo, callee, ret, rule_start, state_rule, rules) -> bytes: per rule,
- * 256 bytes of 0/1. First the symbols each state's frame can take before it ends and whether it can
- * end without one (`RTN.call_first_sets`: a worklist over the states that make calls), then per
+ * follow_bytes(trans, accepting, call_lo, callee, ret, rule_start, state_rule, rules, symbols) -> bytes: per
+ * rule, 256 bytes of 0/1. First the symbols each state's frame can take before it ends and whether it
+ * can end without one (`RTN.call_first_sets`: a worklist over the states that make calls), then per
  * callee what its return states take first, and where a return state may end its frame, what
  * follows the calling rule (a worklist over the rules). What the Python worklists did in tens of
  * milliseconds for a grammar of ten thousand calls, at a large schema's first mask.
@@ -18,10 +18,12 @@
 
 PyObject *cm_follow_bytes(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer v[7];
+    Py_buffer v[7], known = {0};
     Py_ssize_t rules;
+    PyObject *symbols;
     memset(v, 0, sizeof(v));
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &rules)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*nO", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &rules, &symbols))
+        return NULL;
     PyObject *result = NULL;
     uint64_t *first = NULL, *follow = NULL;
     uint8_t *nullable = NULL, *queued = NULL;
@@ -30,6 +32,12 @@ PyObject *cm_follow_bytes(PyObject *self, PyObject *args) {
     if (cm_need(&v[0], sizeof(int32_t), states * 256, "trans") || cm_need(&v[2], sizeof(int64_t), states + 1, "call_lo") ||
         cm_need(&v[3], sizeof(int32_t), calls, "callee") || cm_need(&v[4], sizeof(int32_t), calls, "ret") ||
         cm_need(&v[5], sizeof(int32_t), rules, "rule_start") || cm_need(&v[6], sizeof(int32_t), states, "state_rule"))
+        goto done;
+    /* `symbols`: per state the bytes it takes, four uint64 words (`RTN.first_bytes`, made with the
+     * rule automata), or None: then read from the rows of `trans`, a kilobyte each, most of the time
+     * of a large schema's first key mask (1.6 ms for 18,000 states) */
+    if (symbols != Py_None &&
+        (PyObject_GetBuffer(symbols, &known, PyBUF_C_CONTIGUOUS) || cm_need(&known, 4 * sizeof(uint64_t), states, "symbols")))
         goto done;
     const int32_t *trans = v[0].buf, *callee = v[3].buf, *ret = v[4].buf, *rule_start = v[5].buf, *state_rule = v[6].buf;
     const uint8_t *accepting = v[1].buf;
@@ -81,6 +89,10 @@ PyObject *cm_follow_bytes(PyObject *self, PyObject *args) {
         nullable[q] = accepting[q] != 0;
         if (!queued[q]) continue;
         queued[q] = 0;
+        if (known.buf) {
+            memcpy(first + 4 * q, (const uint64_t *)known.buf + 4 * q, 4 * sizeof(uint64_t));
+            continue;
+        }
         const int32_t *row = trans + q * 256;
         for (int b = 0; b < 256; b++) {
             if (row[b] >= 0) first[4 * q + (b >> 6)] |= (uint64_t)1 << (b & 63);
@@ -200,6 +212,7 @@ PyObject *cm_follow_bytes(PyObject *self, PyObject *args) {
     }
 done:
     for (int i = 0; i < 7; i++) PyBuffer_Release(&v[i]);
+    if (known.obj) PyBuffer_Release(&known);
     free(first);
     free(nullable);
     free(queued);

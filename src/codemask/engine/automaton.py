@@ -334,6 +334,16 @@ class DFA:
         rows = [(state, rule, target) for state, c in enumerate(self.calls) for rule, target in sorted(c.items())]
         return np.array(rows, dtype=np.int32).reshape(-1, 3)
 
+    @functools.cached_property
+    def first_bytes(self) -> np.ndarray:
+        """Per state, the symbols it takes, as bit sets of ``ceil(alphabet / 64)`` uint64 words (bit
+        ``a % 64`` of word ``a // 64``): what the network's `RTN.follow_bytes` reads of its rules'
+        states instead of their rows. The C construction sets them as it writes the rows."""
+        words = -(-self.trans.shape[1] // 64)
+        taken = np.zeros((len(self.trans), words * 64), dtype=bool)
+        taken[:, : self.trans.shape[1]] = self.trans >= 0
+        return np.packbits(taken, axis=1, bitorder="little").view("<u8")
+
 
 def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
     """Subset construction over symbol ranges and call edges."""
@@ -614,8 +624,8 @@ def _native_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_
     """`_build_dfa` in C (`native.dfa_of_expr`): the same automaton, numbered alike (a minimal DFA's
     numbering, breadth first from its start, depends on its language alone)."""
     try:
-        trans, accepting, call_list = native.dfa_of_expr(expr, rule_index, terminal_index, alphabet, MAX_NFA_STATES,
-                                                         MAX_DFA_STATES)
+        trans, accepting, call_list, first = native.dfa_of_expr(expr, rule_index, terminal_index, alphabet,
+                                                                MAX_NFA_STATES, MAX_DFA_STATES)
     except OverflowError as error:  # (C says which limit; the message is the Python construction's)
         if "deterministic" in str(error):
             raise GrammarError(f"grammar is too large to compile (over {MAX_DFA_STATES:,} deterministic automaton "
@@ -630,6 +640,7 @@ def _native_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_
         calls[state] = called
     dfa = DFA(trans=trans, accepting=accepting, calls=calls)
     dfa.__dict__["call_array"] = call_list.reshape(-1, 3)  # (`DFA.call_array`'s value, as C made it)
+    dfa.__dict__["first_bytes"] = first  # (`DFA.first_bytes`' value, set as C wrote the rows)
     return dfa
 
 
@@ -668,6 +679,9 @@ class RTN:
     shared: np.ndarray | None = None  # [R] bool: rules whose masks are shared between grammars (`Rule.shared`)
     # [R]: each rule automaton's `DFA.key`, for this process only (not part of a cached grammar)
     rule_keys: list[object] | None = field(default=None, init=False, compare=False, repr=False)
+    # uint64 [S, 4]: each state's bytes (`DFA.first_bytes`) where its rule automata came with them
+    # (the C construction's), for `follow_bytes`; for this process only, like `rule_keys`
+    first_bytes: np.ndarray | None = field(default=None, init=False, compare=False, repr=False)
 
     def is_shared(self, rule: int) -> bool:
         return self.shared is not None and bool(self.shared[rule])
@@ -921,6 +935,8 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
         shared=np.array([name in shared for name in names], dtype=bool),
     )
     rtn.rule_keys = [d.key for d in dfas]
+    if alphabet == BYTE_ALPHABET and all("first_bytes" in d.__dict__ for d in dfas):  # (made with the automata)
+        rtn.first_bytes = np.concatenate([d.first_bytes for d in dfas]) if dfas else np.zeros((0, 4), np.uint64)
     if scanning is not None:
         rtn.__dict__["scanning"] = scanning  # (`RTN.scanning`'s cached value: its own pass read the whole table again)
     return rtn

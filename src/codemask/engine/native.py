@@ -246,7 +246,7 @@ def follow_bytes(rtn: RTN) -> np.ndarray:
     arrays = [np.ascontiguousarray(a, dtype=dtype) for a, dtype in (
         (rtn.trans, np.int32), (rtn.accepting, np.uint8), (call_lo, np.int64), (callee, np.int32), (ret, np.int32),
         (rtn.rule_start, np.int32), (rtn.state_rule, np.int32))]
-    found = _loaded().follow_bytes(*arrays, len(rtn.rule_names))
+    found = _loaded().follow_bytes(*arrays, len(rtn.rule_names), rtn.first_bytes)
     return np.frombuffer(found, dtype=np.uint8).reshape(len(rtn.rule_names), 256).astype(bool)
 
 
@@ -263,18 +263,20 @@ def rule_graph(owner: np.ndarray, callee: np.ndarray, tail: np.ndarray, sizes: n
 
 
 def dfa_of_expr(expr: Expr, rule_index: dict[str, int], terminal_index: dict[str, int] | None, alphabet: int,
-                max_nfa_states: int, max_dfa_states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                max_nfa_states: int, max_dfa_states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The minimal DFA of the Thompson NFA of a grammar expression, made in C from the expression itself
     (`automaton.NFABuilder`'s construction; GrammarError past ``max_nfa_states``, OverflowError
     past ``max_dfa_states``), as `automaton.minimize(trim(determinize(...)))` numbers it: its
-    transitions (int32 [n, alphabet], -1 none), accepting states (bool [n]) and calls (int32 [k, 3]:
-    state, rule, target, by state then rule). The extension must be loaded."""
-    trans, accepting, call_list = _ir_module().dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states,
-                                                           max_dfa_states)
+    transitions (int32 [n, alphabet], -1 none), accepting states (bool [n]), calls (int32 [k, 3]:
+    state, rule, target, by state then rule) and each state's symbols (`DFA.first_bytes`). The
+    extension must be loaded."""
+    trans, accepting, call_list, first = _ir_module().dfa_of_expr(expr, rule_index, terminal_index, alphabet,
+                                                                  max_nfa_states, max_dfa_states)
     count = len(accepting)
     return (np.frombuffer(trans, dtype=np.int32).reshape(count, alphabet),
             np.frombuffer(accepting, dtype=np.uint8).astype(bool),
-            np.frombuffer(call_list, dtype=np.int32).reshape(-1, 3))
+            np.frombuffer(call_list, dtype=np.int32).reshape(-1, 3),
+            np.frombuffer(first, dtype=np.uint64).reshape(count, -1))
 
 
 def expr_digest(expr: Expr, rule_index: dict[str, int]) -> bytes:
