@@ -19,6 +19,7 @@ from codemask.engine.automaton import build_rtn
 from codemask.engine.position_classifier import PositionClassifier
 from codemask.engine.shared_positions import MAX_SHARED_STATES, SharedPositions
 from codemask.engine.string_chains import (
+    NEVER,
     UNKNOWN,
     CharCounts,
     Span,
@@ -110,6 +111,22 @@ def first_spans(tokenizer: str, schema: Any) -> dict[str, Span | None]:
     for rule in shared:
         chains._find(rule)
     return {rtn.rule_names[rule]: chains._spans.get(int(rtn.trans[rtn.rule_start[rule], ord('"')])) for rule in shared}
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "qwen3"])
+def test_fitting_rows_equal_a_test_of_every_token(tokenizer: str) -> None:
+    """`CharCounts.fitting` assembles its row from the rows of the tokens that begin at most so many
+    characters: the same bits as testing every token's count, for bounds below, between and past
+    the counts tokens have, an empty range, and a block's (no lowest count)."""
+    trie = token_trie(vocabulary(tokenizer))
+    counts = CharCounts(trie, vocabulary(tokenizer).vocab_size)
+    finite = counts.chars[counts.chars < NEVER >> 1]
+    assert finite.max() > 16 and counts.closes.any() and not counts.closes.all()
+    bounds = [(0, 0), (0, 1), (1, 1), (1, 5), (2, 12), (3, 2), (0, 64), (5, 300), (0, 10**6), (NEVER, 8),
+              (NEVER, 64), (-1, -1), (7, int(finite.max())), (int(finite.max()), int(finite.max()) + 1)]
+    for low, high in bounds:
+        expected = np.packbits(counts._fits(slice(None), low, high), bitorder="little").view(np.uint32)
+        assert np.array_equal(counts.fitting(low, high), expected), (low, high)
 
 
 def test_spans_are_found_for_bounded_strings_only() -> None:
