@@ -108,6 +108,7 @@ typedef struct {
     Py_ssize_t first_words;
     HeldView held_table, held_flags, held_has_stacks; /* the core's per-state arrays (`held_view`) */
     uint64_t serial; /* (which interner of the process: memos keyed by its state ids say whose they are) */
+    uint8_t *chain_kind; /* per RTN state, for the position walks (`rtn_chain`): 0 not known yet, 1 no, 2 yes */
 } Interner;
 
 typedef struct {

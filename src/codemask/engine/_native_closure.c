@@ -611,6 +611,7 @@ static void interner_dealloc(Interner *x) {
     free(x->st_slots);
     free(x->st_at);
     free(x->st_flag);
+    free(x->chain_kind);
     ctx_free(x->spare);
     cm_held_free(&x->held_table);
     cm_held_free(&x->held_flags);

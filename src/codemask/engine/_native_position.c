@@ -1004,18 +1004,23 @@ static int32_t bulk_exit_at(const PositionWalker *w, int32_t node, int32_t code,
  * where the chain reaches a state with calls or many transitions (`cm_bottom_state`). */
 #define RTN_CHAIN_BYTES 4
 
-/* Whether RTN state `q` is part of a chain: no calls, at most RTN_CHAIN_BYTES bytes taken. */
-static int rtn_chain(const Interner *x, int32_t q) {
-    if (x->call_lo[q] != x->call_lo[q + 1]) return 0;
-    const int32_t *row = (const int32_t *)x->trans.buf + (Py_ssize_t)q * 256;
-    int live = 0;
-    for (int b = 0; b < 256; b++) live += row[b] >= 0;
-    return live <= RTN_CHAIN_BYTES;
+/* Whether RTN state `q` is part of a chain: no calls, at most RTN_CHAIN_BYTES bytes taken. Kept
+ * per state (`chain_kind`): a state met along many paths had its row counted at every step.
+ * Where the array cannot be made, no state is taken for one (the parser steps, as before). */
+static int rtn_chain(Interner *x, int32_t q) {
+    if (!x->chain_kind && !(x->chain_kind = (uint8_t *)calloc((size_t)x->states, 1))) return 0;
+    if (!x->chain_kind[q]) {
+        const int32_t *row = (const int32_t *)x->trans.buf + (Py_ssize_t)q * 256;
+        int live = 0;
+        for (int b = 0; b < 256; b++) live += row[b] >= 0;
+        x->chain_kind[q] = x->call_lo[q] == x->call_lo[q + 1] && live <= RTN_CHAIN_BYTES ? 2 : 1;
+    }
+    return x->chain_kind[q] == 2;
 }
 
 /* Set depth `d` of the path to parser state `state` (live), followed in the RTN from there on
  * where `state` is one node over a bottom at a chain state and its row is not known yet. */
-static void path_set(PositionWalker *w, const Interner *x, const CoreView *v, Py_ssize_t d, int32_t state) {
+static void path_set(PositionWalker *w, Interner *x, const CoreView *v, Py_ssize_t d, int32_t state) {
     w->path[d] = state;
     w->rtn_path[d] = -1;
     if (x->lazy || x->alphabet != 256 || v->table[(Py_ssize_t)state * 256] != UNKNOWN || state >= x->st_count ||
