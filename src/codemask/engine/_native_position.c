@@ -1005,8 +1005,11 @@ static int32_t bulk_exit_at(const PositionWalker *w, int32_t node, int32_t code,
 #define RTN_CHAIN_BYTES 4
 
 /* Whether RTN state `q` is part of a chain: no calls, at most RTN_CHAIN_BYTES bytes taken. Kept
- * per state (`chain_kind`): a state met along many paths had its row counted at every step.
- * Where the array cannot be made, no state is taken for one (the parser steps, as before). */
+ * per state (`chain_kind`): a state met along many paths had its row counted at every step. A
+ * chain state that became a parser state (where a path left the chain) is no chain any more: its
+ * parser state's row is read from then on (a closure per path that reached it cost more than the
+ * rows saved, where many paths reach a short chain). Where the array cannot be made, no state is
+ * taken for one (the parser steps, as before). */
 static int rtn_chain(Interner *x, int32_t q) {
     if (!x->chain_kind && !(x->chain_kind = (uint8_t *)calloc((size_t)x->states, 1))) return 0;
     if (!x->chain_kind[q]) {
@@ -1081,6 +1084,7 @@ static int walk_nodes(PositionWalker *w, Interner *x, PyObject *core, CoreView *
                 int32_t state = cm_bottom_state(x, core, q, w->rtn_bottom[d - 1]);
                 if (state == FAILED || core_view(x, core, v)) return -1;
                 if (state < 0) return cm_bad("a live chain state without a parser state");
+                x->chain_kind[q] = 1; /* (from now on stepped as that parser state, whose row is filled) */
                 w->path[d - 1] = state;
                 w->rtn_path[d - 1] = -1;
                 continue;
