@@ -1026,7 +1026,7 @@ static int rtn_chain(Interner *x, int32_t q) {
 static void path_set(PositionWalker *w, Interner *x, const CoreView *v, Py_ssize_t d, int32_t state) {
     w->path[d] = state;
     w->rtn_path[d] = -1;
-    if (x->lazy || x->alphabet != 256 || v->table[(Py_ssize_t)state * 256] != UNKNOWN || state >= x->st_count ||
+    if (x->lazy || x->alphabet != 256 || state >= x->st_count || v->table[(Py_ssize_t)state * 256] != UNKNOWN ||
         x->st_len[state] != 1)
         return;
     int32_t node_id = x->st_ids[x->st_at[state]];

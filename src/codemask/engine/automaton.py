@@ -936,7 +936,7 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     )
     rtn.rule_keys = [d.key for d in dfas]
     if alphabet == BYTE_ALPHABET and all("first_bytes" in d.__dict__ for d in dfas):  # (made with the automata)
-        rtn.first_bytes = np.concatenate([d.first_bytes for d in dfas]) if dfas else np.zeros((0, 4), np.uint64)
+        rtn.first_bytes = np.concatenate([d.first_bytes for d in dfas])
     if scanning is not None:
         rtn.__dict__["scanning"] = scanning  # (`RTN.scanning`'s cached value: its own pass read the whole table again)
     return rtn

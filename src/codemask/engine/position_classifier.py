@@ -59,6 +59,9 @@ class PositionClassifier:
         self.core, self.trie, self.vocab_size = core, trie, vocab_size
         self.share = share
         self._memo = SubtreeMemo(core, trie)
+        # per rule met so far: what its positions' `_shared_key` takes from it, and its `_exit_flags`
+        self._key_parts: dict[int, tuple[bytes, bool, bytes | None] | None] = {}
+        self._exit_flag_bytes: dict[int, bytes | None] = {}
 
     @functools.cached_property
     def _chains(self) -> StringChains:
@@ -170,11 +173,6 @@ class PositionClassifier:
         local = position - rtn.rule_bounds[rule]
         return (signature, local, with_callers) if follow is None else (signature, local, with_callers, follow)
 
-    @functools.cached_property
-    def _key_parts(self) -> dict[int, tuple[bytes, bool, bytes | None] | None]:
-        """Per rule met so far, what its positions' `_shared_key` takes from the rule."""
-        return {}
-
     def _rule_key_parts(self, rule: int) -> tuple[bytes, bool, bytes | None] | None:
         signature = self._signatures[rule]
         if signature is None:
@@ -258,10 +256,6 @@ class PositionClassifier:
             has_callers, first_byte = self._rule_exits
             flags[rule] = first_byte[rule].astype(np.uint8).tobytes() if has_callers[rule] else None
         return flags[rule]
-
-    @functools.cached_property
-    def _exit_flag_bytes(self) -> dict[int, bytes | None]:
-        return {}
 
     @functools.cached_property
     def _rule_exits(self) -> tuple[np.ndarray, np.ndarray]:
