@@ -12,14 +12,27 @@
  * ------------------------------------------------------------------------------------------- */
 
 #include "_native.h"
+#include <structmember.h>
 
 enum { IR_LITERAL, IR_CHARCLASS, IR_BYTECLASS, IR_RULEREF, IR_TERMINALREF, IR_SEQUENCE, IR_CHOICE, IR_REPEAT, IR_KINDS };
 enum { A_VALUE, A_RANGES, A_NEGATED, A_NAME, A_ITEMS, A_ALTERNATIVES, A_ITEM, A_MIN, A_MAX, A_COUNT };
 static PyObject *ir_types[IR_KINDS];
 static PyObject *ir_names[A_COUNT];
+/* Per class and attribute, the offset of its slot in the object (-1: not a plain slot). The classes
+ * are frozen dataclasses with slots, so an attribute is a pointer at a fixed place: reading it there
+ * skips the type's attribute lookup, which was a fifth of the time of walking an expression. */
+static Py_ssize_t ir_offsets[IR_KINDS][A_COUNT];
 static PyObject *grammar_error_class;
 #define MAX_CODE_POINT 0x10FFFF
 #define MAX_EXPR_DEPTH 100000
+
+/* The offset of ``name``'s slot in instances of ``type`` (-1 where it is not an object slot). */
+static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name) {
+    PyObject *descr = _PyType_Lookup(type, name);  /* (borrowed; NULL where absent, no error set) */
+    if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) return -1;
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    return member->type == T_OBJECT_EX && !(member->flags & READ_RESTRICTED) ? member->offset : -1;
+}
 
 PyObject *cm_set_ir(PyObject *self, PyObject *args) {
     (void)self;
@@ -35,6 +48,7 @@ PyObject *cm_set_ir(PyObject *self, PyObject *args) {
         if (!PyType_Check(t)) return cm_bad("set_ir: not a class"), NULL;
         Py_INCREF(t);
         Py_XSETREF(ir_types[k], t);
+        for (int a = 0; a < A_COUNT; a++) ir_offsets[k][a] = slot_offset((PyTypeObject *)t, ir_names[a]);
     }
     Py_INCREF(error);
     Py_XSETREF(grammar_error_class, error);
@@ -54,9 +68,23 @@ static int grammar_error(const char *message) {
     return -1;
 }
 
+/* An attribute of an expression (a new reference; NULL with an error where it is missing): read
+ * from its slot where the class is one of the IR's, through the type otherwise. */
+static PyObject *ir_attr(PyObject *expr, int name) {
+    PyObject *type = (PyObject *)Py_TYPE(expr);
+    for (int k = 0; k < IR_KINDS; k++) {
+        if (type != ir_types[k]) continue;
+        Py_ssize_t offset = ir_offsets[k][name];
+        PyObject *value = offset >= 0 ? *(PyObject **)((char *)expr + offset) : NULL;
+        if (value) return Py_NewRef(value);
+        break;  /* (not a slot, or an unset one: the lookup says why) */
+    }
+    return PyObject_GetAttr(expr, ir_names[name]);
+}
+
 /* An attribute of an expression that must be a tuple (items, alternatives, ranges). */
 static PyObject *tuple_attr(PyObject *expr, int name) {
-    PyObject *value = PyObject_GetAttr(expr, ir_names[name]);
+    PyObject *value = ir_attr(expr, name);
     if (value && !PyTuple_Check(value)) {
         Py_DECREF(value);
         PyErr_SetString(PyExc_TypeError, "grammar expression: a tuple expected");
@@ -331,7 +359,7 @@ done:
 
 static int xn_charclass(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
     if (b->terminal_index != Py_None) return grammar_error("a character class cannot appear in a parser rule of a lexer-mode grammar");
-    PyObject *ranges = tuple_attr(expr, A_RANGES), *negated = ranges ? PyObject_GetAttr(expr, ir_names[A_NEGATED]) : NULL;
+    PyObject *ranges = tuple_attr(expr, A_RANGES), *negated = ranges ? ir_attr(expr, A_NEGATED) : NULL;
     int64_t *pairs = NULL;
     Py_ssize_t count = 0;
     int is_negated = negated ? PyObject_IsTrue(negated) : -1;
@@ -370,7 +398,7 @@ static int xn_byteclass(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
 }
 
 static int xn_ref(ExprNfa *b, PyObject *expr, int kind, int32_t src, int32_t dst) {
-    PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+    PyObject *name = ir_attr(expr, A_NAME);
     if (!name) return -1;
     int status = -1;
     if (kind == IR_TERMINALREF && b->terminal_index == Py_None) {
@@ -394,9 +422,9 @@ static int xn_ref(ExprNfa *b, PyObject *expr, int kind, int32_t src, int32_t dst
 }
 
 static int xn_repeat(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
-    PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
-    PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
-    PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+    PyObject *item = ir_attr(expr, A_ITEM);
+    PyObject *min_obj = item ? ir_attr(expr, A_MIN) : NULL;
+    PyObject *max_obj = min_obj ? ir_attr(expr, A_MAX) : NULL;
     int status = -1;
     if (!max_obj) goto done;
     long min = PyLong_AsLong(min_obj), max = max_obj == Py_None ? -1 : PyLong_AsLong(max_obj);
@@ -442,7 +470,7 @@ static int xn_build(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
     }
     int status = -1;
     if (kind == IR_LITERAL) {
-        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        PyObject *value = ir_attr(expr, A_VALUE);
         if (value && PyBytes_Check(value)) {
             Py_ssize_t n = PyBytes_GET_SIZE(value);
             const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(value);
@@ -486,7 +514,7 @@ static int xn_build(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
             for (Py_ssize_t k = 0; !status && b->terminal_index == Py_None && k < n; k++) {
                 PyObject *alt = PyTuple_GET_ITEM(alternatives, k);
                 if ((PyObject *)Py_TYPE(alt) != ir_types[IR_LITERAL]) continue;
-                PyObject *value = PyObject_GetAttr(alt, ir_names[A_VALUE]);
+                PyObject *value = ir_attr(alt, A_VALUE);
                 if (!value || !PyBytes_Check(value)) {
                     if (value) PyErr_SetString(PyExc_TypeError, "a literal's value must be bytes");
                     Py_XDECREF(value);
@@ -607,7 +635,7 @@ static int text_expr(CharBuf *b, PyObject *expr, int depth) {
     if (depth > MAX_EXPR_DEPTH) return grammar_error("grammar expression nested too deeply");
     int status = -1;
     if (kind == IR_LITERAL) {
-        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        PyObject *value = ir_attr(expr, A_VALUE);
         PyObject *repr = value ? PyObject_Repr(value) : NULL;
         status = cb_obj(b, repr);
         Py_XDECREF(repr);
@@ -616,7 +644,7 @@ static int text_expr(CharBuf *b, PyObject *expr, int depth) {
         PyObject *ranges = tuple_attr(expr, A_RANGES);
         int negated = 0;
         if (ranges && kind == IR_CHARCLASS) {
-            PyObject *flag = PyObject_GetAttr(expr, ir_names[A_NEGATED]);
+            PyObject *flag = ir_attr(expr, A_NEGATED);
             negated = flag ? PyObject_IsTrue(flag) : -1;
             Py_XDECREF(flag);
         }
@@ -624,7 +652,7 @@ static int text_expr(CharBuf *b, PyObject *expr, int depth) {
                          text_ranges(b, ranges) || cb_str(b, "]") ? -1 : 0;
         Py_XDECREF(ranges);
     } else if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *name = ir_attr(expr, A_NAME);
         status = !name || (kind == IR_TERMINALREF && cb_str(b, "%")) || cb_obj(b, name) ? -1 : 0;
         Py_XDECREF(name);
     } else if (kind == IR_SEQUENCE || kind == IR_CHOICE) {
@@ -637,9 +665,9 @@ static int text_expr(CharBuf *b, PyObject *expr, int depth) {
         if (!status) status = cb_str(b, ")");
         Py_XDECREF(parts);
     } else {
-        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
-        PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
-        PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+        PyObject *item = ir_attr(expr, A_ITEM);
+        PyObject *min_obj = item ? ir_attr(expr, A_MIN) : NULL;
+        PyObject *max_obj = min_obj ? ir_attr(expr, A_MAX) : NULL;
         if (max_obj) {
             long long min = PyLong_AsLongLong(min_obj), max = max_obj == Py_None ? 0 : PyLong_AsLongLong(max_obj);
             char bounds[64];
@@ -686,7 +714,7 @@ static int dg_expr(Digest *h, PyObject *expr, PyObject *rule_index, int depth) {
     dg_word(h, 0xD1B54A32D192ED03ull + (uint64_t)kind);
     int status = 0;
     if (kind == IR_LITERAL) {
-        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        PyObject *value = ir_attr(expr, A_VALUE);
         if (!value || !PyBytes_Check(value)) {
             if (value) PyErr_SetString(PyExc_TypeError, "a literal's value must be bytes");
             Py_XDECREF(value);
@@ -706,7 +734,7 @@ static int dg_expr(Digest *h, PyObject *expr, PyObject *rule_index, int depth) {
         if (!ranges) return -1;
         int negated = 0;
         if (kind == IR_CHARCLASS) {
-            PyObject *flag = PyObject_GetAttr(expr, ir_names[A_NEGATED]);
+            PyObject *flag = ir_attr(expr, A_NEGATED);
             negated = flag ? PyObject_IsTrue(flag) : -1;
             Py_XDECREF(flag);
         }
@@ -718,7 +746,7 @@ static int dg_expr(Digest *h, PyObject *expr, PyObject *rule_index, int depth) {
         free(pairs);
         Py_DECREF(ranges);
     } else if (kind == IR_RULEREF || kind == IR_TERMINALREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *name = ir_attr(expr, A_NAME);
         if (!name) return -1;
         PyObject *index = kind == IR_RULEREF ? PyDict_GetItemWithError(rule_index, name) : NULL;
         long value = index ? PyLong_AsLong(index) : -1;
@@ -738,9 +766,9 @@ static int dg_expr(Digest *h, PyObject *expr, PyObject *rule_index, int depth) {
         }
         Py_DECREF(parts);
     } else {
-        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
-        PyObject *min_obj = item ? PyObject_GetAttr(expr, ir_names[A_MIN]) : NULL;
-        PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+        PyObject *item = ir_attr(expr, A_ITEM);
+        PyObject *min_obj = item ? ir_attr(expr, A_MIN) : NULL;
+        PyObject *max_obj = min_obj ? ir_attr(expr, A_MAX) : NULL;
         if (max_obj) {
             long long min = PyLong_AsLongLong(min_obj), max = max_obj == Py_None ? -1 : PyLong_AsLongLong(max_obj);
             dg_word(h, (uint64_t)min);
@@ -799,7 +827,7 @@ static int lf_edge(Gates *g, int32_t src, int32_t dst) {
 static int32_t lf_leaf(Gates *g, PyObject *expr, int kind) {
     if (kind == IR_LITERAL) {
         if (!g->nullable) return LF_TRUE;
-        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        PyObject *value = ir_attr(expr, A_VALUE);
         if (!value) return FAILED;
         Py_ssize_t n = PyObject_Length(value);
         Py_DECREF(value);
@@ -815,7 +843,7 @@ static int32_t lf_leaf(Gates *g, PyObject *expr, int kind) {
     }
     if (kind != IR_CHARCLASS) return LF_TRUE;
     PyObject *ranges = tuple_attr(expr, A_RANGES);
-    PyObject *flag = ranges ? PyObject_GetAttr(expr, ir_names[A_NEGATED]) : NULL;
+    PyObject *flag = ranges ? ir_attr(expr, A_NEGATED) : NULL;
     int negated = flag ? PyObject_IsTrue(flag) : -1;
     Py_XDECREF(flag);
     int64_t *pairs = NULL;
@@ -874,7 +902,7 @@ static int32_t lf_gate(Gates *g, PyObject *expr, int depth) {
     int kind = ir_kind(expr);
     if (kind < 0) return FAILED;
     if (kind == IR_RULEREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *name = ir_attr(expr, A_NAME);
         PyObject *index = name ? PyDict_GetItemWithError(g->rule_index, name) : NULL;
         long rule = index ? PyLong_AsLong(index) : -1;
         Py_XDECREF(name);
@@ -887,14 +915,14 @@ static int32_t lf_gate(Gates *g, PyObject *expr, int depth) {
         made = parts ? lf_combined(g, parts, kind == IR_SEQUENCE, depth) : FAILED;
         Py_XDECREF(parts);
     } else if (kind == IR_REPEAT) {
-        PyObject *min_obj = PyObject_GetAttr(expr, ir_names[A_MIN]);
+        PyObject *min_obj = ir_attr(expr, A_MIN);
         long long min = min_obj ? PyLong_AsLongLong(min_obj) : -1;
         Py_XDECREF(min_obj);
         if (PyErr_Occurred()) return FAILED;
         if (min == 0) {
             made = LF_TRUE;
         } else {
-            PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+            PyObject *item = ir_attr(expr, A_ITEM);
             made = item ? lf_gate(g, item, depth + 1) : FAILED;
             Py_XDECREF(item);
         }
@@ -1010,8 +1038,8 @@ static int64_t sat_mul(int64_t a, int64_t b) {
 
 /* A repetition's bounds: `*min`, and `*max` (-1 where unbounded). */
 static int repeat_bounds(PyObject *expr, long long *min, long long *max) {
-    PyObject *min_obj = PyObject_GetAttr(expr, ir_names[A_MIN]);
-    PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+    PyObject *min_obj = ir_attr(expr, A_MIN);
+    PyObject *max_obj = min_obj ? ir_attr(expr, A_MAX) : NULL;
     if (max_obj) {
         *min = PyLong_AsLongLong(min_obj);
         *max = max_obj == Py_None ? -1 : PyLong_AsLongLong(max_obj);
@@ -1026,7 +1054,7 @@ static int uses_of(PyObject *expr, PyObject *uses, int64_t copies, int depth) {
     int kind = ir_kind(expr);
     if (kind < 0) return -1;
     if (kind == IR_RULEREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *name = ir_attr(expr, A_NAME);
         if (!name) return -1;
         PyObject *before = PyDict_GetItemWithError(uses, name);
         long long had = before ? PyLong_AsLongLong(before) : 0;
@@ -1051,7 +1079,7 @@ static int uses_of(PyObject *expr, PyObject *uses, int64_t copies, int depth) {
         if (repeat_bounds(expr, &min, &max)) return -1;
         /* the automaton unrolls a bounded repetition: each copy is a use of the rules inside */
         int64_t unrolled = max < 0 ? (min > 1 ? min : 1) + 1 : (max > 1 ? max : 1);
-        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *item = ir_attr(expr, A_ITEM);
         int status = item ? uses_of(item, uses, sat_mul(copies, unrolled), depth + 1) : -1;
         Py_XDECREF(item);
         return status;
@@ -1073,7 +1101,7 @@ PyObject *cm_rule_uses(PyObject *self, PyObject *args) {
 /* `expr_weight` of a node other than a sequence, choice, repetition or reference. */
 static int64_t leaf_weight(PyObject *expr, int kind) {
     if (kind == IR_LITERAL) {
-        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        PyObject *value = ir_attr(expr, A_VALUE);
         Py_ssize_t n = value ? PyObject_Length(value) : -1;
         Py_XDECREF(value);
         return n < 0 ? -1 : n > 1 ? n : 1;
@@ -1098,7 +1126,7 @@ static int size_of(PyObject *expr, PyObject *inlined, Size *out, int depth) {
     int kind = ir_kind(expr);
     if (kind < 0) return -1;
     if (kind == IR_RULEREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *name = ir_attr(expr, A_NAME);
         PyObject *known = name ? PyDict_GetItemWithError(inlined, name) : NULL;
         Py_XDECREF(name);
         if (PyErr_Occurred()) return -1;
@@ -1134,7 +1162,7 @@ static int size_of(PyObject *expr, PyObject *inlined, Size *out, int depth) {
     if (kind == IR_REPEAT) {
         long long min, max;
         if (repeat_bounds(expr, &min, &max)) return -1;
-        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *item = ir_attr(expr, A_ITEM);
         Size inner;
         int status = item ? size_of(item, inlined, &inner, depth + 1) : -1;
         Py_XDECREF(item);
@@ -1170,13 +1198,13 @@ static int lc_nullable(PyObject *expr, PyObject *nullable, int depth) {
     int kind = ir_kind(expr);
     if (kind < 0) return -1;
     if (kind == IR_LITERAL) {
-        PyObject *value = PyObject_GetAttr(expr, ir_names[A_VALUE]);
+        PyObject *value = ir_attr(expr, A_VALUE);
         Py_ssize_t n = value ? PyObject_Length(value) : -1;
         Py_XDECREF(value);
         return n < 0 ? -1 : n == 0;
     }
     if (kind == IR_RULEREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *name = ir_attr(expr, A_NAME);
         int found = name ? PySet_Contains(nullable, name) : -1;
         Py_XDECREF(name);
         return found;
@@ -1199,7 +1227,7 @@ static int lc_nullable(PyObject *expr, PyObject *nullable, int depth) {
         long long min, max;
         if (repeat_bounds(expr, &min, &max)) return -1;
         if (min == 0) return 1;
-        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *item = ir_attr(expr, A_ITEM);
         int result = item ? lc_nullable(item, nullable, depth + 1) : -1;
         Py_XDECREF(item);
         return result;
@@ -1212,7 +1240,7 @@ static int lc_add(PyObject *expr, PyObject *nullable, PyObject *found, int depth
     int kind = ir_kind(expr);
     if (kind < 0) return -1;
     if (kind == IR_RULEREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *name = ir_attr(expr, A_NAME);
         int status = name ? PySet_Add(found, name) : -1;
         Py_XDECREF(name);
         return status;
@@ -1239,7 +1267,7 @@ static int lc_add(PyObject *expr, PyObject *nullable, PyObject *found, int depth
         long long min, max;
         if (repeat_bounds(expr, &min, &max)) return -1;
         if (max == 0) return 0;
-        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *item = ir_attr(expr, A_ITEM);
         int status = item ? lc_add(item, nullable, found, depth + 1) : -1;
         Py_XDECREF(item);
         return status;
@@ -1273,7 +1301,7 @@ static int each_node(PyObject *expr, ExprVisit visit, void *context, int depth) 
     int status = visit(expr, kind, context);
     if (status || (kind != IR_SEQUENCE && kind != IR_CHOICE && kind != IR_REPEAT)) return status;
     if (kind == IR_REPEAT) {
-        PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+        PyObject *item = ir_attr(expr, A_ITEM);
         status = item ? each_node(item, visit, context, depth + 1) : -1;
         Py_XDECREF(item);
         return status;
@@ -1291,7 +1319,7 @@ static int each_node(PyObject *expr, ExprVisit visit, void *context, int depth) 
 static int add_name(PyObject *expr, int kind, void *context) {
     if (kind != IR_RULEREF && kind != IR_TERMINALREF) return 0;
     PyObject **sets = (PyObject **)context;
-    PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+    PyObject *name = ir_attr(expr, A_NAME);
     int status = name ? PySet_Add(sets[kind == IR_RULEREF ? 0 : 1], name) : -1;
     Py_XDECREF(name);
     return status;
@@ -1390,7 +1418,7 @@ static PyObject *substituted(Substitution *s, PyObject *expr, int depth) {
     int kind = ir_kind(expr);
     if (kind < 0) return NULL;
     if (kind == IR_RULEREF) {
-        PyObject *name = PyObject_GetAttr(expr, ir_names[A_NAME]);
+        PyObject *name = ir_attr(expr, A_NAME);
         PyObject *found = name ? PyDict_GetItemWithError(s->map, name) : NULL;
         Py_XDECREF(name);
         if (PyErr_Occurred()) return NULL;
@@ -1398,13 +1426,13 @@ static PyObject *substituted(Substitution *s, PyObject *expr, int depth) {
     }
     if (kind == IR_SEQUENCE || kind == IR_CHOICE) return substituted_parts(s, expr, kind, depth);
     if (kind != IR_REPEAT) return Py_NewRef(expr);
-    PyObject *item = PyObject_GetAttr(expr, ir_names[A_ITEM]);
+    PyObject *item = ir_attr(expr, A_ITEM);
     PyObject *made = item ? substituted(s, item, depth + 1) : NULL, *result = NULL;
     if (made == item) {
         result = made ? Py_NewRef(expr) : NULL;
     } else if (made) {
-        PyObject *min_obj = PyObject_GetAttr(expr, ir_names[A_MIN]);
-        PyObject *max_obj = min_obj ? PyObject_GetAttr(expr, ir_names[A_MAX]) : NULL;
+        PyObject *min_obj = ir_attr(expr, A_MIN);
+        PyObject *max_obj = min_obj ? ir_attr(expr, A_MAX) : NULL;
         int empty = max_obj ? is_nothing(made) : -1;
         long long min = empty >= 0 ? PyLong_AsLongLong(min_obj) : -1;
         if (empty > 0 && !PyErr_Occurred()) { /* (nothing repeated: only the empty string, where allowed) */
