@@ -6,6 +6,7 @@ each limit, the grammar compiles."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,16 @@ def test_numbers_json_cannot_hold_are_refused(value: float) -> None:
         with pytest.raises(InvalidSchemaError, match=r"invalid JSON Schema at /(maximum|enum/1|const): .* is not a "
                                                      r"JSON number"):
             Grammar.from_json_schema(schema)
+
+
+def test_subclasses_of_json_types_are_json_values() -> None:
+    """The check's quick pass takes exact types only; a subclass (an ordered dict here) is left to
+    the full check, which takes it as JSON."""
+    plain = {"type": "object", "properties": {"a": {"enum": [True, 1, "x"]}}}
+    ordered = OrderedDict(type="object", properties=OrderedDict(a={"enum": [True, 1, "x"]}))
+    assert Grammar.from_json_schema(ordered).cache_key == Grammar.from_json_schema(plain).cache_key
+    matcher = compile_grammar(Grammar.from_json_schema(ordered))
+    assert matcher.accept_bytes(b'{"a": "x"}') and matcher.can_terminate()
 
 
 def test_a_huge_but_finite_bound_still_compiles() -> None:

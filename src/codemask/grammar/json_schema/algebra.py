@@ -42,6 +42,10 @@ def flatten(nodes: list[Node]) -> Conjunction | None:
     cycle that constrains nothing (``{"$ref": "#"}``) has no meaning a validator can reach (it
     recurses forever): it is reported as unsupported rather than read as "anything".
     """
+    if len(nodes) == 1:  # (most calls: one subschema that inlines nothing, no walk needed)
+        schema = nodes[0].schema
+        if type(schema) is dict and "allOf" not in schema and not any(k in schema for k in REFERENCES):
+            return [nodes[0]] if any(k not in ANNOTATIONS for k in schema) else []
     out: Conjunction = []
     seen: set[tuple[int, str]] = set()
     open_nodes: set[tuple[int, str]] = set()  # the nodes whose inlined parts are being walked

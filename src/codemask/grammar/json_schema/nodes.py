@@ -59,7 +59,11 @@ def check_json_values(value: Any) -> None:
     it: nesting deeper than `MAX_SCHEMA_DEPTH`, numbers that are not finite (``inf`` or ``nan``
     from Python; JSON has neither), object keys that are not strings and values of other Python
     types (a tuple, a set). The schema is then exactly what its JSON text says, which keys the
-    compile cache (`Grammar.cache_key`). Iterative: the point is to get no `RecursionError`."""
+    compile cache (`Grammar.cache_key`). Iterative: the point is to get no `RecursionError`. A
+    first pass only finds whether anything is wrong; the second, which names the place, runs only
+    then (spelling every value's JSON pointer was most of the check's time)."""
+    if _json_values_fit(value):
+        return
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
         item, depth, pointer = stack.pop()
@@ -81,6 +85,31 @@ def check_json_values(value: Any) -> None:
                                              "is not a string")
         children = item.items() if isinstance(item, dict) else enumerate(item)
         stack.extend((child, depth + 1, f"{pointer}/{_escape(str(key))}") for key, child in children)
+
+
+def _json_values_fit(value: Any) -> bool:
+    """Whether `check_json_values` finds nothing wrong with ``value`` (it then says nothing)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            if depth > MAX_SCHEMA_DEPTH:
+                return False
+            for key, child in item.items():
+                if type(key) is not str:
+                    return False
+                stack.append((child, depth + 1))
+        elif kind is list:
+            if depth > MAX_SCHEMA_DEPTH:
+                return False
+            stack.extend((child, depth + 1) for child in item)
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind is not str and kind is not int and kind is not bool and item is not None:
+            return False  # (subclasses too: the full check decides them)
+    return True
 
 
 def _escape(key: str) -> str:
