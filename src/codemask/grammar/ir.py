@@ -21,8 +21,8 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TypeAlias, Union
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, TypeAlias, TypeVar, Union
 
 from codemask.errors import GrammarError
 
@@ -35,6 +35,36 @@ MAX_NESTING = 64
 MAX_REPEAT = 2**63 - 1
 
 
+_Node = TypeVar("_Node")
+
+
+def _quick_init(cls: type[_Node]) -> type[_Node]:
+    """``cls`` (a frozen dataclass with slots) with an ``__init__`` that sets each slot through its
+    descriptor: the dataclass's own goes through ``object.__setattr__`` per field, which made
+    building expressions a tenth of a JSON Schema's front-end. Same parameters, defaults and
+    ``__post_init__`` call as the dataclass's, and the same frozen instances."""
+    scope: dict[str, Any] = {}
+    params, lines = [], []
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.default_factory is not MISSING or f.kw_only:
+            raise TypeError(f"{cls.__name__}.{f.name}: a default factory or keyword-only field")
+        scope[f"_set_{f.name}"] = getattr(cls, f.name).__set__
+        value = f.name if f.init else f"_default_{f.name}"
+        if f.default is not MISSING:
+            scope[f"_default_{f.name}"] = f.default
+        if f.init:
+            params.append(f.name if f.default is MISSING else f"{f.name}=_default_{f.name}")
+        lines.append(f"    _set_{f.name}(self, {value})")
+    if hasattr(cls, "__post_init__"):
+        lines.append("    self.__post_init__()")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(lines), scope)  # (as dataclasses makes its own)
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    setattr(cls, "__init__", init)  # noqa: B010 (mypy refuses assigning a method)
+    return cls
+
+
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Literal:
     """A byte string matched exactly (UTF-8 for text)."""
@@ -42,6 +72,7 @@ class Literal:
     value: bytes
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class CharClass:
     """A set of Unicode code points, as sorted, disjoint, inclusive ranges.
@@ -54,6 +85,7 @@ class CharClass:
     negated: bool = False
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class ByteClass:
     """A set of raw byte values (0–255), as sorted, disjoint, inclusive ranges.
@@ -65,6 +97,7 @@ class ByteClass:
     ranges: tuple[tuple[int, int], ...]
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class RuleRef:
     """A reference to another rule by name."""
@@ -72,6 +105,7 @@ class RuleRef:
     name: str
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class TerminalRef:
     """A reference to a lexer terminal (lexer-mode grammars only)."""
@@ -79,6 +113,7 @@ class TerminalRef:
     name: str
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Sequence:
     """Items matched one after the other. The empty sequence matches the empty string."""
@@ -91,6 +126,7 @@ class Sequence:
         return _hash_once(self, self.items)
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Choice:
     """Any one of the alternatives. The empty choice matches nothing."""
@@ -112,6 +148,7 @@ def _hash_once(node: Sequence | Choice, parts: tuple[Expr, ...]) -> int:
     return found
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Repeat:
     """``item`` repeated between ``min`` and ``max`` times (``max=None``: unbounded)."""
@@ -131,6 +168,7 @@ EMPTY: Expr = Sequence(())
 NOTHING: Expr = Choice(())
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Rule:
     """A named rule. ``lookahead`` (XGrammar's ``(= ...)``) must match what follows the rule.
@@ -153,6 +191,7 @@ class Rule:
     standalone: bool = False
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Terminal:
     """A lexer terminal (lexer mode): a regular expression with a priority.
