@@ -44,8 +44,8 @@ def flatten(nodes: list[Node]) -> Conjunction | None:
     """
     if len(nodes) == 1:  # (most calls: one subschema that inlines nothing, no walk needed)
         schema = nodes[0].schema
-        if type(schema) is dict and "allOf" not in schema and not any(k in schema for k in REFERENCES):
-            return [nodes[0]] if any(k not in ANNOTATIONS for k in schema) else []
+        if type(schema) is dict and "allOf" not in schema and schema.keys().isdisjoint(REFERENCES):
+            return [] if schema.keys() <= ANNOTATIONS else [nodes[0]]
     out: Conjunction = []
     seen: set[tuple[int, str]] = set()
     open_nodes: set[tuple[int, str]] = set()  # the nodes whose inlined parts are being walked
@@ -97,7 +97,7 @@ def distribute(conjunction: Conjunction) -> list[Conjunction]:
     if flat is None:
         return []
     for index, node in enumerate(flat):
-        if any(k in node.schema for k in DISJUNCTIVE):
+        if not node.schema.keys().isdisjoint(DISJUNCTIVE):
             rest = [*flat[:index], _without(node, DISJUNCTIVE), *flat[index + 1:]]
             results: list[Conjunction] = [rest]
             for alternatives in _disjunctions(node):

@@ -20,6 +20,7 @@ from codemask.grammar.json_schema.nodes import Node, canonical
 OBJECT_KEYWORDS = ("properties", "patternProperties", "additionalProperties", "propertyNames",
                    "unevaluatedProperties")
 ARRAY_KEYWORDS = ("items", "prefixItems", "additionalItems", "x-items", "unevaluatedItems")
+NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "x-lo", "x-hi", "multipleOf")
 
 Bound = tuple[Fraction, bool]  # value, inclusive
 MAX_COUNTED = 1 << 20
@@ -85,7 +86,8 @@ class Constraints:
         if "enum" in schema:
             self._intersect_enum(list(schema["enum"]))
         self.not_in += list(schema.get("x-not-in", []))
-        self._add_numbers(node)
+        if not schema.keys().isdisjoint(NUMBER_KEYWORDS):
+            self._add_numbers(node)
         self.min_length = max(self.min_length, int(schema.get("minLength", 0)))
         self.max_length = _tighter(self.max_length, schema.get("maxLength"))
         if "pattern" in schema:
@@ -100,7 +102,7 @@ class Constraints:
                                   None if maximum is None else int(maximum)))
         if schema.get("uniqueItems") is True:
             self.unique_items.append(node)
-        if any(k in schema for k in ARRAY_KEYWORDS):
+        if not schema.keys().isdisjoint(ARRAY_KEYWORDS):
             self.array_nodes.append(node)
         self.min_properties = max(self.min_properties, int(schema.get("minProperties", 0)))
         self.max_properties = _tighter(self.max_properties, schema.get("maxProperties"))
@@ -108,7 +110,7 @@ class Constraints:
             if key not in self.required:
                 self.required.append(key)
                 self.required_nodes.append(node)
-        if any(k in schema for k in OBJECT_KEYWORDS):
+        if not schema.keys().isdisjoint(OBJECT_KEYWORDS):
             self.object_nodes.append(node)
 
     def _intersect_enum(self, values: list[Any]) -> None:
