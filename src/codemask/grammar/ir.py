@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypeAlias, TypeVar, Union
@@ -311,7 +310,7 @@ def char_class(ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...], nega
 def references(expr: Expr) -> frozenset[str]:
     """Names of the rules referenced anywhere inside ``expr``.
 
-    Remembered for the most recent expressions, by identity (an expression is immutable): the
+    Remembered during a compile, by identity (an expression is immutable): the
     optimiser and the automaton cache ask it of the same rule bodies several times each."""
     return _names(expr)[0]
 
@@ -322,19 +321,18 @@ def terminal_references(expr: Expr) -> frozenset[str]:
 
 
 def _names(expr: Expr) -> tuple[frozenset[str], frozenset[str]]:
-    """The rules and the terminals ``expr`` references: one walk for both."""
+    """The rules and the terminals ``expr`` references: one walk for both. (The dict is read and
+    written without the lock: each of those is atomic, and the optimiser asks this hundreds of
+    times per compile, where taking the lock and keeping an order were most of its time.)"""
     key = id(expr)
-    with _REFERENCES_LOCK:
-        remembered = _REFERENCES.get(key)
-        if remembered is not None and remembered[0] is expr:
-            _REFERENCES.move_to_end(key)
-            return remembered[1]
+    remembered = _REFERENCES.get(key)
+    if remembered is not None and remembered[0] is expr:
+        return remembered[1]
     walked = _names_in_c(expr) if _names_in_c is not None else None
     result = walked if walked is not None else _walk_names(expr)
-    with _REFERENCES_LOCK:
-        _REFERENCES[key] = (expr, result)  # (the expression is kept, so that no other one takes its id)
-        if len(_REFERENCES) > REFERENCES_CACHE:
-            _REFERENCES.popitem(last=False)
+    if len(_REFERENCES) >= REFERENCES_CACHE:
+        _REFERENCES.clear()  # (full outside a compile, which clears it: forgotten at once)
+    _REFERENCES[key] = (expr, result)  # (the expression is kept, so that no other one takes its id)
     return result
 
 
@@ -369,9 +367,9 @@ def use_names_walk(walk: Callable[[Expr], tuple[frozenset[str], frozenset[str]] 
     _names_in_c = walk
 
 
-# `references` of this many expressions are remembered.
+# `references` of up to this many expressions are remembered (then all are forgotten).
 REFERENCES_CACHE = 8192
-_REFERENCES: OrderedDict[int, tuple[Expr, tuple[frozenset[str], frozenset[str]]]] = OrderedDict()
+_REFERENCES: dict[int, tuple[Expr, tuple[frozenset[str], frozenset[str]]]] = {}
 _REFERENCES_LOCK = threading.Lock()
 
 

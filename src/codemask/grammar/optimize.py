@@ -74,7 +74,8 @@ def optimize(ir: GrammarIR) -> GrammarIR:
         if untangled is not rules:
             rules = untangled
             components = _strongly_connected(rules, lambda r: references(untangled[r].body))
-    rules = count_large_repeats(inline_rules(rules, ir.start, components))
+            recursive = _recursive(rules, components)
+    rules = count_large_repeats(inline_rules(rules, ir.start, components, recursive))
     return GrammarIR(rules=rules, start=ir.start, terminals=ir.terminals, ignore=ir.ignore)
 
 
@@ -533,18 +534,19 @@ def expr_weight(expr: Expr) -> int:
     return 1
 
 
-def inline_rules(rules: dict[str, Rule], start: str, components: list[list[str]] | None = None) -> dict[str, Rule]:
+def inline_rules(rules: dict[str, Rule], start: str, components: list[list[str]] | None = None,
+                 recursive: set[str] | None = None) -> dict[str, Rule]:
     """Inline non-recursive rules (bottom-up) unless they grow beyond `INLINE_WEIGHT_LIMIT`.
 
     Rules with a lookahead assertion keep their identity (their lookahead belongs to them), and
     so do shared and standalone rules (`Rule.shared`, `Rule.standalone`: positions walked in a frame
     of their own). ``components``: the call graph's strongly connected components, where the
-    caller has them already.
+    caller has them already, and ``recursive`` (`_recursive` of them) too.
     """
     # (the components come callees first: non-recursive callees before their callers)
     if components is None:
         components = _strongly_connected(rules, lambda r: references(rules[r].body))
-    keep = _recursive(rules, components) | {start}
+    keep = (_recursive(rules, components) if recursive is None else set(recursive)) | {start}
     keep |= {n for n, r in rules.items() if r.lookahead is not None or r.shared or r.standalone}
     uses: Counter[str] = Counter()
     in_c = native.enabled()  # (the measures in C: three walks of every body were most of the inliner)
