@@ -180,10 +180,13 @@ def test_the_network_laid_out_in_c_is_the_numpy_one() -> None:
             slow = automaton.build_rtn(bodies, ir.start)
         assert np.array_equal(fast.trans, slow.trans) and fast.calls == slow.calls
         assert np.array_equal(fast.scanning, (slow.trans >= 0).any(axis=1)) and fast.scanning.any()
+        assert fast.in_range and not slow.in_range  # (only C's pass checks every target)
     assert laid > 3
     out = np.empty((3, 4), dtype=np.int32)
     with pytest.raises(IndexError):
         native.stack_tables([np.full((2, 4), 2, dtype=np.int32)], out)  # (a target past its rule)
+    with pytest.raises(IndexError):
+        native.stack_tables([np.full((3, 4), -2, dtype=np.int32)], out)  # (below "none")
     with pytest.raises(ValueError):
         native.stack_tables([np.zeros((2, 4), dtype=np.int32)], out)  # (fewer rows than out)
 

@@ -91,6 +91,7 @@ def test_an_entry_that_does_not_build_is_rebuilt_and_overwritten(tmp_path: Path)
     good = compiler.compile(grammar)
     key = compiler._key(grammar)
     broken = good.artifacts
+    assert broken.rtn.in_range  # (built here: its interners skip the check, which a read entry must pass)
     trans = broken.rtn.trans.copy()
     trans[trans >= 0] = broken.rtn.num_states + 5
     broken.rtn.trans = trans
@@ -100,6 +101,7 @@ def test_an_entry_that_does_not_build_is_rebuilt_and_overwritten(tmp_path: Path)
         assert (masks_along(again, b"abc, de") == masks_along(good, b"abc, de")).all()
     rewritten = DiskCache(folder, 10**9).read(key, CompiledArtifacts, ARTIFACT_TYPES)
     assert rewritten is not None and int(rewritten.rtn.trans.max()) < rewritten.rtn.num_states
+    assert not rewritten.rtn.in_range
 
 
 def test_the_folder_is_private_and_other_users_entries_are_ignored(tmp_path: Path,

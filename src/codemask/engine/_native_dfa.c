@@ -653,7 +653,8 @@ done:
  * (`automaton.build_rtn`): each table (int32 bytes, `width` symbols a row, targets numbered within
  * their rule, -1 none) is written into `out` (int32, writable, the sum of their rows) with the rows
  * before it added to every target; returned, per state of `out`, 1 where it has a transition
- * (`RTN.scanning`). One pass over the table, which for a large schema is tens of megabytes. */
+ * (`RTN.scanning`). One pass over the table, which for a large schema is tens of megabytes; a
+ * target that is neither -1 nor a row of its table is an IndexError (`RTN.in_range`). */
 PyObject *cm_stack_tables(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *tables;
@@ -685,9 +686,9 @@ PyObject *cm_stack_tables(PyObject *self, PyObject *args) {
             uint8_t any = 0;
             for (Py_ssize_t a = 0; a < width; a++) {
                 int32_t target = from[r * width + a];
-                if (target >= rows) {
+                if (target >= rows || target < -1) {
                     PyBuffer_Release(&table);
-                    index_error("tables: a target past its rule's states");
+                    index_error("tables: a target outside its rule's states");
                     goto fail;
                 }
                 any |= target >= 0;

@@ -682,6 +682,10 @@ class RTN:
     # uint64 [S, 4]: each state's bytes (`DFA.first_bytes`) where its rule automata came with them
     # (the C construction's), for `follow_bytes`; for this process only, like `rule_keys`
     first_bytes: np.ndarray | None = field(default=None, init=False, compare=False, repr=False)
+    # whether every transition and call is known to lie in range: the C extension stacked its
+    # table (checking each target) from rule automata this process made; a parser core's C
+    # interner then skips its own pass over the table. For this process only, like `rule_keys`
+    in_range: bool = field(default=False, init=False, compare=False, repr=False)
 
     def is_shared(self, rule: int) -> bool:
         return self.shared is not None and bool(self.shared[rule])
@@ -939,4 +943,5 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
         rtn.first_bytes = np.concatenate([d.first_bytes for d in dfas])
     if scanning is not None:
         rtn.__dict__["scanning"] = scanning  # (`RTN.scanning`'s cached value: its own pass read the whole table again)
+        rtn.in_range = True  # (the calls are the automata's, which C and the minimiser number in range)
     return rtn

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codemask.engine import native
-from codemask.engine.bitmask import bitmask_width, pack_ids, set_bits
+from codemask.engine.bitmask import bitmask_width, pack_ids, set_bits, stop_row
 from codemask.engine.lexer import LexerCore, LexerKey, LexParserCore, automata_digest
 from codemask.engine.parser import DEAD
 from codemask.engine.token_trie import ByteVocabulary, TokenTrie, expand_ranges, token_trie
@@ -501,7 +501,7 @@ class LexerMaskComputer:
         self.core = core
         self.vocab = vocab
         self.vocab_size = vocab.vocab_size
-        self.stop_words = pack_ids(np.array(sorted(vocab.stop_token_ids), dtype=np.int64), vocab.vocab_size)
+        self.stop_words = stop_row(vocab.stop_token_ids, vocab.vocab_size)
         self._positions: dict[int, LexerPosition] = {}
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._capacity = capacity

@@ -10,7 +10,7 @@ from collections import OrderedDict
 import numpy as np
 
 from codemask.engine import native
-from codemask.engine.bitmask import bitmask_width, pack_ids, set_bits
+from codemask.engine.bitmask import bitmask_width, set_bits, stop_row
 from codemask.engine.parser import DEAD, ParserCore
 from codemask.engine.position_masks import LazyPositionMasks, PositionMasks
 from codemask.engine.token_trie import TokenTrie
@@ -29,7 +29,7 @@ class MaskComputer:
         self.masks = masks
         self.trie = trie
         self.vocab_size = vocab_size
-        self.stop_words = pack_ids(np.array(sorted(stop_token_ids), dtype=np.int64), vocab_size)
+        self.stop_words = stop_row(stop_token_ids, vocab_size)
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._capacity = capacity
 

@@ -297,7 +297,9 @@ def least_fixed_point(bodies: list[Expr], rule_index: dict[str, int], nullable: 
 def stack_tables(tables: list[np.ndarray], out: np.ndarray) -> np.ndarray:
     """``tables`` (int32 ``[rows, width]`` each, targets numbered within their own) written end to
     end into ``out`` with each table's first row number added to its targets, in one pass in C;
-    returns per row of ``out`` whether it has a transition (bool). The extension must be loaded."""
+    returns per row of ``out`` whether it has a transition (bool). IndexError where a target is
+    neither -1 nor one of its table's rows (so the stacked table's are all in range: `RTN.in_range`).
+    The extension must be loaded."""
     width = out.shape[1]
     flags: bytes = _loaded().stack_tables([np.ascontiguousarray(t, dtype=np.int32) for t in tables], width, out)
     return np.frombuffer(flags, dtype=bool)

@@ -86,7 +86,7 @@ class ParserCore:
         self.lock = threading.RLock()
         self._allowed_sets: dict[int, frozenset[int]] = {}
         self._native: native.Interner | None = self._native_interner(
-            checked=like is not None and like.rtn is rtn and like._native is not None)
+            checked=rtn.in_range or (like is not None and like.rtn is rtn and like._native is not None))
         # per node, its RTN state and its parents (each sorted, without repeats): Python lists
         # without the extension, read from C with it
         self.node_state: NodeRecord[int] = [] if self._native is None else NodeStates(self._native)
