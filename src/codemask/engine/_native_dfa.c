@@ -398,6 +398,20 @@ static int expand_subset(Subsets *d, int32_t id, IntBuf *scratch, int32_t *open_
     return 0;
 }
 
+/* Bits `lo`..`hi` (inclusive) of a bit set of uint64 words set, a word at a time (a bit at a time,
+ * each one waiting on the last write of its word, was a fifth of the automaton's construction). */
+static void set_bit_range(uint64_t *bits, int32_t lo, int32_t hi) {
+    int32_t low_word = lo >> 6, high_word = hi >> 6;
+    uint64_t from_lo = ~(uint64_t)0 << (lo & 63), to_hi = ~(uint64_t)0 >> (63 - (hi & 63));
+    if (low_word == high_word) {
+        bits[low_word] |= from_lo & to_hi;
+        return;
+    }
+    bits[low_word] |= from_lo;
+    for (int32_t w = low_word + 1; w < high_word; w++) bits[w] = ~(uint64_t)0;
+    bits[high_word] |= to_hi;
+}
+
 /* The minimal DFA of an NFA of `states` states given as flat int32 lists of `n_eps` epsilon edges
  * (source, target), `n_edges` symbol ranges (source, lo, hi, target) and `n_calls` calls (source,
  * rule, target): (trans, accepting, calls, first) bytes, or NULL with an exception set. `first` holds
@@ -592,11 +606,9 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
         for (int32_t g = seg_first[q]; g < seg_first[q + 1]; g++) {
             int32_t t = alive_map[segs[3 * g + 2]];
             if (t < 0) continue;
-            int32_t to = order[cls[t]];
-            for (int32_t a = segs[3 * g]; a <= segs[3 * g + 1]; a++) {
-                row[a] = to;
-                bits[a >> 6] |= (uint64_t)1 << (a & 63);
-            }
+            int32_t to = order[cls[t]], lo = segs[3 * g], hi = segs[3 * g + 1];
+            for (int32_t a = lo; a <= hi; a++) row[a] = to;
+            set_bit_range(bits, lo, hi);
         }
         PyBytes_AS_STRING(acc_out)[k] = (char)d.accepting.data[q];
     }
