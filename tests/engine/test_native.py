@@ -11,8 +11,10 @@ tables. Bad arguments must raise, not read out of bounds.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
+import random
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ from codemask.engine.shared_positions import SharedPositions
 from codemask.engine.token_trie import TokenTrie, expand_ranges, token_trie
 from codemask.engine.uncertain import Uncertain
 from codemask.errors import GrammarError
+from codemask.grammar import ir
 from codemask.grammar.optimize import optimize
 from tests.data_paths import TEST_DATA
 from tests.engine.conftest import compiler, encode, vocabulary
@@ -896,3 +899,47 @@ def test_native_entry_points_refuse_what_they_cannot_use() -> None:
         walker.result(resumed, group.residuals)
     with pytest.raises(TypeError, match="uint32"):
         native.pack_rows(np.zeros(8, dtype=np.int64), np.zeros(4, dtype=np.int32), np.zeros(1), np.ones(1))
+
+
+def _random_expr(rng: random.Random, depth: int = 0) -> ir.Expr:
+    """Expressions of every IR class, nested, with empty and repeated parts."""
+    roll = rng.random()
+    if roll < 0.25 or depth > 2:
+        return ir.Literal(rng.choice([b"", b"a", b"bc", b"\xff"]))
+    if roll < 0.45:
+        return ir.RuleRef(rng.choice("xyz"))
+    if roll < 0.5:
+        return ir.CharClass(rng.choice([((48, 57),), ((48, 57), (65, 70))]), rng.random() < 0.5)
+    if roll < 0.55:
+        return ir.ByteClass(((1, 2),))
+    if roll < 0.65:
+        return ir.Repeat(_random_expr(rng, depth + 1), rng.choice([0, 1]), rng.choice([None, 2]))
+    parts = tuple(_random_expr(rng, depth + 1) for _ in range(rng.randint(0, 3)))
+    return ir.Sequence(parts) if roll < 0.82 else ir.Choice(parts)
+
+
+def test_sequences_and_choices_made_in_c_are_pythons() -> None:
+    """`ir.seq` and `ir.choice` are made in C (splicing, fusing literals, dropping repeats by
+    equality or by hash past `SMALL_CHOICE` parts): the same nodes as the Python ones, on random
+    expressions (equal copies among them) and on the rules of real schemas built either way."""
+    assert ir._seq_in_c is not None and ir._choice_in_c is not None
+    rng = random.Random(7)
+    for _ in range(3000):
+        items = tuple(_random_expr(rng) for _ in range(rng.randint(0, 6)))
+        assert repr(ir.seq(*items)) == repr(ir._seq(items))
+        alternatives = tuple(_random_expr(rng) for _ in range(rng.randint(0, 2 * ir.SMALL_CHOICE)))
+        alternatives += tuple(copy.deepcopy(a) for a in rng.sample(alternatives, min(len(alternatives), 4)))
+        made, expected = ir.choice(*alternatives), ir._choice(alternatives)
+        assert type(made) is type(expected) and repr(made) == repr(expected)
+    built = 0
+    for path in sorted(BENCH.glob("*.json")):
+        schema = json.loads(path.read_text())["schema"]
+        try:
+            in_c = Grammar.from_json_schema(schema, mode="validate").ir.rules
+        except GrammarError:  # (unsupported keywords: the Python builders are not reached either)
+            continue
+        built += 1
+        with mock.patch.object(ir, "_seq_in_c", None), mock.patch.object(ir, "_choice_in_c", None):
+            in_python = Grammar.from_json_schema(schema, mode="validate").ir.rules
+        assert repr(in_c) == repr(in_python)
+    assert built > 100

@@ -41,7 +41,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 30
+#define NATIVE_VERSION 31
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -73,6 +73,8 @@ static PyMethodDef methods[] = {
     {"largest_repeat_bound", cm_largest_repeat_bound, METH_O,
      "largest_repeat_bound(expr) -> int: the largest bound of a repetition in expr (0 if none)"},
     {"expr_names", cm_expr_names, METH_O, "expr_names(expr) -> (frozenset, frozenset): the rules and terminals named"},
+    {"ir_seq", cm_ir_seq, METH_O, "ir_seq(items) -> Expr: grammar.ir.seq of a tuple of expressions"},
+    {"ir_choice", cm_ir_choice, METH_VARARGS, "ir_choice(alternatives, small) -> Expr: grammar.ir.choice of a tuple"},
     {"substitute", cm_substitute, METH_VARARGS,
      "substitute(expr, replacements, seq, choice, repeat, nothing) -> Expr: optimize._substitute"},
     {"pack_rows", cm_pack_rows, METH_VARARGS,

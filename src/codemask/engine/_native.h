@@ -221,6 +221,8 @@ PyObject *cm_expr_size(PyObject *self, PyObject *args);
 PyObject *cm_left_calls(PyObject *self, PyObject *args);
 PyObject *cm_largest_repeat_bound(PyObject *self, PyObject *expr);
 PyObject *cm_expr_names(PyObject *self, PyObject *expr);
+PyObject *cm_ir_seq(PyObject *self, PyObject *items);
+PyObject *cm_ir_choice(PyObject *self, PyObject *args);
 PyObject *cm_substitute(PyObject *self, PyObject *args);
 
 /* _native_follow.c */

@@ -15,7 +15,7 @@
 #include <structmember.h>
 
 enum { IR_LITERAL, IR_CHARCLASS, IR_BYTECLASS, IR_RULEREF, IR_TERMINALREF, IR_SEQUENCE, IR_CHOICE, IR_REPEAT, IR_KINDS };
-enum { A_VALUE, A_RANGES, A_NEGATED, A_NAME, A_ITEMS, A_ALTERNATIVES, A_ITEM, A_MIN, A_MAX, A_COUNT };
+enum { A_VALUE, A_RANGES, A_NEGATED, A_NAME, A_ITEMS, A_ALTERNATIVES, A_ITEM, A_MIN, A_MAX, A_HASH, A_COUNT };
 static PyObject *ir_types[IR_KINDS];
 static PyObject *ir_names[A_COUNT];
 /* Per class and attribute, the offset of its slot in the object (-1: not a plain slot). The classes
@@ -39,7 +39,8 @@ PyObject *cm_set_ir(PyObject *self, PyObject *args) {
     PyObject *types, *error;
     if (!PyArg_ParseTuple(args, "O!O", &PyTuple_Type, &types, &error)) return NULL;
     if (PyTuple_GET_SIZE(types) != IR_KINDS) return cm_bad("set_ir: the eight IR classes"), NULL;
-    static const char *names[A_COUNT] = {"value", "ranges", "negated", "name", "items", "alternatives", "item", "min", "max"};
+    static const char *names[A_COUNT] = {"value", "ranges", "negated", "name", "items", "alternatives", "item", "min", "max",
+                                         "_hash"};
     for (int k = 0; k < A_COUNT; k++) {
         if (!ir_names[k] && !(ir_names[k] = PyUnicode_InternFromString(names[k]))) return NULL;
     }
@@ -60,6 +61,14 @@ static int ir_kind(PyObject *expr) {
         if ((PyObject *)Py_TYPE(expr) == ir_types[k]) return k;
     }
     PyErr_Format(PyExc_TypeError, "not a grammar expression: %R", expr);
+    return -1;
+}
+
+/* The IR kind of an object of exactly one of the IR's classes, -1 (no error set) otherwise. */
+static int ir_kind_of(PyObject *obj) {
+    for (int k = 0; k < IR_KINDS; k++) {
+        if ((PyObject *)Py_TYPE(obj) == ir_types[k]) return k;
+    }
     return -1;
 }
 
@@ -1567,4 +1576,191 @@ done:
     free(stack);
     free(on_stack);
     return result;
+}
+
+/* -- building expressions (`ir.seq`, `ir.choice`) ---------------------------------------------- */
+
+/* A node of IR class `kind` with its slots `names` (`count` of them) set to `values` (new
+ * references taken, NULL for None), made as its dataclass would make it (none of these classes has
+ * a `__post_init__`); NULL with an exception set where the class has no such slots. */
+static PyObject *make_node(int kind, const int *names, PyObject *const *values, int count) {
+    PyTypeObject *type = (PyTypeObject *)ir_types[kind];
+    for (int i = 0; i < count; i++) {
+        if (ir_offsets[kind][names[i]] < 0) return cm_bad("IR class without the expected slots"), NULL;
+    }
+    PyObject *node = type->tp_alloc(type, 0);
+    if (!node) return NULL;
+    for (int i = 0; i < count; i++) {
+        *(PyObject **)((char *)node + ir_offsets[kind][names[i]]) = Py_NewRef(values[i] ? values[i] : Py_None);
+    }
+    return node;
+}
+
+static PyObject *literal_of(PyObject *value) {
+    int names[1] = {A_VALUE};
+    return make_node(IR_LITERAL, names, &value, 1);
+}
+
+/* The bytes of a Literal (borrowed), or NULL with an error. */
+static PyObject *literal_bytes(PyObject *lit) {
+    PyObject *value = *(PyObject **)((char *)lit + ir_offsets[IR_LITERAL][A_VALUE]);
+    if (!value || !PyBytes_Check(value)) return cm_bad("Literal: bytes expected"), NULL;
+    return value;
+}
+
+/* Append `part` to `flat` (a list) as `ir.seq` does: an empty literal dropped, a literal after a
+ * literal fused with it. */
+static int seq_append(PyObject *flat, PyObject *part) {
+    if ((PyObject *)Py_TYPE(part) != ir_types[IR_LITERAL]) return PyList_Append(flat, part);
+    PyObject *value = literal_bytes(part);
+    if (!value) return -1;
+    if (!PyBytes_GET_SIZE(value)) return 0;
+    Py_ssize_t n = PyList_GET_SIZE(flat);
+    PyObject *last = n ? PyList_GET_ITEM(flat, n - 1) : NULL;
+    if (!last || (PyObject *)Py_TYPE(last) != ir_types[IR_LITERAL]) return PyList_Append(flat, part);
+    PyObject *before = literal_bytes(last);
+    if (!before) return -1;
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(before) + PyBytes_GET_SIZE(value));
+    if (!joined) return -1;
+    memcpy(PyBytes_AS_STRING(joined), PyBytes_AS_STRING(before), (size_t)PyBytes_GET_SIZE(before));
+    memcpy(PyBytes_AS_STRING(joined) + PyBytes_GET_SIZE(before), PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value));
+    PyObject *fused = literal_of(joined);
+    Py_DECREF(joined);
+    if (!fused) return -1;
+    return PyList_SetItem(flat, n - 1, fused);  /* (steals `fused`) */
+}
+
+/* The node a list of parts makes: its only part, or a `kind` node (Sequence, Choice) of them all. */
+static PyObject *node_of_parts(int kind, int attribute, PyObject *parts) {
+    if (PyList_GET_SIZE(parts) == 1) return Py_NewRef(PyList_GET_ITEM(parts, 0));
+    PyObject *items = PyList_AsTuple(parts);
+    if (!items) return NULL;
+    int names[2] = {attribute, A_HASH};
+    PyObject *values[2] = {items, NULL};
+    PyObject *node = make_node(kind, names, values, 2);
+    Py_DECREF(items);
+    return node;
+}
+
+/* ir_seq(items) -> Expr: `grammar.ir.seq` of the tuple `items` (nested sequences spliced one level,
+ * adjacent literals fused, empty ones dropped), the same nodes made in C. */
+PyObject *cm_ir_seq(PyObject *self, PyObject *items) {
+    (void)self;
+    if (!ir_types[0]) return cm_bad("ir_seq: set_ir was not called"), NULL;
+    if (!PyTuple_Check(items)) return PyErr_SetString(PyExc_TypeError, "ir_seq: a tuple of expressions"), NULL;
+    PyObject *flat = PyList_New(0);
+    if (!flat) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        if ((PyObject *)Py_TYPE(item) == ir_types[IR_SEQUENCE]) {
+            PyObject *parts = ir_attr(item, A_ITEMS);
+            int failed = !parts || !PyTuple_Check(parts);
+            for (Py_ssize_t k = 0; !failed && k < PyTuple_GET_SIZE(parts); k++) {
+                failed = seq_append(flat, PyTuple_GET_ITEM(parts, k)) != 0;
+            }
+            Py_XDECREF(parts);
+            if (failed) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Sequence.items: a tuple expected");
+                Py_DECREF(flat);
+                return NULL;
+            }
+        } else if (seq_append(flat, item)) {
+            Py_DECREF(flat);
+            return NULL;
+        }
+    }
+    PyObject *made = node_of_parts(IR_SEQUENCE, A_ITEMS, flat);
+    Py_DECREF(flat);
+    return made;
+}
+
+/* Whether two expressions are equal as their dataclasses' `__eq__` says (1, 0, -1 on error),
+ * without calling it: nodes of different classes are not (each `__eq__` declines, then identity
+ * decides), and nodes of one class compare their fields, expressions by this and others (bytes,
+ * names, ranges, counts) as Python does. The small choices' duplicate scan compared each pair
+ * through Python. */
+static int ir_equal(PyObject *a, PyObject *b, int depth) {
+    if (a == b) return 1;
+    int kind = ir_kind_of(a), other = ir_kind_of(b);
+    if (kind >= 0 && other >= 0 && kind != other) return 0;
+    if (kind < 0 || other < 0 || depth > MAX_EXPR_DEPTH) return PyObject_RichCompareBool(a, b, Py_EQ);
+    static const int fields[IR_KINDS][3] = {
+        [IR_LITERAL] = {A_VALUE, -1, -1}, [IR_CHARCLASS] = {A_RANGES, A_NEGATED, -1}, [IR_BYTECLASS] = {A_RANGES, -1, -1},
+        [IR_RULEREF] = {A_NAME, -1, -1}, [IR_TERMINALREF] = {A_NAME, -1, -1}, [IR_SEQUENCE] = {A_ITEMS, -1, -1},
+        [IR_CHOICE] = {A_ALTERNATIVES, -1, -1}, [IR_REPEAT] = {A_ITEM, A_MIN, A_MAX}};
+    for (int f = 0; f < 3 && fields[kind][f] >= 0; f++) {
+        Py_ssize_t offset = ir_offsets[kind][fields[kind][f]];
+        PyObject *x = offset >= 0 ? *(PyObject **)((char *)a + offset) : NULL;
+        PyObject *y = offset >= 0 ? *(PyObject **)((char *)b + offset) : NULL;
+        if (!x || !y) return PyObject_RichCompareBool(a, b, Py_EQ);  /* (not plain slots: Python decides) */
+        int same;
+        if (fields[kind][f] == A_ITEM) {
+            same = ir_equal(x, y, depth + 1);
+        } else if ((kind == IR_SEQUENCE || kind == IR_CHOICE) && PyTuple_Check(x) && PyTuple_Check(y)) {
+            same = PyTuple_GET_SIZE(x) == PyTuple_GET_SIZE(y);
+            for (Py_ssize_t i = 0; same == 1 && i < PyTuple_GET_SIZE(x); i++) {
+                same = ir_equal(PyTuple_GET_ITEM(x, i), PyTuple_GET_ITEM(y, i), depth + 1);
+            }
+        } else {
+            same = PyObject_RichCompareBool(x, y, Py_EQ);
+        }
+        if (same != 1) return same;
+    }
+    return 1;
+}
+
+/* ir_choice(alternatives, small) -> Expr: `grammar.ir.choice` of the tuple `alternatives` (nested
+ * choices spliced one level, repeats dropped in order: by equality where there are at most `small`
+ * parts, by hashing beyond), the same nodes made in C. */
+PyObject *cm_ir_choice(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *alternatives;
+    Py_ssize_t small;
+    if (!PyArg_ParseTuple(args, "O!n", &PyTuple_Type, &alternatives, &small)) return NULL;
+    if (!ir_types[0]) return cm_bad("ir_choice: set_ir was not called"), NULL;
+    PyObject *parts = PyList_New(0), *unique = NULL, *made = NULL;
+    if (!parts) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(alternatives); i++) {
+        PyObject *alt = PyTuple_GET_ITEM(alternatives, i);
+        if ((PyObject *)Py_TYPE(alt) == ir_types[IR_CHOICE]) {
+            PyObject *inner = tuple_attr(alt, A_ALTERNATIVES);
+            int failed = !inner;
+            for (Py_ssize_t k = 0; !failed && k < PyTuple_GET_SIZE(inner); k++) {
+                failed = PyList_Append(parts, PyTuple_GET_ITEM(inner, k)) != 0;
+            }
+            Py_XDECREF(inner);
+            if (failed) goto done;
+        } else if (PyList_Append(parts, alt)) {
+            goto done;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(parts);
+    if (n > small) {  /* (dict.fromkeys: the first of equal parts kept, in order) */
+        PyObject *seen = PyDict_New();
+        if (!seen) goto done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (PyDict_SetDefault(seen, PyList_GET_ITEM(parts, i), Py_None) == NULL) {
+                Py_DECREF(seen);
+                goto done;
+            }
+        }
+        unique = PyDict_Keys(seen);
+        Py_DECREF(seen);
+    } else {
+        unique = PyList_New(0);
+        for (Py_ssize_t i = 0; unique && i < n; i++) {
+            PyObject *part = PyList_GET_ITEM(parts, i);
+            int found = 0;
+            for (Py_ssize_t k = 0; !found && k < PyList_GET_SIZE(unique); k++) {
+                found = ir_equal(PyList_GET_ITEM(unique, k), part, 0);
+            }
+            if (found < 0 || (!found && PyList_Append(unique, part))) Py_CLEAR(unique);
+        }
+    }
+    if (!unique) goto done;
+    made = node_of_parts(IR_CHOICE, A_ALTERNATIVES, unique);
+done:
+    Py_XDECREF(unique);
+    Py_DECREF(parts);
+    return made;
 }

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 30
+EXPECTED_VERSION = 31
 
 
 def _load() -> ModuleType | None:
@@ -598,3 +598,5 @@ if _MODULE is not None:  # (`references` is asked of every rule several times pe
     from codemask.grammar import ir as _ir
 
     _ir.use_names_walk(expr_names)
+    if _enabled:  # (the same nodes either way: ``CODEMASK_NATIVE=0`` leaves them to Python)
+        _ir.use_builders(_ir_module().ir_seq, _ir_module().ir_choice)

@@ -242,7 +242,15 @@ def literal(text: str | bytes) -> Literal:
 
 def seq(*items: Expr) -> Expr:
     """A sequence, flattening nested sequences and fusing adjacent literals. (Written for speed: a
-    JSON Schema's object states make tens of thousands; the IR's classes have no subclasses.)"""
+    JSON Schema's object states make tens of thousands; the IR's classes have no subclasses. Made
+    in C where the extension is loaded: `use_builders`.)"""
+    if _seq_in_c is not None:
+        return _seq_in_c(items)
+    return _seq(items)
+
+
+def _seq(items: tuple[Expr, ...]) -> Expr:
+    """`seq` in Python."""
     flat: list[Expr] = []
     for item in items:
         for part in item.items if type(item) is Sequence else (item,):
@@ -260,7 +268,14 @@ def choice(*alternatives: Expr) -> Expr:
     """An alternation, flattening nested choices and dropping duplicates (order kept). Many
     alternatives are deduplicated by hashing (a scan of the list so far made 100,000 of them
     take minutes), a few by that scan (a hash walks a whole expression, a comparison stops at
-    the first difference)."""
+    the first difference). Made in C where the extension is loaded (`use_builders`)."""
+    if _choice_in_c is not None:
+        return _choice_in_c(alternatives, SMALL_CHOICE)
+    return _choice(alternatives)
+
+
+def _choice(alternatives: tuple[Expr, ...]) -> Expr:
+    """`choice` in Python."""
     parts = [part for alt in alternatives for part in (alt.alternatives if type(alt) is Choice else (alt,))]
     if len(parts) > SMALL_CHOICE:
         unique = tuple(dict.fromkeys(parts))
@@ -365,6 +380,19 @@ def use_names_walk(walk: Callable[[Expr], tuple[frozenset[str], frozenset[str]] 
     """Have `references` walk expressions with ``walk`` (the C extension's)."""
     global _names_in_c
     _names_in_c = walk
+
+
+# `seq` and `choice` made in C: set by `codemask.engine.native` (None: made here).
+_seq_in_c: Callable[[tuple[Expr, ...]], Expr] | None = None
+_choice_in_c: Callable[[tuple[Expr, ...], int], Expr] | None = None
+
+
+def use_builders(make_seq: Callable[[tuple[Expr, ...]], Expr],
+                 make_choice: Callable[[tuple[Expr, ...], int], Expr]) -> None:
+    """Have `seq` and `choice` made by ``make_seq`` and ``make_choice`` (the C extension's, which
+    make the same nodes: front-ends call them hundreds of times per JSON Schema)."""
+    global _seq_in_c, _choice_in_c
+    _seq_in_c, _choice_in_c = make_seq, make_choice
 
 
 # `references` of up to this many expressions are remembered (then all are forgotten).
