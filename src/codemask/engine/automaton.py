@@ -25,7 +25,7 @@ from collections.abc import Sequence as ReadOnlyList
 from dataclasses import dataclass, field
 from itertools import pairwise
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -632,19 +632,50 @@ def _native_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_
                                f"states in one rule); {TOO_LARGE_HINT}") from None
         raise GrammarError(f"grammar is too large to compile (over {MAX_NFA_STATES:,} automaton states); "
                            f"{TOO_LARGE_HINT}") from None
-    calls: list[Mapping[int, int]] = [_NO_CALLS] * len(accepting)
-    rows: dict[int, dict[int, int]] = {}
-    for state, rule, target in call_list.tolist():  # (by state, then rule)
-        rows.setdefault(state, {})[rule] = target
-    for state, called in rows.items():
-        calls[state] = called
-    dfa = DFA(trans=trans, accepting=accepting, calls=calls)
+    dfa = DFA(trans=trans, accepting=accepting, calls=_CallRows(call_list, len(accepting)))
     dfa.__dict__["call_array"] = call_list.reshape(-1, 3)  # (`DFA.call_array`'s value, as C made it)
     dfa.__dict__["first_bytes"] = first  # (`DFA.first_bytes`' value, set as C wrote the rows)
     return dfa
 
 
 _NO_CALLS: Mapping[int, int] = MappingProxyType({})  # (shared by every state that calls nothing)
+
+
+class _CallRows(ReadOnlyList[Mapping[int, int]]):
+    """`DFA.calls` of an automaton made in C, read from its call array when first asked: the network
+    reads the array (`DFA.call_array`), and only the Python minimiser and the tests read the rows,
+    whose dicts were a twentieth of laying out a large schema's network."""
+
+    def __init__(self, call_list: np.ndarray, states: int) -> None:
+        self._call_list = call_list
+        self._states = states
+
+    @functools.cached_property
+    def _rows(self) -> list[Mapping[int, int]]:
+        rows: list[Mapping[int, int]] = [_NO_CALLS] * self._states
+        found: dict[int, dict[int, int]] = {}
+        for state, rule, target in self._call_list.tolist():  # (by state, then rule)
+            found.setdefault(state, {})[rule] = target
+        for state, called in found.items():
+            rows[state] = called
+        return rows
+
+    def __len__(self) -> int:
+        return self._states
+
+    @overload
+    def __getitem__(self, index: int) -> Mapping[int, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> ReadOnlyList[Mapping[int, int]]: ...
+
+    def __getitem__(self, index: int | slice) -> Mapping[int, int] | ReadOnlyList[Mapping[int, int]]:
+        return self._rows[index]
+
+    def __eq__(self, other: object) -> bool:
+        return self._rows == list(other) if isinstance(other, ReadOnlyList) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 # Rule automata kept for reuse across compilations (bodies with their callee indices).
