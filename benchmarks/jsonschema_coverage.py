@@ -291,10 +291,12 @@ def serve(adapter: SchemaEngine, conn: Connection) -> None:
         first_mask_s = first_mask_seconds(adapter, compiled)
         conn.send({"status": COMPILED, "seconds": seconds, "first_mask_s": first_mask_s, "warnings": caught,
                    "runs_instances": adapter.runs_instances})
-        conn.send([run_instance(adapter, compiled, instance) for instance in instances]
-                  if adapter.runs_instances else [])
+        runs = [run_instance(adapter, compiled, instance) for instance in instances] if adapter.runs_instances else []
+        # (freed before the reply: freed after it, a large grammar's memory went back while the next
+        # engine was being timed on the other core)
         del compiled
         gc.collect()
+        conn.send(runs)
 
 
 def first_mask_seconds(adapter: SchemaEngine, compiled: Any) -> float | None:
