@@ -56,14 +56,6 @@ PyObject *cm_set_ir(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static int ir_kind(PyObject *expr) {
-    for (int k = 0; k < IR_KINDS; k++) {
-        if ((PyObject *)Py_TYPE(expr) == ir_types[k]) return k;
-    }
-    PyErr_Format(PyExc_TypeError, "not a grammar expression: %R", expr);
-    return -1;
-}
-
 /* The IR kind of an object of exactly one of the IR's classes, -1 (no error set) otherwise. */
 static int ir_kind_of(PyObject *obj) {
     for (int k = 0; k < IR_KINDS; k++) {
@@ -72,23 +64,30 @@ static int ir_kind_of(PyObject *obj) {
     return -1;
 }
 
+/* `ir_kind_of`, a TypeError for anything else. */
+static int ir_kind(PyObject *expr) {
+    int kind = ir_kind_of(expr);
+    if (kind < 0) PyErr_Format(PyExc_TypeError, "not a grammar expression: %R", expr);
+    return kind;
+}
+
 static int grammar_error(const char *message) {
     PyErr_SetString(grammar_error_class ? grammar_error_class : PyExc_ValueError, message);
     return -1;
 }
 
+/* The object in slot `name` of `obj`, an instance of IR class `kind` (borrowed; NULL, no error set,
+ * where `kind` is -1, the class has no such plain slot or it is unset). */
+static PyObject *slot_value(PyObject *obj, int kind, int name) {
+    Py_ssize_t offset = kind >= 0 ? ir_offsets[kind][name] : -1;
+    return offset >= 0 ? *(PyObject **)((char *)obj + offset) : NULL;
+}
+
 /* An attribute of an expression (a new reference; NULL with an error where it is missing): read
  * from its slot where the class is one of the IR's, through the type otherwise. */
 static PyObject *ir_attr(PyObject *expr, int name) {
-    PyObject *type = (PyObject *)Py_TYPE(expr);
-    for (int k = 0; k < IR_KINDS; k++) {
-        if (type != ir_types[k]) continue;
-        Py_ssize_t offset = ir_offsets[k][name];
-        PyObject *value = offset >= 0 ? *(PyObject **)((char *)expr + offset) : NULL;
-        if (value) return Py_NewRef(value);
-        break;  /* (not a slot, or an unset one: the lookup says why) */
-    }
-    return PyObject_GetAttr(expr, ir_names[name]);
+    PyObject *value = slot_value(expr, ir_kind_of(expr), name);
+    return value ? Py_NewRef(value) : PyObject_GetAttr(expr, ir_names[name]);  /* (the lookup says why not) */
 }
 
 /* An attribute of an expression that must be a tuple (items, alternatives, ranges). */
@@ -1603,8 +1602,8 @@ static PyObject *literal_of(PyObject *value) {
 
 /* The bytes of a Literal (borrowed), or NULL with an error. */
 static PyObject *literal_bytes(PyObject *lit) {
-    PyObject *value = *(PyObject **)((char *)lit + ir_offsets[IR_LITERAL][A_VALUE]);
-    if (!value || !PyBytes_Check(value)) return cm_bad("Literal: bytes expected"), NULL;
+    PyObject *value = slot_value(lit, IR_LITERAL, A_VALUE);
+    if (!value || !PyBytes_Check(value)) return cm_bad("Literal: a value of bytes in its slot expected"), NULL;
     return value;
 }
 
@@ -1689,9 +1688,7 @@ static int ir_equal(PyObject *a, PyObject *b, int depth) {
         [IR_RULEREF] = {A_NAME, -1, -1}, [IR_TERMINALREF] = {A_NAME, -1, -1}, [IR_SEQUENCE] = {A_ITEMS, -1, -1},
         [IR_CHOICE] = {A_ALTERNATIVES, -1, -1}, [IR_REPEAT] = {A_ITEM, A_MIN, A_MAX}};
     for (int f = 0; f < 3 && fields[kind][f] >= 0; f++) {
-        Py_ssize_t offset = ir_offsets[kind][fields[kind][f]];
-        PyObject *x = offset >= 0 ? *(PyObject **)((char *)a + offset) : NULL;
-        PyObject *y = offset >= 0 ? *(PyObject **)((char *)b + offset) : NULL;
+        PyObject *x = slot_value(a, kind, fields[kind][f]), *y = slot_value(b, kind, fields[kind][f]);
         if (!x || !y) return PyObject_RichCompareBool(a, b, Py_EQ);  /* (not plain slots: Python decides) */
         int same;
         if (fields[kind][f] == A_ITEM) {

@@ -82,6 +82,23 @@ def test_accepts_exactly_what_jsonschema_validates(schema: dict[str, Any], insta
             assert recognizer.accepts(text) == expected, (schema, text)
 
 
+def test_a_reference_met_again_resolves_alike_and_a_missing_one_is_reported_each_time() -> None:
+    """References are resolved once per document and resolver; one that cannot be resolved is not
+    remembered, so each place it is met is named."""
+    definitions = {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}},
+                                       "required": ["x"]},
+                             "other": {"$ref": "#/$defs/point"}}}
+    schema = {**definitions, "type": "array", "prefixItems": [{"$ref": "#/$defs/point"}, {"$ref": "#/$defs/other"},
+                                                              {"$ref": "#/$defs/point"}]}
+    recognizer = Recognizer(Grammar.from_json_schema(schema, mode="validate"))
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance in ([{"x": 1}, {"x": 2}, {"x": 3}], [{"x": 1}, {"y": 2}], [{"x": 1}, {"x": 2}, {"x": "3"}]):
+        assert recognizer.accepts(json.dumps(instance)) == validator.is_valid(instance), instance
+    missing = {"type": "object", "properties": {"a": {"$ref": "#/$defs/nowhere"}, "b": {"$ref": "#/$defs/nowhere"}}}
+    with pytest.warns(UserWarning, match=r"/properties/a.*/properties/b"):
+        Grammar.from_json_schema(missing, strict=False)
+
+
 def test_object_members_may_come_in_any_order_but_required_ones_must_come() -> None:
     schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abcd"}, "required": ["a", "c"]}
     recognizer = Recognizer(Grammar.from_json_schema(schema, mode="validate"))

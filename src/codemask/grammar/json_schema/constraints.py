@@ -20,7 +20,12 @@ from codemask.grammar.json_schema.nodes import Node, canonical
 OBJECT_KEYWORDS = ("properties", "patternProperties", "additionalProperties", "propertyNames",
                    "unevaluatedProperties")
 ARRAY_KEYWORDS = ("items", "prefixItems", "additionalItems", "x-items", "unevaluatedItems")
-NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "x-lo", "x-hi", "multipleOf")
+# The bounds `Constraints._add_numbers` reads: (keyword, whether a lower bound), per kind of bound.
+INCLUSIVE_BOUNDS = (("minimum", True), ("maximum", False))
+EXCLUSIVE_BOUNDS = (("exclusiveMinimum", True), ("exclusiveMaximum", False))
+INTERNAL_BOUNDS = (("x-lo", True), ("x-hi", False))  # (the builder's own: [value, inclusive])
+NUMBER_KEYWORDS = frozenset([keyword for bounds in (INCLUSIVE_BOUNDS, EXCLUSIVE_BOUNDS, INTERNAL_BOUNDS)
+                             for keyword, _ in bounds] + ["multipleOf"])
 
 Bound = tuple[Fraction, bool]  # value, inclusive
 MAX_COUNTED = 1 << 20
@@ -123,15 +128,15 @@ class Constraints:
     def _add_numbers(self, node: Node) -> None:
         schema = node.schema
         draft4 = node.document.draft4
-        for keyword, lower in (("minimum", True), ("maximum", False)):
+        for keyword, lower in INCLUSIVE_BOUNDS:
             if _is_number(schema.get(keyword)):
                 flag = "exclusiveMinimum" if lower else "exclusiveMaximum"
                 inclusive = not (draft4 and schema.get(flag) is True)
                 self._bound(lower, _fraction(schema[keyword]), inclusive)
-        for keyword, lower in (("exclusiveMinimum", True), ("exclusiveMaximum", False)):
+        for keyword, lower in EXCLUSIVE_BOUNDS:
             if _is_number(schema.get(keyword)):
                 self._bound(lower, _fraction(schema[keyword]), False)
-        for keyword, lower in (("x-lo", True), ("x-hi", False)):
+        for keyword, lower in INTERNAL_BOUNDS:
             if keyword in schema:
                 value, inclusive = schema[keyword]
                 self._bound(lower, _fraction(value), bool(inclusive))
