@@ -158,7 +158,8 @@ def test_c_automata_are_the_python_automata_numbered_alike() -> None:
         for c_dfa, py_dfa in zip(rule_automata(grammar, True), rule_automata(grammar, False), strict=True):
             assert c_dfa.trans.shape == py_dfa.trans.shape and np.array_equal(c_dfa.trans, py_dfa.trans)
             assert np.array_equal(c_dfa.accepting, py_dfa.accepting) and c_dfa.calls == py_dfa.calls
-            assert "first_bytes" in c_dfa.__dict__  # (set by C as it wrote the rows; the Python one's from them)
+            assert "first_bytes" in c_dfa.__dict__  # (set by C as it made the runs; the Python one's from the rows)
+            assert isinstance(c_dfa, automaton.RunsDFA) and not c_dfa.trans.flags.writeable
             assert np.array_equal(c_dfa.first_bytes, py_dfa.first_bytes)
             rules += 1
             states += len(c_dfa.accepting)
@@ -189,6 +190,39 @@ def test_the_network_laid_out_in_c_is_the_numpy_one() -> None:
         native.stack_tables([np.full((3, 4), -2, dtype=np.int32)], out)  # (below "none")
     with pytest.raises(ValueError):
         native.stack_tables([np.zeros((2, 4), dtype=np.int32)], out)  # (fewer rows than out)
+
+
+def test_runs_are_written_as_the_rows_they_stand_for() -> None:
+    """C's automata keep their transitions as runs (`RunsDFA`), which `stack_tables` writes as dense
+    rows: a network of runs and dense tables mixed is numpy's table of the dense rows, and a run
+    that leaves its row or its rule is refused."""
+    grammar = Grammar.from_json_schema(json.loads((BENCH / "Github_easy---o35904.json").read_text())["schema"])
+    ir = optimize(grammar.ir)
+    automata = [compile_expr(rule.body, {name: i for i, name in enumerate(ir.rules)}, BYTE_ALPHABET)
+                for rule in ir.rules.values()]
+    assert all(isinstance(dfa, automaton.RunsDFA) for dfa in automata) and "trans" not in automata[0].__dict__
+    mixed = [dfa.rows_or_runs if i % 2 else np.array(dfa.trans) for i, dfa in enumerate(automata)]
+    sizes = [len(dfa.accepting) for dfa in automata]
+    out = np.empty((sum(sizes), BYTE_ALPHABET), dtype=np.int32)
+    scanning = native.stack_tables(mixed, out)
+    offsets = np.repeat(np.cumsum([0, *sizes[:-1]]), sizes).astype(np.int32)[:, None]
+    dense = np.concatenate([dfa.trans for dfa in automata])
+    assert np.array_equal(out, np.where(dense >= 0, dense + offsets, -1))
+    assert np.array_equal(scanning, (dense >= 0).any(axis=1))
+    runs = np.array([[0, 9, 1], [20, 20, 0]], dtype=np.int32)
+    run_lo = np.array([0, 2, 2], dtype=np.int32)
+    two = np.empty((2, 32), dtype=np.int32)
+    assert native.stack_tables([(runs, run_lo)], two).tolist() == [True, False]
+    assert two[0, :10].tolist() == [1] * 10 and two[0, 20] == 0 and (two[1] == -1).all() and two[0, 10] == -1
+    for bad_runs, bad_lo, error in [
+        ([[0, 9, 2]], [0, 1, 1], IndexError),  # (a target past its rule)
+        ([[0, 32, 1]], [0, 1, 1], ValueError),  # (past the row's end)
+        ([[5, 4, 1]], [0, 1, 1], ValueError),  # (an empty run)
+        ([[0, 1, 1]], [0, 2, 1], ValueError),  # (offsets out of order)
+        ([[0, 1, 1]], [1, 1, 1], ValueError),  # (offsets that miss a run)
+    ]:
+        with pytest.raises(error):
+            native.stack_tables([(np.array(bad_runs, dtype=np.int32), np.array(bad_lo, dtype=np.int32))], two)
 
 
 def test_the_c_text_of_every_rule_is_the_python_text() -> None:

@@ -41,7 +41,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 31
+#define NATIVE_VERSION 32
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,
@@ -56,15 +56,16 @@ static PyMethodDef methods[] = {
      "graph, each the bytes of an array"},
     {"set_ir", cm_set_ir, METH_VARARGS, "set_ir(types, grammar_error): the IR's eight expression classes and GrammarError"},
     {"dfa_of_expr", cm_dfa_of_expr, METH_VARARGS,
-     "dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (trans, accepting, "
-     "calls, first): the minimal DFA of the Thompson NFA of a grammar expression, and its states' symbols"},
+     "dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (runs, run_lo, "
+     "accepting, calls, first): the minimal DFA of the Thompson NFA of a grammar expression, and its states' symbols"},
     {"expr_text", cm_expr_text, METH_O, "expr_text(expr) -> str: grammar.ir.to_text of a grammar expression"},
     {"expr_digest", cm_expr_digest, METH_VARARGS,
      "expr_digest(expr, rule_index) -> bytes: a 128-bit digest of an expression, rule references as indices"},
     {"least_fixed_point", cm_least_fixed_point, METH_VARARGS,
      "least_fixed_point(bodies, rule_index, nullable) -> bytes: per rule, whether it is productive (or nullable)"},
     {"stack_tables", cm_stack_tables, METH_VARARGS,
-     "stack_tables(tables, width, out) -> bytes: rule automata laid end to end, targets offset; per state, scanning"},
+     "stack_tables(tables, width, out) -> bytes: rule automata (dense or runs) laid end to end, targets offset; "
+     "per state, scanning"},
     {"strongly_connected", cm_strongly_connected, METH_O,
      "strongly_connected(edges) -> list of lists: Tarjan's components of a graph given as lists of node numbers"},
     {"rule_uses", cm_rule_uses, METH_VARARGS, "rule_uses(expr, uses): add the copies of each rule reference to uses"},

@@ -414,9 +414,12 @@ static void set_bit_range(uint64_t *bits, int32_t lo, int32_t hi) {
 
 /* The minimal DFA of an NFA of `states` states given as flat int32 lists of `n_eps` epsilon edges
  * (source, target), `n_edges` symbol ranges (source, lo, hi, target) and `n_calls` calls (source,
- * rule, target): (trans, accepting, calls, first) bytes, or NULL with an exception set. `first` holds
- * per state the symbols it takes, a bit set of ceil(alphabet / 64) uint64 words (set from the
- * symbol ranges as the rows are written: `RTN.follow_bytes` reads them instead of the rows). */
+ * rule, target): (runs, run_lo, accepting, calls, first) bytes, or NULL with an exception set. The
+ * transitions are runs (lo, hi, target: int32 triples, a state's from `run_lo[state]` to
+ * `run_lo[state + 1]`), not dense rows: a large schema's rules have tens of thousands of states,
+ * and their rows of `alphabet` targets are written once, by `stack_tables`, into the network.
+ * `first` holds per state the symbols it takes, a bit set of ceil(alphabet / 64) uint64 words
+ * (`RTN.follow_bytes` reads them instead of the rows). */
 PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *eps_flat, Py_ssize_t n_eps,
                         const int32_t *edges_flat, Py_ssize_t n_edges, const int32_t *calls_flat,
                         Py_ssize_t n_calls, Py_ssize_t alphabet, Py_ssize_t max_states) {
@@ -591,27 +594,36 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
     for (Py_ssize_t q = 0; q < n; q++) {
         if (alive[q]) kept_state[alive_map[q]] = (int32_t)q;
     }
-    Py_ssize_t words = (alphabet + 63) / 64;
-    PyObject *trans_out = PyBytes_FromStringAndSize(NULL, final_count * alphabet * (Py_ssize_t)sizeof(int32_t));
+    Py_ssize_t words = (alphabet + 63) / 64, run_count = 0;
+    for (Py_ssize_t k = 0; k < final_count; k++) {
+        int32_t q = kept_state[rep[k]];
+        for (int32_t g = seg_first[q]; g < seg_first[q + 1]; g++) run_count += alive_map[segs[3 * g + 2]] >= 0;
+    }
+    PyObject *runs_out = PyBytes_FromStringAndSize(NULL, run_count * 3 * (Py_ssize_t)sizeof(int32_t));
+    PyObject *run_lo_out = PyBytes_FromStringAndSize(NULL, (final_count + 1) * (Py_ssize_t)sizeof(int32_t));
     PyObject *acc_out = PyBytes_FromStringAndSize(NULL, final_count);
     PyObject *first_out = PyBytes_FromStringAndSize(NULL, final_count * words * (Py_ssize_t)sizeof(uint64_t));
     IntBuf calls_out = {0};
-    int failed = !trans_out || !acc_out || !first_out;
+    int failed = !runs_out || !run_lo_out || !acc_out || !first_out;
+    int32_t *run = failed ? NULL : (int32_t *)PyBytes_AS_STRING(runs_out);
+    int32_t *run_lo = failed ? NULL : (int32_t *)PyBytes_AS_STRING(run_lo_out);
     for (Py_ssize_t k = 0; !failed && k < final_count; k++) {
         int32_t q = kept_state[rep[k]];
-        int32_t *row = (int32_t *)PyBytes_AS_STRING(trans_out) + k * alphabet;
         uint64_t *bits = (uint64_t *)PyBytes_AS_STRING(first_out) + k * words;
-        memset(row, 0xFF, (size_t)alphabet * sizeof(int32_t));
         memset(bits, 0, (size_t)words * sizeof(uint64_t));
+        run_lo[k] = (int32_t)((run - (int32_t *)PyBytes_AS_STRING(runs_out)) / 3);
         for (int32_t g = seg_first[q]; g < seg_first[q + 1]; g++) {
             int32_t t = alive_map[segs[3 * g + 2]];
             if (t < 0) continue;
-            int32_t to = order[cls[t]], lo = segs[3 * g], hi = segs[3 * g + 1];
-            for (int32_t a = lo; a <= hi; a++) row[a] = to;
-            set_bit_range(bits, lo, hi);
+            run[0] = segs[3 * g];
+            run[1] = segs[3 * g + 1];
+            run[2] = order[cls[t]];
+            set_bit_range(bits, run[0], run[1]);
+            run += 3;
         }
         PyBytes_AS_STRING(acc_out)[k] = (char)d.accepting.data[q];
     }
+    if (!failed) run_lo[final_count] = (int32_t)run_count;
     /* calls of each class's first state, in rule order (as recorded) */
     for (Py_ssize_t c = 0; !failed && c < ncalls; c++) {
         const int32_t *call = d.call_out.data + 3 * c;
@@ -624,11 +636,12 @@ PyObject *cm_dfa_of_nfa(Py_ssize_t states, int start, int final, const int32_t *
     free(kept_state);
     if (!failed) {
         PyObject *calls_bytes = cm_buf_bytes(&calls_out);
-        if (calls_bytes) result = PyTuple_Pack(4, trans_out, acc_out, calls_bytes, first_out);
+        if (calls_bytes) result = PyTuple_Pack(5, runs_out, run_lo_out, acc_out, calls_bytes, first_out);
         Py_XDECREF(calls_bytes);
     }
     free(calls_out.data);
-    Py_XDECREF(trans_out);
+    Py_XDECREF(runs_out);
+    Py_XDECREF(run_lo_out);
     Py_XDECREF(acc_out);
     Py_XDECREF(first_out);
 done:
@@ -661,12 +674,57 @@ done:
     return result;
 }
 
+/* One rule's dense table (int32, `width` symbols a row) written at row `base` of `into` with `base`
+ * added to its targets, and `flags` (per row: 1 where it has a transition) set; -1 with an exception
+ * where a target is neither -1 nor one of its rows. The checks are folded into the pass, without a
+ * branch per symbol, so that the loop is vectorised. */
+static int stack_dense(const int32_t *from, Py_ssize_t rows, Py_ssize_t width, int32_t base, int32_t *into,
+                       uint8_t *flags) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const int32_t *src = from + r * width;
+        int32_t *dst = into + r * width;
+        int32_t bad = 0, any = 0;
+        for (Py_ssize_t a = 0; a < width; a++) {
+            int32_t target = src[a];
+            bad |= (target >= rows) | (target < -1);
+            any |= target >= 0;
+            dst[a] = target >= 0 ? target + base : target;
+        }
+        if (bad) return index_error("tables: a target outside its rule's states"), -1;
+        flags[r] = (uint8_t)any;
+    }
+    return 0;
+}
+
+/* One rule's transitions as runs (`dfa_of_nfa`: int32 triples lo, hi, target; a row's from
+ * `run_lo[row]` to `run_lo[row + 1]`) written as dense rows at row `base` of `into`, as `stack_dense`. */
+static int stack_runs(const int32_t *runs, Py_ssize_t run_count, const int32_t *run_lo, Py_ssize_t rows,
+                      Py_ssize_t width, int32_t base, int32_t *into, uint8_t *flags) {
+    if (run_lo[0] != 0 || run_lo[rows] != run_count)
+        return cm_bad("tables: run offsets that do not cover the runs"), -1;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        int32_t *dst = into + r * width;
+        if (run_lo[r + 1] < run_lo[r] || run_lo[r + 1] > run_count)
+            return cm_bad("tables: run offsets out of order"), -1;
+        for (Py_ssize_t a = 0; a < width; a++) dst[a] = -1;
+        for (int32_t k = run_lo[r]; k < run_lo[r + 1]; k++) {
+            int32_t lo = runs[3 * k], hi = runs[3 * k + 1], target = runs[3 * k + 2];
+            if (lo < 0 || hi < lo || hi >= width) return cm_bad("tables: a run outside the row"), -1;
+            if (target < 0 || target >= rows) return index_error("tables: a target outside its rule's states"), -1;
+            for (int32_t s = lo; s <= hi; s++) dst[s] = target + base;
+        }
+        flags[r] = run_lo[r + 1] > run_lo[r];
+    }
+    return 0;
+}
+
 /* stack_tables(tables, width, out) -> bytes: the rules' automata laid end to end as one table
- * (`automaton.build_rtn`): each table (int32 bytes, `width` symbols a row, targets numbered within
- * their rule, -1 none) is written into `out` (int32, writable, the sum of their rows) with the rows
- * before it added to every target; returned, per state of `out`, 1 where it has a transition
- * (`RTN.scanning`). One pass over the table, which for a large schema is tens of megabytes; a
- * target that is neither -1 nor a row of its table is an IndexError (`RTN.in_range`). */
+ * (`automaton.build_rtn`): each table, either dense (int32 bytes, `width` symbols a row, targets
+ * numbered within their rule, -1 none) or runs `(runs, run_lo)` as `dfa_of_nfa` makes them, is
+ * written into `out` (int32, writable, the sum of their rows) with the rows before it added to every
+ * target; returned, per state of `out`, 1 where it has a transition (`RTN.scanning`). One pass over
+ * the table, which for a large schema is tens of megabytes; a target that is neither -1 nor a row of
+ * its table is an IndexError (`RTN.in_range`). */
 PyObject *cm_stack_tables(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *tables;
@@ -684,31 +742,43 @@ PyObject *cm_stack_tables(PyObject *self, PyObject *args) {
     uint8_t *flags = (uint8_t *)PyBytes_AS_STRING(scanning);
     int32_t *into = (int32_t *)out.buf;
     Py_ssize_t base = 0;
+    const Py_ssize_t row_bytes = width * (Py_ssize_t)sizeof(int32_t);
     for (Py_ssize_t t = 0; t < PyList_GET_SIZE(tables); t++) {
-        Py_buffer table;
-        if (PyObject_GetBuffer(PyList_GET_ITEM(tables, t), &table, PyBUF_C_CONTIGUOUS)) goto fail;
-        Py_ssize_t rows = table.len / (width * (Py_ssize_t)sizeof(int32_t));
-        if (table.len % (width * (Py_ssize_t)sizeof(int32_t)) || base + rows > total || base + rows > INT32_MAX) {
-            PyBuffer_Release(&table);
-            PyErr_SetString(PyExc_ValueError, "tables: whole rows of width int32, no more than out holds");
-            goto fail;
-        }
-        const int32_t *from = (const int32_t *)table.buf;
-        for (Py_ssize_t r = 0; r < rows; r++) {
-            uint8_t any = 0;
-            for (Py_ssize_t a = 0; a < width; a++) {
-                int32_t target = from[r * width + a];
-                if (target >= rows || target < -1) {
-                    PyBuffer_Release(&table);
-                    index_error("tables: a target outside its rule's states");
-                    goto fail;
-                }
-                any |= target >= 0;
-                into[(base + r) * width + a] = target >= 0 ? target + (int32_t)base : target;
+        PyObject *item = PyList_GET_ITEM(tables, t);
+        Py_buffer table = {0}, offsets = {0};
+        Py_ssize_t rows;
+        int failed;
+        if (PyTuple_Check(item)) {
+            if (PyTuple_GET_SIZE(item) != 2) {
+                PyErr_SetString(PyExc_ValueError, "tables: a dense table or (runs, run_lo)");
+                goto fail;
             }
-            flags[base + r] = any;
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 0), &table, PyBUF_C_CONTIGUOUS)) goto fail;
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 1), &offsets, PyBUF_C_CONTIGUOUS)) {
+                PyBuffer_Release(&table);
+                goto fail;
+            }
+            rows = offsets.len / (Py_ssize_t)sizeof(int32_t) - 1;
+            failed = table.len % (3 * (Py_ssize_t)sizeof(int32_t)) || offsets.len % (Py_ssize_t)sizeof(int32_t) ||
+                     rows < 0;
+        } else {
+            if (PyObject_GetBuffer(item, &table, PyBUF_C_CONTIGUOUS)) goto fail;
+            rows = table.len / row_bytes;
+            failed = table.len % row_bytes != 0;
+        }
+        if (failed || base + rows > total || base + rows > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "tables: whole rows (or runs), no more than out holds");
+        } else if (offsets.buf) {
+            failed = stack_runs((const int32_t *)table.buf, table.len / (3 * (Py_ssize_t)sizeof(int32_t)),
+                                (const int32_t *)offsets.buf, rows, width, (int32_t)base, into + base * width,
+                                flags + base);
+        } else {
+            failed = stack_dense((const int32_t *)table.buf, rows, width, (int32_t)base, into + base * width,
+                                 flags + base);
         }
         PyBuffer_Release(&table);
+        if (offsets.buf) PyBuffer_Release(&offsets);
+        if (failed || PyErr_Occurred()) goto fail;
         base += rows;
     }
     if (base != total) {

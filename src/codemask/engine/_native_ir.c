@@ -549,8 +549,8 @@ static int xn_build(ExprNfa *b, PyObject *expr, int32_t src, int32_t dst) {
     return status;
 }
 
-/* dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (trans, accepting,
- * calls, first): `dfa_of_nfa` of the Thompson NFA of `expr` (rule references read in `rule_index`, terminal
+/* dfa_of_expr(expr, rule_index, terminal_index, alphabet, max_nfa_states, max_dfa_states) -> (runs, run_lo,
+ * accepting, calls, first): `dfa_of_nfa` of the Thompson NFA of `expr` (rule references read in `rule_index`, terminal
  * references in `terminal_index`, a dict in lexer mode and None otherwise). */
 PyObject *cm_dfa_of_expr(PyObject *self, PyObject *args) {
     (void)self;

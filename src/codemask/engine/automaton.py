@@ -338,11 +338,58 @@ class DFA:
     def first_bytes(self) -> np.ndarray:
         """Per state, the symbols it takes, as bit sets of ``ceil(alphabet / 64)`` uint64 words (bit
         ``a % 64`` of word ``a // 64``): what the network's `RTN.follow_bytes` reads of its rules'
-        states instead of their rows. The C construction sets them as it writes the rows."""
+        states instead of their rows. The C construction sets them as it makes the runs."""
         words = -(-self.trans.shape[1] // 64)
         taken = np.zeros((len(self.trans), words * 64), dtype=bool)
         taken[:, : self.trans.shape[1]] = self.trans >= 0
         return np.packbits(taken, axis=1, bitorder="little").view("<u8")
+
+    @property
+    def rows_or_runs(self) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """What `build_rtn` writes into the network (`native.stack_tables`): the dense rows here."""
+        return self.trans
+
+    def seal(self) -> None:
+        """Make the arrays read-only: a cached automaton is shared by every grammar that uses it."""
+        self.trans.flags.writeable = False
+        self.accepting.flags.writeable = False
+
+
+class RunsDFA(DFA):
+    """A DFA made in C (`native.dfa_of_expr`) whose transitions are kept as runs of symbols to one
+    target (int32 ``(lo, hi, target)`` rows, state ``s``'s from ``run_lo[s]`` to ``run_lo[s + 1]``).
+    The network's dense rows are written from the runs once, by `build_rtn`; `trans` is written
+    only where something else reads it (lexer mode, the JSON Schema product automata, the Python
+    minimiser, the tests). A large schema's rules have tens of thousands of states: writing their
+    rows here and copying them into the network was a third of laying the network out."""
+
+    def __init__(self, runs: np.ndarray, run_lo: np.ndarray, accepting: np.ndarray,
+                 calls: ReadOnlyList[Mapping[int, int]], alphabet: int) -> None:
+        self.runs = runs
+        self.run_lo = run_lo
+        self.alphabet = alphabet
+        self.accepting = accepting
+        self.calls = calls
+        self.start = 0
+        self.key = None
+
+    @functools.cached_property
+    def trans(self) -> np.ndarray:  # type: ignore[override]
+        """The dense rows, written from the runs on first use (read-only)."""
+        rows = np.empty((len(self.accepting), self.alphabet), dtype=np.int32)
+        native.stack_tables([(self.runs, self.run_lo)], rows)
+        rows.flags.writeable = False
+        return rows
+
+    @property
+    def rows_or_runs(self) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """The runs: `build_rtn` writes the dense rows straight into the network."""
+        return self.runs, self.run_lo
+
+    def seal(self) -> None:
+        """Make the arrays read-only (the rows are, once written)."""
+        for array in (self.runs, self.run_lo, self.accepting):
+            array.flags.writeable = False
 
 
 def determinize(nfa: NFA, start: int, final: int, alphabet: int) -> DFA:
@@ -601,8 +648,7 @@ def compile_expr(expr: Expr, rule_index: dict[str, int], alphabet: int,
             return found
     dfa = _build_dfa(expr, rule_index, alphabet, None)
     dfa.key = key
-    dfa.trans.flags.writeable = False
-    dfa.accepting.flags.writeable = False
+    dfa.seal()
     with _DFA_CACHE_LOCK:
         _DFA_CACHE[key] = dfa
         if len(_DFA_CACHE) > DFA_CACHE_SIZE:
@@ -624,15 +670,15 @@ def _native_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_
     """`_build_dfa` in C (`native.dfa_of_expr`): the same automaton, numbered alike (a minimal DFA's
     numbering, breadth first from its start, depends on its language alone)."""
     try:
-        trans, accepting, call_list, first = native.dfa_of_expr(expr, rule_index, terminal_index, alphabet,
-                                                                MAX_NFA_STATES, MAX_DFA_STATES)
+        runs, run_lo, accepting, call_list, first = native.dfa_of_expr(expr, rule_index, terminal_index, alphabet,
+                                                                       MAX_NFA_STATES, MAX_DFA_STATES)
     except OverflowError as error:  # (C says which limit; the message is the Python construction's)
         if "deterministic" in str(error):
             raise GrammarError(f"grammar is too large to compile (over {MAX_DFA_STATES:,} deterministic automaton "
                                f"states in one rule); {TOO_LARGE_HINT}") from None
         raise GrammarError(f"grammar is too large to compile (over {MAX_NFA_STATES:,} automaton states); "
                            f"{TOO_LARGE_HINT}") from None
-    dfa = DFA(trans=trans, accepting=accepting, calls=_CallRows(call_list, len(accepting)))
+    dfa = RunsDFA(runs, run_lo, accepting, _CallRows(call_list, len(accepting)), alphabet)
     dfa.__dict__["call_array"] = call_list.reshape(-1, 3)  # (`DFA.call_array`'s value, as C made it)
     dfa.__dict__["first_bytes"] = first  # (`DFA.first_bytes`' value, set as C wrote the rows)
     return dfa
@@ -951,7 +997,7 @@ def build_rtn(rules: dict[str, Expr], start: str, alphabet: int = BYTE_ALPHABET,
     trans = unwritten_rows(int(offsets[-1]), alphabet, whole=True)
     scanning = None
     if native.enabled():  # (one pass over a table of tens of megabytes, which also finds `RTN.scanning`)
-        scanning = native.stack_tables([d.trans for d in dfas], trans)
+        scanning = native.stack_tables([d.rows_or_runs for d in dfas], trans)
     else:
         np.concatenate([d.trans for d in dfas], out=trans, casting="same_kind")
         np.add(trans, offsets[state_rule].astype(np.int32)[:, None], out=trans, where=trans >= 0)

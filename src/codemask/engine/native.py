@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 31
+EXPECTED_VERSION = 32
 
 
 def _load() -> ModuleType | None:
@@ -263,17 +263,20 @@ def rule_graph(owner: np.ndarray, callee: np.ndarray, tail: np.ndarray, sizes: n
 
 
 def dfa_of_expr(expr: Expr, rule_index: dict[str, int], terminal_index: dict[str, int] | None, alphabet: int,
-                max_nfa_states: int, max_dfa_states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                max_nfa_states: int, max_dfa_states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                   np.ndarray]:
     """The minimal DFA of the Thompson NFA of a grammar expression, made in C from the expression itself
     (`automaton.NFABuilder`'s construction; GrammarError past ``max_nfa_states``, OverflowError
     past ``max_dfa_states``), as `automaton.minimize(trim(determinize(...)))` numbers it: its
-    transitions (int32 [n, alphabet], -1 none), accepting states (bool [n]), calls (int32 [k, 3]:
-    state, rule, target, by state then rule) and each state's symbols (`DFA.first_bytes`). The
-    extension must be loaded."""
-    trans, accepting, call_list, first = _ir_module().dfa_of_expr(expr, rule_index, terminal_index, alphabet,
-                                                                  max_nfa_states, max_dfa_states)
+    transitions as runs (int32 [k, 3]: lo, hi, target; state ``s``'s are rows ``run_lo[s]`` to
+    ``run_lo[s + 1]``, int32 [n + 1]), accepting states (bool [n]), calls (int32 [k, 3]: state,
+    rule, target, by state then rule) and each state's symbols (`DFA.first_bytes`). The extension
+    must be loaded."""
+    runs, run_lo, accepting, call_list, first = _ir_module().dfa_of_expr(expr, rule_index, terminal_index, alphabet,
+                                                                         max_nfa_states, max_dfa_states)
     count = len(accepting)
-    return (np.frombuffer(trans, dtype=np.int32).reshape(count, alphabet),
+    return (np.frombuffer(runs, dtype=np.int32).reshape(-1, 3),
+            np.frombuffer(run_lo, dtype=np.int32),
             np.frombuffer(accepting, dtype=np.uint8).astype(bool),
             np.frombuffer(call_list, dtype=np.int32).reshape(-1, 3),
             np.frombuffer(first, dtype=np.uint64).reshape(count, -1))
@@ -294,15 +297,23 @@ def least_fixed_point(bodies: list[Expr], rule_index: dict[str, int], nullable: 
     return found
 
 
-def stack_tables(tables: list[np.ndarray], out: np.ndarray) -> np.ndarray:
-    """``tables`` (int32 ``[rows, width]`` each, targets numbered within their own) written end to
-    end into ``out`` with each table's first row number added to its targets, in one pass in C;
-    returns per row of ``out`` whether it has a transition (bool). IndexError where a target is
-    neither -1 nor one of its table's rows (so the stacked table's are all in range: `RTN.in_range`).
-    The extension must be loaded."""
+def stack_tables(tables: list[np.ndarray | tuple[np.ndarray, np.ndarray]], out: np.ndarray) -> np.ndarray:
+    """``tables`` written end to end into ``out`` with each table's first row number added to its
+    targets, in one pass in C; returns per row of ``out`` whether it has a transition (bool). A table
+    is either dense (int32 ``[rows, width]``, targets numbered within their own, -1 none) or the runs
+    `dfa_of_expr` makes, ``(runs, run_lo)``. IndexError where a target is neither -1 nor one of its
+    table's rows (so the stacked table's are all in range: `RTN.in_range`). The extension must be
+    loaded."""
     width = out.shape[1]
-    flags: bytes = _loaded().stack_tables([np.ascontiguousarray(t, dtype=np.int32) for t in tables], width, out)
+    flags: bytes = _loaded().stack_tables([_int32_table(t) for t in tables], width, out)
     return np.frombuffer(flags, dtype=bool)
+
+
+def _int32_table(table: np.ndarray | tuple[np.ndarray, np.ndarray]) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    if isinstance(table, tuple):
+        runs, run_lo = table
+        return np.ascontiguousarray(runs, dtype=np.int32), np.ascontiguousarray(run_lo, dtype=np.int32)
+    return np.ascontiguousarray(table, dtype=np.int32)
 
 
 def strongly_connected(edges: list[list[int]]) -> list[list[int]]:
