@@ -31,6 +31,7 @@ class BuilderBase(abc.ABC):
         self.standalone: set[str] = set()  # the rules kept out of the inliner (`Rule.standalone`)
         self._memo: dict[tuple[Any, ...], str] = {}
         self._keep_alive: list[Conjunction] = []  # memo keys hold ids: keep their nodes alive
+        self._key_tries: dict[tuple[str, ...], Expr] = {}  # key complements below a trie node, by its suffixes
 
     @abc.abstractmethod
     def value(self, nodes: Conjunction, depth: int) -> Expr:

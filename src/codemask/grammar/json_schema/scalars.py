@@ -151,7 +151,7 @@ class ScalarRules(BuilderBase):
             return self._free_string(0, None)
         rest = self._named("chars", Repeat(strings.any_char(), 0, None))
         beyond_ascii = self._named("xchars", seq(strings.escaped_or_beyond_ascii(), rest))
-        return seq(strings.QUOTE, _trie_complement(words, "", rest, beyond_ascii), strings.QUOTE)
+        return seq(strings.QUOTE, _trie_complement(words, rest, beyond_ascii, self._key_tries), strings.QUOTE)
 
 
 def split_at(c: Constraints, excluded: list[Any]) -> list[Constraints]:
@@ -210,36 +210,42 @@ def pattern_content_at(pattern: str, node: Node) -> Expr | None:
     return None
 
 
-def _trie_complement(words: list[str], prefix: str, any_rest: Expr, beyond_ascii: Expr) -> Expr:
-    """JSON string contents that spell none of ``words`` (all starting with ``prefix``) as
-    `strings.string_literal` spells them (printable ASCII raw, other characters in any spelling).
+def _trie_complement(words: list[str], any_rest: Expr, beyond_ascii: Expr,
+                     below: dict[tuple[str, ...], Expr]) -> Expr:
+    """JSON string contents that spell none of ``words`` as `strings.string_literal` spells them
+    (printable ASCII raw, other characters in any spelling).
 
     ``any_rest`` matches any string content, and ``beyond_ascii`` an escaped or raw non-ASCII
     character followed by any content (shared rules: they follow every branch, and keeping
-    the branches small keeps the rule's automaton small).
+    the branches small keeps the rule's automaton small). ``below`` holds the complements already
+    made below a node of some trie, by the node's suffixes: an object's keys and another's share
+    most of their branches (half the nodes of a large schema's key tries).
     """
-    trie: dict[str | None, Any] = {}
-    for word in words:
-        if word.startswith(prefix):
-            node = trie
-            for ch in word[len(prefix):]:
-                node = node.setdefault(ch, {})
-            node[None] = True  # (a word ends here)
-    return _complement_below(trie, any_rest, beyond_ascii)
+    return _complement_below(tuple(sorted(set(words))), any_rest, beyond_ascii, below)
 
 
-def _complement_below(node: dict[str | None, Any], any_rest: Expr, beyond_ascii: Expr) -> Expr:
-    """`_trie_complement` below one node of the words' trie (``None`` marks a word's end). The
-    branches are built as the IR's nodes directly: none is a choice and no two are equal (each
-    begins with its own characters), which is what `choice` and `seq` would check."""
-    next_chars = sorted(ch for ch in node if ch is not None)
-    alternatives: list[Expr] = [] if None in node else [EMPTY]
+def _complement_below(suffixes: tuple[str, ...], any_rest: Expr, beyond_ascii: Expr,
+                      below: dict[tuple[str, ...], Expr]) -> Expr:
+    """`_trie_complement` below one node of the words' trie, given by the words' ``suffixes``
+    there (sorted and distinct; ``""`` where a word ends). The branches are built as the IR's
+    nodes directly: none is a choice and no two are equal (each begins with its own characters),
+    which is what `choice` and `seq` would check."""
+    found = below.get(suffixes)
+    if found is not None:
+        return found
+    children: dict[str, list[str]] = {}  # (in character order, each child's suffixes sorted)
+    for suffix in suffixes:
+        if suffix:
+            children.setdefault(suffix[0], []).append(suffix[1:])
+    next_chars = list(children)
+    alternatives: list[Expr] = [] if suffixes[0] == "" else [EMPTY]
     if all(strings.spelled_raw_only(ch) for ch in next_chars):
         alternatives += [Sequence((strings.other_raw_ascii(next_chars), any_rest)), beyond_ascii]
     else:
         alternatives.append(seq(strings.other_char_spellings(next_chars), any_rest))
-    for ch in next_chars:
+    for ch, child in children.items():
         spelled = strings.literal_char(ch)
-        below = _complement_below(node[ch], any_rest, beyond_ascii)  # (a choice: two branches at least)
-        alternatives.append(Sequence((spelled, below)) if type(spelled) is not Sequence else seq(spelled, below))
-    return Choice(tuple(alternatives))
+        rest = _complement_below(tuple(child), any_rest, beyond_ascii, below)  # (a choice: two branches at least)
+        alternatives.append(Sequence((spelled, rest)) if type(spelled) is not Sequence else seq(spelled, rest))
+    found = below[suffixes] = Choice(tuple(alternatives))
+    return found
