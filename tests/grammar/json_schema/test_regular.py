@@ -76,3 +76,18 @@ def test_many_operands_combine_exactly() -> None:
     for word in [*WORDS, *("".join(rng.choice("abcd") for _ in range(rng.randint(0, 24))) for _ in range(300))]:
         expected = sum(re.search(p, word) is not None for p in patterns) % 3 == 1
         assert checker.accepts(word) == expected, word
+
+
+def test_an_intersection_met_twice_is_made_once_and_holds_at_both_places() -> None:
+    """Two properties under the same patterns and length (two schemas that differ in a description)
+    share the product's rules, built once per schema, and each still accepts exactly the strings
+    both patterns and the length allow."""
+    string = {"type": "string", "allOf": [{"pattern": "^[a-z]"}, {"pattern": "[0-9]$"}], "maxLength": 4}
+    schema = {"type": "object", "properties": {"a": string, "b": {**string, "description": "b"}},
+              "required": ["a", "b"], "additionalProperties": False}
+    grammar = Grammar.from_json_schema(schema, mode="validate")
+    assert sum(name.endswith("_0") and name.startswith("r") for name in grammar.ir.rules) == 1
+    checker = Recognizer(grammar)
+    for first, second in itertools.product(["ab12", "z9", "abc12", "9z"], repeat=2):
+        expected = all(re.search("^[a-z]", w) and re.search("[0-9]$", w) and len(w) <= 4 for w in (first, second))
+        assert checker.accepts(f'{{"a":"{first}","b":"{second}"}}') == expected, (first, second)

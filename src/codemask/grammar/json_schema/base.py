@@ -32,6 +32,7 @@ class BuilderBase(abc.ABC):
         self._memo: dict[tuple[Any, ...], str] = {}
         self._keep_alive: list[Conjunction] = []  # memo keys hold ids: keep their nodes alive
         self._key_tries: dict[tuple[str, ...], Expr] = {}  # key complements below a trie node, by its suffixes
+        self._intersections: dict[tuple[Expr, ...], Expr] = {}  # string intersections' start rules, by operands
 
     @abc.abstractmethod
     def value(self, nodes: Conjunction, depth: int) -> Expr:

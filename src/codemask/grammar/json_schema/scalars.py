@@ -118,10 +118,12 @@ class ScalarRules(BuilderBase):
             keyword = "minLength" if low != c.min_length else "maxLength"
             origin.document.unsupported(keyword, origin.pointer,
                                         f"a length bound above {MAX_INTERSECTED_LENGTH} beside a pattern or format")
-        operands = [Repeat(strings.any_char(), low, high),
-                    *(strings.content_to_json(content) for content in contents)]
+        operands = (Repeat(strings.any_char(), low, high), *(strings.content_to_json(content) for content in contents))
+        start = self._intersections.get(operands)
         try:
-            start = regular.combine(operands, all, f"r{len(self.rules)}_", self.rules)
+            if start is None:
+                start = self._intersections[operands] = regular.combine(list(operands), all, f"r{len(self.rules)}_",
+                                                                        self.rules)
         except regular.TooLarge:
             keyword = "pattern" if len(contents) > 1 else ("maxLength" if c.max_length is not None else "minLength")
             origin.document.unsupported(keyword, origin.pointer, "patterns, formats and lengths too large to intersect")
