@@ -29,6 +29,10 @@ Reports each phase's mean and median over every schema codemask compiled, over t
 codemask compiles slowest; and both engines' median time to first mask over the schemas both
 compiled. Writes ``--out``/compile_phases.{json,md,png}.
 
+``--pause-s`` idles before each timed compile: the longer wait between an engine's turns in a run
+with more engines (``jsonschema_coverage.py`` with six engines), whose colder processor caches add
+about a millisecond to every engine's compile on a shared 2-core machine.
+
 Caveats: the wrappers add about a microsecond per call; everything runs in one process, so
 process-wide caches (codemask's rule automata, interned strings) persist from schema to schema, as
 they would in a server — a schema's figures depend a little on the schemas before it.
@@ -136,10 +140,11 @@ def instrumented(timers: Timers) -> Iterator[None]:
 # -- measuring -------------------------------------------------------------------------------------
 
 
-def measure(adapter: SchemaEngine, schema: Any, phases: bool) -> dict[str, Any]:
-    """One cold compile and first mask of ``schema``: seconds, and with ``phases`` codemask's split
-    (µs); or the error that stopped it."""
+def measure(adapter: SchemaEngine, schema: Any, phases: bool, pause_s: float) -> dict[str, Any]:
+    """One cold compile and first mask of ``schema``, after ``pause_s`` seconds idle: seconds, and
+    with ``phases`` codemask's split (µs); or the error that stopped it."""
     timers = Timers()
+    time.sleep(pause_s)
     try:
         if phases:
             with instrumented(timers):
@@ -162,13 +167,13 @@ def measure(adapter: SchemaEngine, schema: Any, phases: bool) -> dict[str, Any]:
     return row
 
 
-def run_cases(adapters: dict[str, SchemaEngine], cases: list[SchemaCase]) -> list[dict[str, Any]]:
+def run_cases(adapters: dict[str, SchemaEngine], cases: list[SchemaCase], pause_s: float) -> list[dict[str, Any]]:
     """Both engines on every schema, taking turns (order rotated per schema, as jsonschema_coverage.py)."""
     names = list(adapters)
     rows = []
     for index, case in enumerate(cases):
         order = names[index % len(names):] + names[: index % len(names)]
-        outcomes = {name: measure(adapters[name], case.schema, phases=name == ENGINE) for name in order}
+        outcomes = {name: measure(adapters[name], case.schema, name == ENGINE, pause_s) for name in order}
         rows.append({"schema": case.name, "subset": case.subset, "engines": {name: outcomes[name] for name in names}})
         log(f"[{index + 1}/{len(cases)}] {case.subset}/{case.name[:60]}: "
             + "  ".join(f"{name} {outcome_line(outcomes[name])}" for name in names))
@@ -278,6 +283,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{v['codemask_git']}, llguidance {v['llguidance']}; Llama-3 tokenizer. Up to "
         f"{settings['max_schemas_per_subset']} schemas per jsonschemabench subset (seed {settings['seed']}, "
         f"the sample of `jsonschema_coverage.py`), {report['schemas']} in all; one process, one thread, "
+        f"{settings['pause_s']:g} s idle before each timed compile, "
         "caches kept from schema to schema as in a server. codemask `mode=\"validate\"`, positions classified "
         "as matchers reach them; its compile split by timers around the front-end "
         "(`Grammar.from_json_schema`), `optimize`, the automata (`build_rtn`), the set-up "
@@ -337,6 +343,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--max-schemas-per-subset", type=int, default=4, help="seeded sample per subset (default 4)")
     p.add_argument("--seed", type=int, default=0, help="seed of the schema sample")
+    p.add_argument("--pause-s", type=float, default=0.0,
+                   help="seconds idle before each timed compile: a longer wait between an engine's turns, as "
+                        "in a run with more engines, leaves the processor's caches colder (default 0)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
     return p.parse_args(argv)
 
@@ -360,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()  # the vocabularies and warm-up state are never garbage: no collector walks over them
     try:
-        rows = run_cases(adapters, cases)
+        rows = run_cases(adapters, cases, args.pause_s)
     finally:
         for adapter in adapters.values():
             adapter.close()
