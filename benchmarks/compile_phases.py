@@ -123,13 +123,13 @@ def instrumented(timers: Timers) -> Iterator[None]:
     targets = [(Grammar, "from_json_schema", "front-end"), (compiler, "optimize", "optimize"),
                (compiler, "build_rtn", "automata"), (compiler.CompiledGrammar, "__post_init__", "set-up")]
     originals = [(owner, name, inspect.getattr_static(owner, name)) for owner, name, _part in targets]
-    for (owner, name, part), (_, _, raw) in zip(targets, originals, strict=True):
-        if isinstance(raw, classmethod):  # (wrapped inside, so ``cls`` still binds)
-            setattr(owner, name, classmethod(timers.wrap(part, raw.__func__)))
-        else:
-            setattr(owner, name, timers.wrap(part, raw))
     gc.callbacks.append(timers.on_gc)
     try:
+        for (owner, name, part), (_, _, raw) in zip(targets, originals, strict=True):
+            if isinstance(raw, classmethod):  # (wrapped inside, so ``cls`` still binds)
+                setattr(owner, name, classmethod(timers.wrap(part, raw.__func__)))
+            else:
+                setattr(owner, name, timers.wrap(part, raw))
         yield
     finally:
         gc.callbacks.remove(timers.on_gc)
@@ -229,8 +229,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                      f"{PEER}_ttfm_us": (ok(row, PEER) or {}).get("ttfm_us")} for row in slowest],
         "ttfm_both_compiled": {"schemas": len(both), f"{ENGINE}_p50_us": engine_p50, f"{PEER}_p50_us": peer_p50,
                                "ratio": engine_p50 / peer_p50 if engine_p50 and peer_p50 else None},
-        "failures": {name: {row["schema"]: row["engines"][name]["error_class"] for row in rows
-                            if not ok(row, name)} for name in (ENGINE, PEER)},
+        "failures": {name: {row["schema"]: row["engines"].get(name, {}).get("error_class", "unavailable")
+                            for row in rows if not ok(row, name)} for name in (ENGINE, PEER)},
     }
 
 

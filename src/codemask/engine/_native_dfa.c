@@ -688,7 +688,8 @@ static int stack_dense(const int32_t *from, Py_ssize_t rows, Py_ssize_t width, i
             int32_t target = src[a];
             bad |= (target >= rows) | (target < -1);
             any |= target >= 0;
-            dst[a] = target >= 0 ? target + base : target;
+            /* (added unsigned: a target `bad` refuses below must not overflow first) */
+            dst[a] = target >= 0 ? (int32_t)((uint32_t)target + (uint32_t)base) : target;
         }
         if (bad) return index_error("tables: a target outside its rule's states"), -1;
         flags[r] = (uint8_t)any;
@@ -747,8 +748,8 @@ PyObject *cm_stack_tables(PyObject *self, PyObject *args) {
         PyObject *item = PyList_GET_ITEM(tables, t);
         Py_buffer table = {0}, offsets = {0};
         Py_ssize_t rows;
-        int failed;
-        if (PyTuple_Check(item)) {
+        int failed, is_runs = PyTuple_Check(item);
+        if (is_runs) {
             if (PyTuple_GET_SIZE(item) != 2) {
                 PyErr_SetString(PyExc_ValueError, "tables: a dense table or (runs, run_lo)");
                 goto fail;
@@ -768,7 +769,7 @@ PyObject *cm_stack_tables(PyObject *self, PyObject *args) {
         }
         if (failed || base + rows > total || base + rows > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "tables: whole rows (or runs), no more than out holds");
-        } else if (offsets.buf) {
+        } else if (is_runs) {
             failed = stack_runs((const int32_t *)table.buf, table.len / (3 * (Py_ssize_t)sizeof(int32_t)),
                                 (const int32_t *)offsets.buf, rows, width, (int32_t)base, into + base * width,
                                 flags + base);
@@ -777,7 +778,7 @@ PyObject *cm_stack_tables(PyObject *self, PyObject *args) {
                                  flags + base);
         }
         PyBuffer_Release(&table);
-        if (offsets.buf) PyBuffer_Release(&offsets);
+        PyBuffer_Release(&offsets); /* (a zeroed buffer: nothing to release) */
         if (failed || PyErr_Occurred()) goto fail;
         base += rows;
     }

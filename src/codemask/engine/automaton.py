@@ -361,7 +361,8 @@ class RunsDFA(DFA):
     The network's dense rows are written from the runs once, by `build_rtn`; `trans` is written
     only where something else reads it (lexer mode, the JSON Schema product automata, the Python
     minimiser, the tests). A large schema's rules have tens of thousands of states: writing their
-    rows here and copying them into the network was a third of laying the network out."""
+    rows here and copying them into the network was a third of laying the network out. (Made by
+    `_native_dfa` only: `dataclasses.replace` does not apply.)"""
 
     def __init__(self, runs: np.ndarray, run_lo: np.ndarray, accepting: np.ndarray,
                  calls: ReadOnlyList[Mapping[int, int]], alphabet: int) -> None:
@@ -372,6 +373,9 @@ class RunsDFA(DFA):
         self.calls = calls
         self.start = 0
         self.key = None
+
+    def __repr__(self) -> str:  # (the dataclass's would write the dense rows to print them)
+        return f"RunsDFA(states={len(self.accepting)}, runs={len(self.runs)}, alphabet={self.alphabet})"
 
     @functools.cached_property
     def trans(self) -> np.ndarray:  # type: ignore[override]

@@ -45,6 +45,8 @@ CASES: list[tuple[dict[str, Any], list[Any]]] = [
     ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
      [["a"], ["a", 1], ["a", 1, 2], [1]]),
     ({"not": {"enum": ["a", "ab"]}, "type": "string"}, ["a", "ab", "abc", "", "b"]),
+    ({"not": {"enum": ["x" * 70, "x" * 69 + "y", "ab"]}, "type": "string"},  # (past the trie memo's word length)
+     ["x" * 70, "x" * 69 + "y", "x" * 69, "x" * 71, "x" * 69 + "z", "ab", "a"]),
     ({"type": "string", "pattern": "^[a-z]+-[0-9]{2}$"}, ["ab-12", "ab-1", "AB-12", "ab-123"]),
     ({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}, "v": {"type": "integer"}},
                          "additionalProperties": False}}, "$ref": "#/$defs/node"},

@@ -31,7 +31,8 @@ class BuilderBase(abc.ABC):
         self.standalone: set[str] = set()  # the rules kept out of the inliner (`Rule.standalone`)
         self._memo: dict[tuple[Any, ...], str] = {}
         self._keep_alive: list[Conjunction] = []  # memo keys hold ids: keep their nodes alive
-        self._key_tries: dict[tuple[str, ...], Expr] = {}  # key complements below a trie node, by its suffixes
+        # key complements below a trie node, by the rules that end their branches, then the node's suffixes
+        self._key_tries: dict[tuple[Expr, Expr], dict[tuple[str, ...], Expr]] = {}
         self._intersections: dict[tuple[Expr, ...], Expr] = {}  # string intersections' start rules, by operands
 
     @abc.abstractmethod

@@ -31,6 +31,7 @@ from codemask.grammar.regex import UnsupportedRegexError
 MAX_ENUMERATED_MULTIPLES = 256
 MAX_MODULUS = 1000  # a divisibility automaton has one rule per remainder
 MAX_INTERSECTED_LENGTH = 256  # length bounds kept in a product with patterns/formats
+MEMO_WORD_LIMIT = 64  # the longest word whose trie complement's nodes are kept by their suffixes
 
 
 class ScalarRules(BuilderBase):
@@ -153,7 +154,8 @@ class ScalarRules(BuilderBase):
             return self._free_string(0, None)
         rest = self._named("chars", Repeat(strings.any_char(), 0, None))
         beyond_ascii = self._named("xchars", seq(strings.escaped_or_beyond_ascii(), rest))
-        return seq(strings.QUOTE, _trie_complement(words, rest, beyond_ascii, self._key_tries), strings.QUOTE)
+        below = self._key_tries.setdefault((rest, beyond_ascii), {})
+        return seq(strings.QUOTE, _trie_complement(words, rest, beyond_ascii, below), strings.QUOTE)
 
 
 def split_at(c: Constraints, excluded: list[Any]) -> list[Constraints]:
@@ -220,19 +222,23 @@ def _trie_complement(words: list[str], any_rest: Expr, beyond_ascii: Expr,
     ``any_rest`` matches any string content, and ``beyond_ascii`` an escaped or raw non-ASCII
     character followed by any content (shared rules: they follow every branch, and keeping
     the branches small keeps the rule's automaton small). ``below`` holds the complements already
-    made below a node of some trie, by the node's suffixes: an object's keys and another's share
-    most of their branches (half the nodes of a large schema's key tries).
+    made below a node of some trie with these two rules, by the node's suffixes: an object's keys
+    and another's share most of their branches (half the nodes of a large schema's key tries). The
+    suffixes of a word are kept once per character, so words longer than `MEMO_WORD_LIMIT` (a
+    ``not: {enum: [...]}`` of long strings) are complemented without keeping them.
     """
-    return _complement_below(tuple(sorted(set(words))), any_rest, beyond_ascii, below)
+    distinct = tuple(sorted(set(words)))
+    kept = below if max(map(len, distinct)) <= MEMO_WORD_LIMIT else None
+    return _complement_below(distinct, any_rest, beyond_ascii, kept)
 
 
 def _complement_below(suffixes: tuple[str, ...], any_rest: Expr, beyond_ascii: Expr,
-                      below: dict[tuple[str, ...], Expr]) -> Expr:
+                      below: dict[tuple[str, ...], Expr] | None) -> Expr:
     """`_trie_complement` below one node of the words' trie, given by the words' ``suffixes``
     there (sorted and distinct; ``""`` where a word ends). The branches are built as the IR's
     nodes directly: none is a choice and no two are equal (each begins with its own characters),
     which is what `choice` and `seq` would check."""
-    found = below.get(suffixes)
+    found = below.get(suffixes) if below is not None else None
     if found is not None:
         return found
     children: dict[str, list[str]] = {}  # (in character order, each child's suffixes sorted)
@@ -249,5 +255,7 @@ def _complement_below(suffixes: tuple[str, ...], any_rest: Expr, beyond_ascii: E
         spelled = strings.literal_char(ch)
         rest = _complement_below(tuple(child), any_rest, beyond_ascii, below)  # (a choice: two branches at least)
         alternatives.append(Sequence((spelled, rest)) if type(spelled) is not Sequence else seq(spelled, rest))
-    found = below[suffixes] = Choice(tuple(alternatives))
+    found = Choice(tuple(alternatives))
+    if below is not None:
+        below[suffixes] = found
     return found
