@@ -198,6 +198,7 @@ def test_runs_are_written_as_the_rows_they_stand_for() -> None:
     that leaves its row or its rule is refused."""
     grammar = Grammar.from_json_schema(json.loads((BENCH / "Github_easy---o35904.json").read_text())["schema"])
     ir = optimize(grammar.ir)
+    automaton.clear_rule_automata()  # (fresh automata: none of their rows written by another test)
     automata = [compile_expr(rule.body, {name: i for i, name in enumerate(ir.rules)}, BYTE_ALPHABET)
                 for rule in ir.rules.values()]
     assert all(isinstance(dfa, automaton.RunsDFA) for dfa in automata) and "trans" not in automata[0].__dict__

@@ -8,6 +8,8 @@
  * subsets in the order they are first met (per subset its symbol ranges in increasing order, then
  * its calls by rule), and the minimal automaton's classes in the order of their first state, the
  * start first. A rule of a JSON Schema took milliseconds in numpy and Python; here microseconds.
+ * Its transitions come out as runs of symbols to one target, which `stack_tables` writes as the
+ * network's dense rows (`automaton.RunsDFA`).
  * ------------------------------------------------------------------------------------------- */
 
 #include "_native.h"

@@ -684,7 +684,7 @@ def _native_dfa(expr: Expr, rule_index: dict[str, int], alphabet: int, terminal_
                            f"{TOO_LARGE_HINT}") from None
     dfa = RunsDFA(runs, run_lo, accepting, _CallRows(call_list, len(accepting)), alphabet)
     dfa.__dict__["call_array"] = call_list.reshape(-1, 3)  # (`DFA.call_array`'s value, as C made it)
-    dfa.__dict__["first_bytes"] = first  # (`DFA.first_bytes`' value, set as C wrote the rows)
+    dfa.__dict__["first_bytes"] = first  # (`DFA.first_bytes`' value, set as C made the runs)
     return dfa
 
 
