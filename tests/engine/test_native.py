@@ -227,6 +227,32 @@ def test_a_key_walk_reads_the_free_string_walk_another_schema_made() -> None:
     assert set(encode("llama3", "alpha")) <= allowed and set(encode("llama3", "zeta")) <= allowed
 
 
+def test_the_letters_of_known_keys_are_walked_once_for_schemas_that_share_them() -> None:
+    """Below a first byte that begins one of an open object's keys (the spelling goes on, any other
+    letter leaves it for the free string), and below a UTF-8 lead byte, the key complement leads to
+    free text: those walks too are kept by shape, so a second schema with the same key names and
+    other values makes no memo entry of its own, and gets the mask it would have walked alone."""
+    walker = native.position_walker(token_trie(vocabulary("llama3")), vocabulary("llama3").vocab_size)
+    first = {"type": "object", "properties": {"content": {"type": "string"}, "status": {"type": "integer"}}}
+    second = {"type": "object", "properties": {"content": {"type": "array"}, "status": {"type": "boolean"}}}
+    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+    walker.clear_memo()
+    alone = key_position_mask(second)
+    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+    walker.clear_memo()
+    key_position_mask(first)
+    entries, hits = walker.memo_entries, walker.memo_shared_hits
+    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+    after_first = key_position_mask(second)
+    assert walker.memo_entries == entries and walker.memo_shared_hits >= hits + 3
+    assert (after_first == alone).all()
+    with native.using(False):
+        SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+        assert (key_position_mask(second) == alone).all()
+    allowed = set(np.flatnonzero(np.unpackbits(alone.view(np.uint8), bitorder="little")).tolist())
+    assert set(encode("llama3", "content")) <= allowed and set(encode("llama3", "contour")) <= allowed
+
+
 @pytest.mark.parametrize("source", ["json", "python_function", "Kubernetes---kb_474_Normalized.json",
                                     "Github_medium---o10297.json"])
 def test_c_follow_bytes_equal_the_python_worklist(source: str) -> None:

@@ -51,6 +51,7 @@ enum { U8_START, U8_ONE, U8_TWO, U8_THREE, U8_AFTER_E0, U8_AFTER_ED, U8_AFTER_F0
 #define SHAPE_STATES 48
 #define SHAPE_SLOTS 128  /* (open addressing from state to its number, over twice SHAPE_STATES) */
 #define SHAPE_LOOP_BYTES 64 /* (the bytes a state must loop on to be known by its shape) */
+#define SHAPE_HOPS 3 /* (the steps a state may take to such a loop: a UTF-8 lead byte's three) */
 
 /* The walks below first-level nodes from states of one shape: per root whether it was walked, the
  * accepted rows as a bitmap over the sorted rows and as a token-id bitmask, and the exits found,
@@ -796,12 +797,16 @@ static int list_uncertain(PositionWalker *w, SuffixMap *map, IntBuf *unc, const 
 /* A first-level group at least this large (in tokens) reads its subtrees from the memo: what lies
  * below depends only on the parser state the group's byte leads to, and very often that state is
  * met again, by a later position of the grammar or by another grammar. A state that loops on
- * SHAPE_LOOP_BYTES bytes or more (free text) is known by its `shape`: the frame-local automaton it
- * reaches, numbered in the order a breadth-first scan of its rows meets the states, with each
- * state's flags; two states of one shape give the same walk whatever their cores, so every key
- * complement of every schema goes on as the same free string. Other states (the branches of a
- * key's spelling, the chain of a counted string, whitespace), and loops reaching more than
- * SHAPE_STATES states, are known by their core and state id (`identity_shape`). */
+ * SHAPE_LOOP_BYTES bytes or more (free text), or leads there in at most SHAPE_HOPS steps on that
+ * many bytes each (a letter of a key complement that begins one of the schema's keys, a UTF-8
+ * lead byte inside a string), is known by its `shape`: the frame-local automaton it reaches,
+ * numbered in the order a breadth-first scan of its rows meets the states, with each state's
+ * flags; two states of one shape give the same walk whatever their cores, so every key complement
+ * of every schema goes on as the same free string, and the objects of a schema that share their
+ * key names walk their spelling once. Other states (a closed key's spelling, the chain of a
+ * counted string, whitespace), and shapes of more than SHAPE_STATES states, are known by their
+ * core and state id (`identity_shape`): their automata go on into the grammar's structure, where
+ * a shape would fill rows the walk never reads. */
 static void memo_free_entry(MemoEntry *e) {
     free(e->shape);
     free(e->rows);
@@ -831,19 +836,29 @@ static void memo_room(WalkMemo *m) {
     }
 }
 
-/* The shape of live state `state` into `w->shape` (its length), -1 where it does not loop on its
- * most common bytes or reaches more than SHAPE_STATES states, FAILED with an exception set on
- * error. Rows not known yet are filled. Per state in order: its flags (may end the frame, has
- * stacks), then its row as runs of equal targets, each run's last byte and its target's number
+/* Whether live state `state` is free text or leads there (see the memo's comment above): 1 yes,
+ * 0 no, FAILED with an exception set on error. */
+static int leads_to_free_text(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state) {
+    for (int hops = 0;; hops++) {
+        StepInfo *info = step_info(w, x, core, v, state);
+        if (!info) return PyErr_Occurred() ? FAILED : 0;
+        int common = 0;
+        for (int k = 0; k < 4; k++) common += __builtin_popcountll(info->bytes[k]);
+        if (info->target < 0 || common < SHAPE_LOOP_BYTES) return 0;
+        if (info->target == state) return 1;
+        if (hops == SHAPE_HOPS) return 0;
+        state = info->target;
+    }
+}
+
+/* The shape of live state `state` into `w->shape` (its length), -1 where it does not lead to free
+ * text (`leads_to_free_text`) or reaches more than SHAPE_STATES states, FAILED with an exception
+ * set on error. Rows not known yet are filled. Per state in order: its flags (may end the frame,
+ * has stacks), then its row as runs of equal targets, each run's last byte and its target's number
  * (0: dead). */
 static Py_ssize_t state_shape(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state) {
-    StepInfo *info = step_info(w, x, core, v, state);
-    if (!info) return PyErr_Occurred() ? FAILED : -1;
-    int looping = 0;
-    for (int k = 0; k < 4; k++) looping += __builtin_popcountll(info->bytes[k]);
-    /* (free text loops on most of printable ASCII; not a chain, nor a branch of a key's spelling,
-     * nor whitespace or digits, whose automata go on into the grammar's structure) */
-    if (info->target != state || looping < SHAPE_LOOP_BYTES) return -1;
+    int free_text = leads_to_free_text(w, x, core, v, state);
+    if (free_text <= 0) return free_text == FAILED ? FAILED : -1;
     int32_t slot_state[SHAPE_SLOTS], slot_number[SHAPE_SLOTS], queue[SHAPE_STATES];
     for (int k = 0; k < SHAPE_SLOTS; k++) slot_state[k] = -1;
     int known = 0;
