@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
-from codemask.engine import lexer, parser
+from codemask.engine import lexer, parser, state_table
 from codemask.engine.lexer import LexerCore
-from codemask.engine.state_table import grown, unwritten_rows
+from codemask.engine.state_table import SPARE_TABLES, grown, unwritten_rows
 from tests.engine.conftest import compiler
 from tests.engine.test_native import assert_same_core, drive, explore_lexer, grammar_of, met_candidate_sets
 
@@ -56,3 +58,58 @@ def test_a_lexer_table_that_outgrows_its_reservation_matches_one_that_does_not(
         count = len(tight.keys)
         assert count > 16 * 8 and 16 < len(tight.table) < reserved and tight.keys == roomy.keys
         assert (tight.table[:count] == roomy.table[:count]).all()
+
+
+def test_a_dropped_tables_memory_goes_to_the_next_table_once_no_view_of_it_is_left() -> None:
+    SPARE_TABLES.clear()
+    table = unwritten_rows(8192, 256)
+    table[:] = 7
+    row = table[3]
+    del table
+    gc.collect()
+    assert len(SPARE_TABLES) == 0  # (a view still reads it)
+    del row
+    assert len(SPARE_TABLES) == 1
+    larger = unwritten_rows(16384, 256)  # (more than the one kept holds: fresh memory)
+    assert len(SPARE_TABLES) == 1 and larger[0, 0] == 0
+    again = unwritten_rows(6000, 256)  # (the one kept: its memory, rows as they were)
+    assert len(SPARE_TABLES) == 0 and again.shape == (6000, 256) and (again == 7).all()
+    again[:] = 1
+    assert (again == 1).all()
+    del larger, again
+    SPARE_TABLES.clear()
+
+
+def test_the_spare_tables_keep_a_bounded_number_of_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    SPARE_TABLES.clear()
+    tables = [unwritten_rows(4096, 256) for _ in range(state_table.SPARE_BUFFERS + 2)]
+    del tables
+    assert len(SPARE_TABLES) == state_table.SPARE_BUFFERS
+    SPARE_TABLES.clear()
+    monkeypatch.setattr(state_table, "SPARE_BYTES", 3 * 4096 * 256 * 4)
+    tables = [unwritten_rows(4096, 256) for _ in range(4)]
+    del tables
+    assert len(SPARE_TABLES) == 3
+    SPARE_TABLES.clear()
+
+
+@pytest.mark.parametrize("source", ["json", "Kubernetes---kb_474_Normalized.json"])
+def test_a_parser_core_in_a_dropped_cores_memory_matches_one_in_fresh_memory(
+        monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    """The rows a dropped core wrote (other states, other transitions) are never read as this
+    core's: every state writes its own row when interned."""
+    monkeypatch.setattr(parser, "RESERVED_STATES", 4096)  # (4 MB: tables of their own memory)
+    rtn = compiler("llama3").compile(grammar_of(source)).artifacts.rtn
+    other = compiler("llama3").compile(grammar_of("python_function")).artifacts.rtn
+    SPARE_TABLES.clear()
+    fresh = drive(rtn, True, 1500)
+    SPARE_TABLES.clear()
+    dropped = drive(other, True, 1500)
+    assert dropped.num_states >= 1000
+    del dropped
+    gc.collect()
+    assert len(SPARE_TABLES) >= 1
+    reused = drive(rtn, True, 1500)
+    assert len(SPARE_TABLES) == 0
+    assert_same_core(reused, fresh)
+    assert (reused.table[: reused.num_states] >= parser.UNKNOWN).all()
