@@ -474,21 +474,18 @@ done:
 
 /* Group the symbols by their column of the tops' transition rows, classes numbered in order of
  * their first symbol; returns the number of classes. Runs of symbols with the same column (byte
- * ranges) are the common case and skip the hash table. */
+ * ranges) are the common case: a first pass finds where a column differs from the one before, and
+ * only those columns are hashed and looked up (hashing every column of every top was most of a
+ * row's filling). */
 static Py_ssize_t group_columns(const Interner *x, Ctx *c, const int32_t *tops, Py_ssize_t count) {
     const int32_t *trans = (const int32_t *)x->trans.buf;
     Py_ssize_t alphabet = x->alphabet;
     if (alphabet < 1) return 0;
-    for (Py_ssize_t a = 0; a < alphabet; a++) c->hash[a] = 0x2545F4914F6CDD1Dull;
     memset(c->differs, 0, (size_t)alphabet);
     c->differs[0] = 1;
     for (Py_ssize_t i = 0; i < count; i++) {
         const int32_t *row = trans + (Py_ssize_t)tops[i] * alphabet;
-        c->hash[0] = (c->hash[0] ^ (uint32_t)row[0]) * 0x100000001B3ull;
-        for (Py_ssize_t a = 1; a < alphabet; a++) {
-            c->hash[a] = (c->hash[a] ^ (uint32_t)row[a]) * 0x100000001B3ull;
-            c->differs[a] |= row[a] != row[a - 1];
-        }
+        for (Py_ssize_t a = 1; a < alphabet; a++) c->differs[a] |= row[a] != row[a - 1];
     }
     size_t mask = ((size_t)1 << c->slot_bits) - 1;
     memset(c->slots, 0xFF, (mask + 1) * sizeof(int32_t));
@@ -498,7 +495,9 @@ static Py_ssize_t group_columns(const Interner *x, Ctx *c, const int32_t *tops, 
             c->class_of[a] = c->class_of[a - 1];
             continue;
         }
-        uint64_t h = c->hash[a];
+        uint64_t h = 0x2545F4914F6CDD1Dull;
+        for (Py_ssize_t i = 0; i < count; i++) h = (h ^ (uint32_t)trans[(Py_ssize_t)tops[i] * alphabet + a]) * 0x100000001B3ull;
+        c->hash[a] = h;
         size_t j = (size_t)((h * 0x9E3779B97F4A7C15ull) >> (64 - c->slot_bits));
         int32_t k;
         for (;; j = (j + 1) & mask) {
