@@ -253,6 +253,33 @@ def test_the_letters_of_known_keys_are_walked_once_for_schemas_that_share_them()
     assert set(encode("llama3", "content")) <= allowed and set(encode("llama3", "contour")) <= allowed
 
 
+def test_a_states_shape_is_worked_out_once_per_core() -> None:
+    """Inside an open object's key, after a known key's first letters, the letters that leave the
+    known keys lead to the same free-string state as at the key's start: its shape, worked out at
+    ``{"``, is not worked out again for the masks after ``{"con`` and ``{"cont``, which are the
+    masks the core walks alone."""
+    walker = native.position_walker(token_trie(vocabulary("llama3")), vocabulary("llama3").vocab_size)
+    schema = {"type": "object", "properties": {"content": {"type": "string"}, "contour": {"type": "integer"}}}
+    fresh = GrammarCompiler(vocabulary("llama3"), cache_dir=False, progress=False, precompute=False)
+    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+    matcher = GrammarMatcher(fresh.compile(Grammar.from_json_schema(schema, mode="validate")))
+    masks, shapes = [], []
+    for text in ('{"', "con", "t"):
+        for token in encode("llama3", text):
+            assert matcher.accept_token(token)
+        before = walker.memo_shapes
+        masks.append(matcher.next_token_bitmask().copy())
+        shapes.append(walker.memo_shapes - before)
+    assert shapes[0] > 0 and shapes[1:] == [0, 0]
+    with native.using(False):
+        SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
+        alone = GrammarMatcher(fresh.compile(Grammar.from_json_schema(schema, mode="validate")))
+        for text, mask in zip(('{"', "con", "t"), masks, strict=True):
+            for token in encode("llama3", text):
+                assert alone.accept_token(token)
+            assert (alone.next_token_bitmask() == mask).all()
+
+
 @pytest.mark.parametrize("source", ["json", "python_function", "Kubernetes---kb_474_Normalized.json",
                                     "Github_medium---o10297.json"])
 def test_c_follow_bytes_equal_the_python_worklist(source: str) -> None:

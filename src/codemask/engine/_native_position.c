@@ -60,6 +60,7 @@ typedef struct MemoEntry {
     int32_t *shape;
     Py_ssize_t shape_len;
     uint64_t hash, last_used;
+    uint64_t id;        /* (unique in the walker: what `SeenState` points at) */
     uint64_t made_by;   /* the serial of the interner whose walk made it */
     uint64_t follow[4]; /* the bytes a residual may begin with when it was walked (all: none kept) */
     int has_follow;
@@ -69,10 +70,23 @@ typedef struct MemoEntry {
     Py_ssize_t done_rows;
     IntBuf exits;
 } MemoEntry;
+/* Which entry a state of a core was found to be (`memo_entry_of`): a state's shape never changes,
+ * and working it out again scanned up to SHAPE_STATES rows per group of every walk. Direct-mapped
+ * by (core, state); a stale record (its entry dropped) is worked out again. */
+typedef struct {
+    uint64_t serial, entry_id;
+    int32_t state;
+    int has_follow;
+    uint64_t follow[4];
+} SeenState;
+#define SEEN_STATES 512
+
 typedef struct {
     MemoEntry *entries;
     Py_ssize_t count;
-    uint64_t clock; /* (a use's stamp, for dropping the least recently used) */
+    uint64_t clock;   /* (a use's stamp, for dropping the least recently used) */
+    uint64_t next_id; /* (the next entry's id; 0 marks an empty `SeenState`) */
+    SeenState seen[SEEN_STATES];
 } WalkMemo;
 
 /* What a walk knows of a parser state it met (`step_info`): the bytes it takes (`alive`), its most
@@ -115,9 +129,11 @@ typedef struct {
     StepInfo *steps;
     Py_ssize_t steps_used;
     int32_t *roots;     /* the first-level nodes (depth 1), in order */
+    int32_t root_rows[256]; /* per first-level node: the tokens below it (rows), itself included */
     Py_ssize_t nroots;
     WalkMemo memo;      /* the walks below first bytes, by the shape of the state they start from */
     Py_ssize_t memo_shared_hits; /* entries read by a core other than the one whose walk made them */
+    Py_ssize_t memo_shapes;      /* states whose shape was worked out (not found in `WalkMemo.seen`) */
     int32_t *shape;     /* scratch: a state's shape (`state_shape`) */
 } PositionWalker;
 
@@ -713,7 +729,7 @@ static PyObject *pwalker_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         Py_DECREF(w);
         return NULL;
     }
-    const int32_t *depth = w->v[PW_DEPTH].buf;
+    const int32_t *depth = w->v[PW_DEPTH].buf, *lo = w->v[PW_LO].buf, *hi = w->v[PW_HI].buf;
     w->roots = (int32_t *)malloc(257 * sizeof(int32_t));
     if (!w->roots) {
         Py_DECREF(w);
@@ -725,6 +741,7 @@ static PyObject *pwalker_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
             Py_DECREF(w);
             return cm_bad("trie arrays: more than 256 first-level nodes"), NULL;
         }
+        w->root_rows[w->nroots] = hi[i] - lo[i];
         w->roots[w->nroots++] = (int32_t)i;
     }
     return (PyObject *)w;
@@ -938,11 +955,46 @@ static MemoEntry *memo_entry(PositionWalker *w, const Interner *x, Py_ssize_t sh
     memcpy(e->shape, w->shape, (size_t)shape_len * sizeof(int32_t));
     e->shape_len = shape_len;
     e->hash = hash;
+    e->id = ++m->next_id;
     e->made_by = x->serial;
     e->last_used = ++m->clock;
     e->has_follow = follow_bits != NULL;
     if (follow_bits) memcpy(e->follow, follow_bits, sizeof(e->follow));
     m->count++;
+    return e;
+}
+
+/* The memo's entry for the walks below first bytes that lead to live state `state` of `x`'s core
+ * (by its shape, else by its identity: `memo_entry`), through the record of states seen; NULL as
+ * `memo_entry`, or with an exception set where the shape could not be made. */
+static MemoEntry *memo_entry_of(PositionWalker *w, Interner *x, PyObject *core, CoreView *v, int32_t state,
+                                const uint64_t *follow_bits) {
+    WalkMemo *m = &w->memo;
+    uint64_t key = (x->serial * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)state * 0xC2B2AE3D27D4EB4Full);
+    SeenState *seen = &m->seen[(key >> 40) % SEEN_STATES];
+    if (seen->entry_id && seen->serial == x->serial && seen->state == state &&
+        seen->has_follow == (follow_bits != NULL) && (!follow_bits || !memcmp(seen->follow, follow_bits, sizeof(seen->follow)))) {
+        for (Py_ssize_t k = 0; k < m->count; k++) {
+            MemoEntry *e = &m->entries[k];
+            if (e->id != seen->entry_id) continue;
+            e->last_used = ++m->clock;
+            w->memo_shared_hits += e->made_by != x->serial;
+            return e;
+        }
+    }
+    Py_ssize_t shape_len = state_shape(w, x, core, v, state);
+    w->memo_shapes++;
+    if (shape_len == FAILED) return NULL;
+    if (shape_len < 0) shape_len = identity_shape(w, x, state);
+    MemoEntry *e = memo_entry(w, x, shape_len, follow_bits);
+    if (e) {
+        seen->serial = x->serial;
+        seen->state = state;
+        seen->has_follow = follow_bits != NULL;
+        memset(seen->follow, 0, sizeof(seen->follow));
+        if (follow_bits) memcpy(seen->follow, follow_bits, sizeof(seen->follow));
+        seen->entry_id = e->id;
+    }
     return e;
 }
 
@@ -1273,38 +1325,52 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
     Sink direct = {words, NULL, &exits, -1, follow != NULL, follow ? follow_bits : NULL};
     /* the first byte of every root, then its subtree: directly, or through the memo where the roots
      * that reach one state hold many tokens */
-    int32_t target[256], group[256], placed[256] = {0};
+    /* the live roots grouped by the state their byte leads to, groups in the order of their first
+     * root: `members[first[k]:first[k + 1]]` */
+    int32_t target[256], group_of[256], first[257], members[256], fill_at[256], group_rows[256];
+    Py_ssize_t groups = 0;
     for (Py_ssize_t r = 0; r < w->nroots; r++) {
         target[r] = core_step(x, core, &v, start, byte[w->roots[r]]);
         if (target[r] == FAILED) goto done;
+        group_of[r] = -1;
+        if (target[r] < 0) continue;
+        Py_ssize_t k = 0;
+        while (k < groups && target[members[k]] != target[r]) k++; /* (members[k]: group k's first root, for now) */
+        if (k == groups) {
+            members[groups] = (int32_t)r;
+            first[groups] = 0;
+            group_rows[groups++] = 0;
+        }
+        group_of[r] = (int32_t)k;
+        first[k]++;
+        group_rows[k] += w->root_rows[r];
+    }
+    for (Py_ssize_t k = 0, at = 0; k <= groups; k++) { /* (sizes to offsets) */
+        Py_ssize_t size = k < groups ? first[k] : 0;
+        first[k] = (int32_t)at;
+        if (k < groups) fill_at[k] = (int32_t)at;
+        at += size;
     }
     for (Py_ssize_t r = 0; r < w->nroots; r++) {
-        if (target[r] < 0 || placed[r]) continue;
-        Py_ssize_t count = 0, rows = 0;
-        for (Py_ssize_t q = r; q < w->nroots; q++) {
-            if (target[q] != target[r]) continue;
-            placed[q] = 1;
-            group[count++] = (int32_t)q;
-            rows += hi[w->roots[q]] - lo[w->roots[q]];
-        }
+        if (group_of[r] >= 0) members[fill_at[group_of[r]]++] = (int32_t)r;
+    }
+    for (Py_ssize_t k = 0; k < groups; k++) {
+        const int32_t *group = members + first[k];
+        Py_ssize_t count = first[k + 1] - first[k], rows = group_rows[k];
+        int32_t r = group[0];
         MemoEntry *e = NULL;
         if (use_memo && rows >= MEMO_MIN_ROWS && v.has_stacks[target[r]]) {
-            Py_ssize_t shape_len = state_shape(w, x, core, &v, target[r]);
-            if (shape_len == FAILED) goto done;
-            if (shape_len < 0) shape_len = identity_shape(w, x, target[r]);
-            e = memo_entry(w, x, shape_len, follow ? follow_bits : NULL);
+            e = memo_entry_of(w, x, core, &v, target[r], follow ? follow_bits : NULL);
             if (!e && PyErr_Occurred()) goto done;
         }
         if (e) {
             if (memo_fill(w, x, core, &v, e, target[r], group, count) || memo_read(w, e, group, count, words))
                 goto done;
             used[nused] = e;
-            for (Py_ssize_t k = 0; k < e->exits.size; k += 3) {
-                int32_t root = e->exits.data[k];
-                int in_group = 0;
-                for (Py_ssize_t g = 0; g < count && !in_group; g++) in_group = group[g] == root;
-                if (in_group && (buf_push(&exits, (int32_t)(256 + nused)) || buf_push(&exits, e->exits.data[k + 1]) ||
-                                 buf_push(&exits, e->exits.data[k + 2])))
+            for (Py_ssize_t q = 0; q < e->exits.size; q += 3) {
+                int32_t root = e->exits.data[q];
+                if (group_of[root] == k && (buf_push(&exits, (int32_t)(256 + nused)) ||
+                                            buf_push(&exits, e->exits.data[q + 1]) || buf_push(&exits, e->exits.data[q + 2])))
                     goto done;
             }
             nused++;
@@ -1455,6 +1521,10 @@ static PyObject *pwalker_get_memo_shared_hits(PositionWalker *w, void *Py_UNUSED
     return PyLong_FromSsize_t(w->memo_shared_hits);
 }
 
+static PyObject *pwalker_get_memo_shapes(PositionWalker *w, void *Py_UNUSED(closure)) {
+    return PyLong_FromSsize_t(w->memo_shapes);
+}
+
 /* clear_memo(): forget the walks below first bytes (the next walks make their own). */
 static PyObject *pwalker_clear_memo(PositionWalker *w, PyObject *Py_UNUSED(args)) {
     if (w->busy) {
@@ -1481,6 +1551,8 @@ static PyGetSetDef pwalker_getset[] = {
     {"memo_entries", (getter)pwalker_get_memo_entries, NULL, "how many states' walks below first bytes it keeps", NULL},
     {"memo_shared_hits", (getter)pwalker_get_memo_shared_hits, NULL,
      "how many times a walk read what a walk of another parser core kept", NULL},
+    {"memo_shapes", (getter)pwalker_get_memo_shapes, NULL,
+     "how many states' shapes its walks worked out (a state met again is not worked out again)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

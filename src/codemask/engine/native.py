@@ -160,6 +160,9 @@ class PositionWalker(Protocol):
     @property
     def memo_shared_hits(self) -> int: ...
 
+    @property
+    def memo_shapes(self) -> int: ...
+
     def clear_memo(self) -> None: ...
 
     def classify(self, interner: Interner, core: ParserCore, start: int, follow: bytes | None,

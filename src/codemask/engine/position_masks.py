@@ -77,7 +77,7 @@ class LazyPositionMasks:
 
     def __init__(self, core: ParserCore, trie: TokenTrie, vocab_size: int) -> None:
         self._classifier = PositionClassifier(core, trie, vocab_size)
-        self._classifier.prepare_strings()
+        self._classifier.prepare()
         # per RTN state, its row or -1: a list, read a few items at a time right after a walk of the
         # vocabulary has taken the processor's caches (numpy's indexing took 0.1 ms there)
         self._row_of_state = [-1] * core.rtn.num_states
