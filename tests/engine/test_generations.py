@@ -66,7 +66,7 @@ def test_generations_bound_a_shared_json_grammar_and_keep_its_masks() -> None:
         assert np.array_equal(masks_of(reused, token_ids), got), n
         largest = max(largest, _num_states(bounded.core))
     assert bounded.generations >= 4
-    assert _num_states(reference.core) > 2000 and largest < 800
+    assert _num_states(reference.core) > 1500 and largest < 800
     gc.collect()
     assert first_core() is None
 

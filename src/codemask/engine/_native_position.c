@@ -177,6 +177,22 @@ static int32_t core_step(Interner *x, PyObject *core, CoreView *v, int32_t state
     return next;
 }
 
+/* `ParserCore.step` of a live state for one symbol: the memoised transition, or that one
+ * transition computed and written into the table (the rest of the row left unknown: a residual
+ * goes on with one byte of a state whose other bytes may each open a closure of their own);
+ * FAILED with an exception set. */
+static int32_t core_step_one(Interner *x, PyObject *core, CoreView *v, int32_t state, uint8_t byte) {
+    if (state < 0 || state >= v->states) return cm_bad("parser state out of range"), FAILED;
+    int32_t next = v->table[(Py_ssize_t)state * 256 + byte];
+    if (next == UNKNOWN) {
+        next = cm_step_state(x, core, state, byte);
+        if (next == FAILED || core_view(x, core, v)) return FAILED;
+        ((int32_t *)x->held_table.view.buf)[(Py_ssize_t)state * 256 + byte] = next;
+    }
+    if (next < DEAD || next >= v->states) return cm_bad("transition to a parser state out of range"), FAILED;
+    return next;
+}
+
 static void pwalker_dealloc(PositionWalker *w) {
     for (int i = 0; i < PW_NUM_VIEWS; i++) {
         if (w->v[i].obj) PyBuffer_Release(&w->v[i]);
@@ -1492,7 +1508,7 @@ static PyObject *pwalker_resolve(PositionWalker *w, PyObject *args) {
         const uint8_t *tail = matrix + (Py_ssize_t)rows[r] * w->width + starts[r];
         int32_t state = start;
         for (int32_t k = 0; k < lengths[r] && state >= 0; k++) {
-            state = core_step(x, core, &v, state, tail[k]);
+            state = core_step_one(x, core, &v, state, tail[k]);
             if (state == FAILED) goto done;
         }
         alive[r] = state >= 0;
