@@ -113,3 +113,24 @@ def test_a_parser_core_in_a_dropped_cores_memory_matches_one_in_fresh_memory(
     assert len(SPARE_TABLES) == 0
     assert_same_core(reused, fresh)
     assert (reused.table[: reused.num_states] >= parser.UNKNOWN).all()
+
+
+def test_the_c_interner_writes_into_the_arrays_a_python_grow_rebinds() -> None:
+    """The C side keeps the core's table, flags and has_stacks between states: when the core grows
+    them (`ParserCore._grow`, from Python here, in the middle of a breadth-first fill), the states
+    interned after go into the new arrays, as in a core that never grew."""
+
+    def filled(grow_at: int | None) -> parser.ParserCore:
+        core = parser.ParserCore(compiler("llama3").compile(grammar_of("json")).artifacts.rtn)
+        frontier, i = [core.initial], 0
+        while i < len(frontier) and len(frontier) < 600:
+            if i == grow_at:
+                core._grow()
+            core.fill_rows(np.array([frontier[i]]))
+            frontier += [s for s in dict.fromkeys(core.table[frontier[i]].tolist()) if s >= 0 and s not in frontier]
+            i += 1
+        return core
+
+    grown_core, plain = filled(20), filled(None)
+    assert len(grown_core.table) == 2 * len(plain.table) and grown_core.num_states >= 500
+    assert_same_core(grown_core, plain)

@@ -41,7 +41,7 @@
  */
 #include "_native.h"
 
-#define NATIVE_VERSION 32
+#define NATIVE_VERSION 33
 
 static PyMethodDef methods[] = {
     {"walk", cm_walk, METH_VARARGS,

@@ -107,6 +107,7 @@ typedef struct {
     uint64_t *first;
     Py_ssize_t first_words;
     HeldView held_table, held_flags, held_has_stacks; /* the core's per-state arrays (`held_view`) */
+    int arrays_moved; /* ParserCore._grow rebound them (`arrays_moved`): take them again (`cm_core_arrays`) */
     uint64_t serial; /* (which interner of the process: memos keyed by its state ids say whose they are) */
     uint8_t *chain_kind; /* per RTN state, for the position walks (`rtn_chain`): 0 not known yet, 1 no, 2 yes */
 } Interner;
@@ -163,6 +164,7 @@ int cm_u64_put(U64Map *m, uint64_t key, int32_t value);
 int cm_array_view(PyObject *owner, const char *label, const char *name, Py_ssize_t itemsize, Py_ssize_t count,
                   Py_buffer *view);
 void cm_held_free(HeldView *h);
+int cm_core_arrays(Interner *x, PyObject *core, Py_ssize_t states);
 int cm_held_view(HeldView *h, PyObject *owner, const char *label, const char *name, Py_ssize_t itemsize,
                  Py_ssize_t count);
 int cm_cmp_int32(const void *a, const void *b);

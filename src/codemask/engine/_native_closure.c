@@ -234,21 +234,37 @@ static Py_ssize_t scan_node(Interner *x, Scan *e) {
     return node(x, e->q, ids, k, -1);
 }
 
+/* The core's table, flags and has_stacks held with room for `states` states: as held, unless
+ * `ParserCore._grow` rebound them (it says so: `arrays_moved`), else read again from the core
+ * (three attribute lookups, which were a tenth of interning a state). */
+int cm_core_arrays(Interner *x, PyObject *core, Py_ssize_t states) {
+    if (!x->arrays_moved && x->held_table.array && x->held_flags.array && x->held_has_stacks.array &&
+        x->held_table.view.len >= states * x->alphabet * (Py_ssize_t)sizeof(int32_t) &&
+        x->held_flags.view.len >= states && x->held_has_stacks.view.len >= states)
+        return 0;
+    if (cm_held_view(&x->held_table, core, "core", "table", sizeof(int32_t), states * x->alphabet) ||
+        cm_held_view(&x->held_flags, core, "core", "flags", 1, states) ||
+        cm_held_view(&x->held_has_stacks, core, "core", "has_stacks", 1, states))
+        return -1;
+    x->arrays_moved = 0;
+    return 0;
+}
+
 /* The new state's entries in the per-state arrays, grown first if needed (`ParserCore._grow`). */
 static int mark_state(Interner *x, PyObject *core, Py_ssize_t id, int flag, int has_stacks) {
-    if (cm_held_view(&x->held_table, core, "core", "table", sizeof(int32_t), 0)) return -1;
-    if (id >= x->held_table.view.len / ((Py_ssize_t)sizeof(int32_t) * x->alphabet)) {
+    if (cm_core_arrays(x, core, 0)) return -1;
+    if (id >= x->held_table.view.len / ((Py_ssize_t)sizeof(int32_t) * x->alphabet) ||
+        id >= x->held_flags.view.len || id >= x->held_has_stacks.view.len) {
         PyObject *done = PyObject_CallMethod(core, "_grow", NULL);
         if (!done) return -1;
         Py_DECREF(done);
+        x->arrays_moved = 1; /* (also where an older core's _grow does not say so) */
     }
     /* (rows are written only here, as their state is interned: the table is reserved untouched) */
-    if (cm_held_view(&x->held_table, core, "core", "table", sizeof(int32_t), (id + 1) * x->alphabet)) return -1;
+    if (cm_core_arrays(x, core, id + 1)) return -1;
     int32_t *row = (int32_t *)x->held_table.view.buf + id * x->alphabet;
     for (Py_ssize_t symbol = 0; symbol < x->alphabet; symbol++) row[symbol] = UNKNOWN;
-    if (cm_held_view(&x->held_flags, core, "core", "flags", 1, id + 1)) return -1;
     ((uint8_t *)x->held_flags.view.buf)[id] = (uint8_t)flag;
-    if (cm_held_view(&x->held_has_stacks, core, "core", "has_stacks", 1, id + 1)) return -1;
     ((uint8_t *)x->held_has_stacks.view.buf)[id] = (uint8_t)has_stacks;
     return 0;
 }
@@ -520,7 +536,7 @@ static Py_ssize_t group_columns(const Interner *x, Ctx *c, const int32_t *tops, 
 
 /* Write `row` (alphabet ints) as `core.table[state]`. */
 static int write_row(Interner *x, PyObject *core, Py_ssize_t state, const int32_t *row, int32_t fill) {
-    if (cm_held_view(&x->held_table, core, "core", "table", sizeof(int32_t), (state + 1) * x->alphabet)) return -1;
+    if (cm_core_arrays(x, core, state + 1)) return -1;
     int32_t *out = (int32_t *)x->held_table.view.buf + state * x->alphabet;
     for (Py_ssize_t a = 0; a < x->alphabet; a++) out[a] = row ? row[a] : fill;
     return 0;
@@ -670,6 +686,7 @@ static PyObject *interner_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Interner *x = (Interner *)type->tp_alloc(type, 0);
     if (!x) return NULL;
     x->serial = ++serials;
+    x->arrays_moved = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ny*y*y*y*y*y*O!O!npy*y*y*|p", names, &x->trans, &x->alphabet,
                                      &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &PyList_Type, &x->state_stacks,
                                      &PyList_Type, &x->state_flag, &x->max_stacks,
@@ -847,6 +864,11 @@ done:
     return result;
 }
 
+static PyObject *interner_arrays_moved(Interner *x, PyObject *Py_UNUSED(ignored)) {
+    x->arrays_moved = 1;
+    Py_RETURN_NONE;
+}
+
 static PyObject *interner_step(Interner *x, PyObject *args) {
     PyObject *core;
     Py_ssize_t state, symbol;
@@ -911,6 +933,8 @@ static PyMethodDef interner_methods[] = {
      "node(q, parents) -> id: ParserCore.node, the stack node q on top of the sorted tuple of node ids parents"},
     {"fill_rows", (PyCFunction)interner_fill_rows, METH_VARARGS,
      "fill_rows(core, states): ParserCore._fill_row of each state, in order"},
+    {"arrays_moved", (PyCFunction)interner_arrays_moved, METH_NOARGS,
+     "arrays_moved(): the core's table, flags and has_stacks were rebound (ParserCore._grow): take them again"},
     {"step", (PyCFunction)interner_step, METH_VARARGS,
      "step(core, state, symbol) -> state: ParserCore._compute_step (the closure of the moved stacks, or DEAD)"},
     {"state_of", (PyCFunction)interner_state_of, METH_O, "state_of(node) -> the node's RTN state"},

@@ -149,10 +149,7 @@ typedef struct {
 
 static int core_view(Interner *x, PyObject *core, CoreView *v) {
     Py_ssize_t states = PyList_GET_SIZE(x->state_stacks);
-    if (cm_held_view(&x->held_table, core, "core", "table", sizeof(int32_t), states * x->alphabet) ||
-        cm_held_view(&x->held_flags, core, "core", "flags", 1, states) ||
-        cm_held_view(&x->held_has_stacks, core, "core", "has_stacks", 1, states))
-        return -1;
+    if (cm_core_arrays(x, core, states)) return -1;
     v->table = (const int32_t *)x->held_table.view.buf;
     v->flags = (const uint8_t *)x->held_flags.view.buf;
     v->has_stacks = (const uint8_t *)x->held_has_stacks.view.buf;

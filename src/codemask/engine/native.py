@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # parser imports this module
     from codemask.grammar.ir import Expr
 
 # The C module's VERSION this source expects (bump both together when the interface changes).
-EXPECTED_VERSION = 32
+EXPECTED_VERSION = 33
 
 
 def _load() -> ModuleType | None:
@@ -90,6 +90,8 @@ class Interner(Protocol):
     def fill_rows(self, core: ParserCore, states: Sequence[int]) -> None: ...
 
     def step(self, core: ParserCore, state: int, symbol: int) -> int: ...
+
+    def arrays_moved(self) -> None: ...
 
     def state_of(self, node: int) -> int: ...
 

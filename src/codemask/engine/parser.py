@@ -182,6 +182,8 @@ class ParserCore:
         self.flags = np.concatenate([self.flags, np.zeros(size - len(self.flags), dtype=bool)])
         self.has_stacks = np.concatenate([self.has_stacks, np.zeros(size - len(self.has_stacks), dtype=bool)])
         self.table = table
+        if self._native is not None:
+            self._native.arrays_moved()  # (its C side holds the arrays it writes into)
 
     @property
     def num_states(self) -> int:
