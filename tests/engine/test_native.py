@@ -203,26 +203,36 @@ def key_position_mask(schema: Any) -> np.ndarray:
     return matcher.next_token_bitmask().copy()
 
 
+def key_masks_after(first: Any, second: Any) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The mask after ``{"`` of ``second`` walked with an empty memo, and walked after ``first``'s,
+    with the memo entries and the reads of another core's entries that ``second`` added then; the
+    numpy walk gives the same mask."""
+    walker = native.position_walker(token_trie(vocabulary("llama3")), vocabulary("llama3").vocab_size)
+    shared = SharedPositions.of(token_trie(vocabulary("llama3")))
+    shared.clear()
+    walker.clear_memo()
+    alone = key_position_mask(second)
+    shared.clear()
+    walker.clear_memo()
+    key_position_mask(first)
+    entries, hits = walker.memo_entries, walker.memo_shared_hits
+    shared.clear()
+    after_first = key_position_mask(second)
+    added, read = walker.memo_entries - entries, walker.memo_shared_hits - hits
+    with native.using(False):
+        shared.clear()
+        assert (key_position_mask(second) == alone).all()
+    return alone, after_first, added, read
+
+
 def test_a_key_walk_reads_the_free_string_walk_another_schema_made() -> None:
     """Past the first byte that leaves every known key, a key complement is any string: its walk
     is kept by the shape of that state and read by the next schema, whose keys differ, with the
     mask it would have walked alone."""
-    walker = native.position_walker(token_trie(vocabulary("llama3")), vocabulary("llama3").vocab_size)
     first = {"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}}}
     second = {"type": "object", "properties": {"alpha": {"type": "integer"}, "beta": {"type": "boolean"}}}
-    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
-    walker.clear_memo()
-    alone = key_position_mask(second)
-    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
-    walker.clear_memo()
-    key_position_mask(first)
-    hits = walker.memo_shared_hits
-    after_first = key_position_mask(second)
-    assert walker.memo_shared_hits > hits
-    assert (after_first == alone).all()
-    with native.using(False):
-        SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
-        assert (key_position_mask(second) == alone).all()
+    alone, after_first, _, read = key_masks_after(first, second)
+    assert read > 0 and (after_first == alone).all()
     allowed = set(np.flatnonzero(np.unpackbits(alone.view(np.uint8), bitorder="little")).tolist())
     assert set(encode("llama3", "alpha")) <= allowed and set(encode("llama3", "zeta")) <= allowed
 
@@ -232,23 +242,10 @@ def test_the_letters_of_known_keys_are_walked_once_for_schemas_that_share_them()
     letter leaves it for the free string), and below a UTF-8 lead byte, the key complement leads to
     free text: those walks too are kept by shape, so a second schema with the same key names and
     other values makes no memo entry of its own, and gets the mask it would have walked alone."""
-    walker = native.position_walker(token_trie(vocabulary("llama3")), vocabulary("llama3").vocab_size)
     first = {"type": "object", "properties": {"content": {"type": "string"}, "status": {"type": "integer"}}}
     second = {"type": "object", "properties": {"content": {"type": "array"}, "status": {"type": "boolean"}}}
-    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
-    walker.clear_memo()
-    alone = key_position_mask(second)
-    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
-    walker.clear_memo()
-    key_position_mask(first)
-    entries, hits = walker.memo_entries, walker.memo_shared_hits
-    SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
-    after_first = key_position_mask(second)
-    assert walker.memo_entries == entries and walker.memo_shared_hits >= hits + 3
-    assert (after_first == alone).all()
-    with native.using(False):
-        SharedPositions.of(token_trie(vocabulary("llama3"))).clear()
-        assert (key_position_mask(second) == alone).all()
+    alone, after_first, added, read = key_masks_after(first, second)
+    assert added == 0 and read >= 3 and (after_first == alone).all()
     allowed = set(np.flatnonzero(np.unpackbits(alone.view(np.uint8), bitorder="little")).tolist())
     assert set(encode("llama3", "content")) <= allowed and set(encode("llama3", "contour")) <= allowed
 
