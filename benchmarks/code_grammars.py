@@ -75,13 +75,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-for _name, _value in {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1",
-                      "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ.setdefault(_name, _value)
+import one_thread  # noqa: F401  (before numpy, torch and the engines: one thread each, offline)
+
+# isort: split
 
 
-from engines import CodemaskAdapter, EngineAdapter, LLGuidanceAdapter, Unsupported, _seconds_since  # noqa: E402
-from mask_speed import (  # noqa: E402
+from engines import CodemaskAdapter, EngineAdapter, LLGuidanceAdapter, Unsupported, _seconds_since
+from mask_speed import (
     fmt_ratio,
     fmt_seconds,
     percentiles,
@@ -90,7 +90,7 @@ from mask_speed import (  # noqa: E402
     report_header,
     token_repr,
 )
-from mask_speed import versions as engine_versions  # noqa: E402
+from mask_speed import versions as engine_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "code"

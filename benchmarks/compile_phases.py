@@ -42,25 +42,25 @@ from __future__ import annotations
 
 import os
 
-for _name, _value in {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1",
-                      "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ.setdefault(_name, _value)
+import one_thread  # noqa: F401  (before numpy, torch and the engines: one thread each, offline)
 
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import gc  # noqa: E402
-import inspect  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
+import argparse
+import datetime
+import gc
+import inspect
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
-from jsonschema_coverage import (  # noqa: E402
+import numpy as np
+
+from jsonschema_coverage import (
     TOKENIZER,
     WARMUP_SCHEMA,
     SchemaCase,
@@ -73,7 +73,7 @@ from jsonschema_coverage import (  # noqa: E402
     sample_files,
     short_error,
 )
-from mask_speed import machine_info, relative, versions  # noqa: E402
+from mask_speed import machine_info, relative, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE, PEER = "codemask", "llguidance"

@@ -49,33 +49,32 @@ from __future__ import annotations
 
 import os
 
-# Before numpy/torch/the engines are imported: no spinning OpenMP threads, no Rust/tokenizers pools.
-for _name, _value in {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1",
-                      "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ.setdefault(_name, _value)
+import one_thread  # noqa: F401  (before numpy, torch and the engines: one thread each, offline)
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import datetime  # noqa: E402
-import fnmatch  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import multiprocessing  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-import warnings  # noqa: E402
-from collections import Counter  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from multiprocessing.connection import Connection  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
+import argparse
+import contextlib
+import datetime
+import fnmatch
+import gc
+import json
+import multiprocessing
+import random
+import re
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
 
-from engines import (  # noqa: E402
+import numpy as np
+
+from engines import (
     LLGUIDANCE_JSON_OPTIONS,
     CodemaskAdapter,
     EngineAdapter,
@@ -83,10 +82,10 @@ from engines import (  # noqa: E402
     OutlinesCoreAdapter,
     XGrammarAdapter,
 )
-from mask_speed import fmt_seconds, load_tokenizer, machine_info, relative, run_document, versions  # noqa: E402
+from mask_speed import fmt_seconds, load_tokenizer, machine_info, relative, run_document, versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
-from tests.data_paths import corpora_root  # noqa: E402
+from tests.data_paths import corpora_root
 
 ROOT = Path(__file__).resolve().parents[1]
 JSONSCHEMABENCH = corpora_root() / "jsonschemabench"

@@ -40,7 +40,6 @@ import argparse
 import datetime
 import gc
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -51,13 +50,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-for _name, _value in {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1",
-                      "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ.setdefault(_name, _value)
+import one_thread  # noqa: F401  (before numpy, torch and the engines: one thread each, offline)
 
-import numpy as np  # noqa: E402
+# isort: split
 
-from code_grammars import cut_doc, load_docs  # noqa: E402
+import numpy as np
+
+from code_grammars import cut_doc, load_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -45,18 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Before numpy/torch/the engines are imported: no spinning OpenMP threads, no Rust/tokenizers pools.
-for _name, _value in {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1",
-                      "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ.setdefault(_name, _value)
+import one_thread  # noqa: F401  (before numpy, torch and the engines: one thread each, offline)
 
-import numpy as np  # noqa: E402
+# isort: split
 
-from crosscheck import TokenTable, acceptance_disagreements, mask_disagreements  # noqa: E402
-from engines import ENGINES, EngineAdapter, Unsupported, byte_level_token_bytes  # noqa: E402
+import numpy as np
+
+from crosscheck import TokenTable, acceptance_disagreements, mask_disagreements
+from engines import ENGINES, EngineAdapter, Unsupported, byte_level_token_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.data_paths
-from tests.data_paths import TEST_DATA, corpora_root  # noqa: E402
+from tests.data_paths import TEST_DATA, corpora_root
 
 ROOT = Path(__file__).resolve().parents[1]
 JSONSCHEMABENCH = corpora_root() / "jsonschemabench"

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-for _name, _value in {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1",
-                      "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ.setdefault(_name, _value)
+import one_thread  # noqa: F401  (before numpy, torch and the engines: one thread each, offline)
+
+# isort: split
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
