@@ -257,8 +257,7 @@ static int mark_state(Interner *x, PyObject *core, Py_ssize_t id, int flag, int 
         id >= x->held_flags.view.len || id >= x->held_has_stacks.view.len) {
         PyObject *done = PyObject_CallMethod(core, "_grow", NULL);
         if (!done) return -1;
-        Py_DECREF(done);
-        x->arrays_moved = 1; /* (also where an older core's _grow does not say so) */
+        Py_DECREF(done); /* (`_grow` calls `arrays_moved`) */
     }
     /* (rows are written only here, as their state is interned: the table is reserved untouched) */
     if (cm_core_arrays(x, core, id + 1)) return -1;

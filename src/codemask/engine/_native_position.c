@@ -157,12 +157,18 @@ static int core_view(Interner *x, PyObject *core, CoreView *v) {
     return 0;
 }
 
-/* `ParserCore.step` of a live state for the walks: the memoised transition, the state's whole row
- * filled where it is not known yet (`fill_row`); FAILED with an exception set. */
-static int32_t core_step(Interner *x, PyObject *core, CoreView *v, int32_t state, uint8_t byte) {
+/* `ParserCore.step` of a live state: the memoised transition, else computed and memoised. The walks
+ * fill the state's whole row (`fill_row`: they read its other bytes next); a residual's step
+ * (`one`) computes only the transition it takes (`cm_step_state`): a residual goes on with one byte
+ * of a state whose other bytes may each open a closure of their own. FAILED with an exception set. */
+static int32_t step_as(Interner *x, PyObject *core, CoreView *v, int32_t state, uint8_t byte, int one) {
     if (state < 0 || state >= v->states) return cm_bad("parser state out of range"), FAILED;
     int32_t next = v->table[(Py_ssize_t)state * 256 + byte];
-    if (next == UNKNOWN) {
+    if (next == UNKNOWN && one) {
+        next = cm_step_state(x, core, state, byte);
+        if (next == FAILED || core_view(x, core, v)) return FAILED;
+        ((int32_t *)x->held_table.view.buf)[(Py_ssize_t)state * 256 + byte] = next;
+    } else if (next == UNKNOWN) {
         Ctx *c = cm_ctx_take(x);
         if (!c) return FAILED;
         int status = cm_fill_row(x, core, c, state);
@@ -174,20 +180,8 @@ static int32_t core_step(Interner *x, PyObject *core, CoreView *v, int32_t state
     return next;
 }
 
-/* `ParserCore.step` of a live state for one symbol: the memoised transition, or that one
- * transition computed and written into the table (the rest of the row left unknown: a residual
- * goes on with one byte of a state whose other bytes may each open a closure of their own);
- * FAILED with an exception set. */
-static int32_t core_step_one(Interner *x, PyObject *core, CoreView *v, int32_t state, uint8_t byte) {
-    if (state < 0 || state >= v->states) return cm_bad("parser state out of range"), FAILED;
-    int32_t next = v->table[(Py_ssize_t)state * 256 + byte];
-    if (next == UNKNOWN) {
-        next = cm_step_state(x, core, state, byte);
-        if (next == FAILED || core_view(x, core, v)) return FAILED;
-        ((int32_t *)x->held_table.view.buf)[(Py_ssize_t)state * 256 + byte] = next;
-    }
-    if (next < DEAD || next >= v->states) return cm_bad("transition to a parser state out of range"), FAILED;
-    return next;
+static int32_t core_step(Interner *x, PyObject *core, CoreView *v, int32_t state, uint8_t byte) {
+    return step_as(x, core, v, state, byte, 0);
 }
 
 static void pwalker_dealloc(PositionWalker *w) {
@@ -1340,7 +1334,8 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
      * that reach one state hold many tokens */
     /* the live roots grouped by the state their byte leads to, groups in the order of their first
      * root: `members[first[k]:first[k + 1]]` */
-    int32_t target[256], group_of[256], first[257], members[256], fill_at[256], group_rows[256];
+    int32_t target[256], group_of[256], group_target[256], group_size[256], group_rows[256];
+    int32_t first[257], members[256];
     Py_ssize_t groups = 0;
     for (Py_ssize_t r = 0; r < w->nroots; r++) {
         target[r] = core_step(x, core, &v, start, byte[w->roots[r]]);
@@ -1348,28 +1343,26 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
         group_of[r] = -1;
         if (target[r] < 0) continue;
         Py_ssize_t k = 0;
-        while (k < groups && target[members[k]] != target[r]) k++; /* (members[k]: group k's first root, for now) */
+        while (k < groups && group_target[k] != target[r]) k++;
         if (k == groups) {
-            members[groups] = (int32_t)r;
-            first[groups] = 0;
-            group_rows[groups++] = 0;
+            group_target[groups] = target[r];
+            group_size[groups] = group_rows[groups] = 0;
+            groups++;
         }
         group_of[r] = (int32_t)k;
-        first[k]++;
+        group_size[k]++;
         group_rows[k] += w->root_rows[r];
     }
-    for (Py_ssize_t k = 0, at = 0; k <= groups; k++) { /* (sizes to offsets) */
-        Py_ssize_t size = k < groups ? first[k] : 0;
-        first[k] = (int32_t)at;
-        if (k < groups) fill_at[k] = (int32_t)at;
-        at += size;
-    }
+    first[0] = 0;
+    for (Py_ssize_t k = 0; k < groups; k++) first[k + 1] = first[k] + group_size[k];
+    int32_t placed[256] = {0};
     for (Py_ssize_t r = 0; r < w->nroots; r++) {
-        if (group_of[r] >= 0) members[fill_at[group_of[r]]++] = (int32_t)r;
+        int32_t k = group_of[r];
+        if (k >= 0) members[first[k] + placed[k]++] = (int32_t)r;
     }
     for (Py_ssize_t k = 0; k < groups; k++) {
         const int32_t *group = members + first[k];
-        Py_ssize_t count = first[k + 1] - first[k], rows = group_rows[k];
+        Py_ssize_t count = group_size[k], rows = group_rows[k];
         int32_t r = group[0];
         MemoEntry *e = NULL;
         if (use_memo && rows >= MEMO_MIN_ROWS && v.has_stacks[target[r]]) {
@@ -1505,7 +1498,7 @@ static PyObject *pwalker_resolve(PositionWalker *w, PyObject *args) {
         const uint8_t *tail = matrix + (Py_ssize_t)rows[r] * w->width + starts[r];
         int32_t state = start;
         for (int32_t k = 0; k < lengths[r] && state >= 0; k++) {
-            state = core_step_one(x, core, &v, state, tail[k]);
+            state = step_as(x, core, &v, state, tail[k], 1);
             if (state == FAILED) goto done;
         }
         alive[r] = state >= 0;
