@@ -84,3 +84,30 @@ def test_rule_digests_tell_apart_equal_rules_calling_different_ones() -> None:
     assert rtn.rule_keys is not None and keyless.rule_keys is None
     from_tables = RuleSignatures(keyless, keyless.rule_calls(MAX_SHARED_STATES))
     assert [from_tables[rule] for rule in range(2)] != p
+
+
+def test_a_shared_string_is_filtered_once_per_follow_set() -> None:
+    """Object values of two schemas are followed by the same bytes: the second takes the first's
+    filtered uncertain tokens (`SharedPositions.followed`), the very record, without filtering the
+    free string's again; an array item (other followers) gets its own. Both equal a fresh walk
+    (`test_free_string_positions_are_shared_whatever_follows_the_string`)."""
+    trie = token_trie(vocabulary("llama3"))
+    SharedPositions.of(trie).clear()
+    schemas = [{"type": "object", "properties": {"a": {"type": "string"}}},
+               {"type": "object", "properties": {"b": {"type": "string"}, "c": {"type": "integer"}}},
+               {"type": "array", "items": {"type": "string"}}]
+    records = []
+    for schema in schemas:
+        compiled = compiler("llama3").compile(Grammar.from_json_schema(schema, mode="validate"))
+        rtn = compiled.artifacts.rtn
+        assert rtn.shared is not None
+        in_string = np.flatnonzero(rtn.scanning & rtn.shared[rtn.state_rule])
+        classifier = PositionClassifier(compiled.core, trie, compiled.vocab_size)
+        unfiltered = classifier._walk_any(in_string, None)[1]
+        records.append(classifier.classify(in_string)[1])
+        filtered_some = [a for a, b in zip(records[-1], unfiltered, strict=True)
+                         if a is not None and b is not None and len(a.token_ids) < len(b.token_ids)]
+        assert filtered_some  # (a string's residuals that begin with a byte no caller takes)
+    value, other_value, item = records
+    assert all(a is b for a, b in zip(value, other_value, strict=True))
+    assert not any(a is b for a, b in zip(value, item, strict=True) if a is not None)

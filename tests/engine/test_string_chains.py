@@ -217,6 +217,23 @@ def test_filtered_positions_equal_their_walks(tokenizer: str, low: int, high: in
     assert walked_rows[0].any() and not np.array_equal(walked_rows[0], walked_rows[-1])
 
 
+def test_a_bounded_string_is_filtered_once_per_span_and_exits() -> None:
+    """`CharCounts.filtered` keeps what it made: the same span and exit bytes (another array of them)
+    give the same, read-only, row and record, equal to filtering afresh; another span its own."""
+    compiled = compiled_schema("llama3", {"type": "array", "items": {"type": "string", "maxLength": 9}})
+    trie = token_trie(vocabulary("llama3"))
+    PositionClassifier(compiled.core, trie, compiled.vocab_size).prepare()  # (sets the reference)
+    counts = CharCounts.of(trie, compiled.vocab_size)
+    exits = np.zeros(256, dtype=bool)
+    exits[[ord(","), ord("]"), ord(" ")]] = True
+    row, unc = counts.filtered(Span(0, 9, True), exits, 16384)
+    again_row, again_unc = counts.filtered(Span(0, 9, True), exits.copy(), 16384)
+    assert again_row is row and again_unc is unc and not row.flags.writeable
+    fresh_row, fresh_unc = counts._filter(Span(0, 9, True), exits, 16384)
+    assert np.array_equal(fresh_row, row) and uncertain_pairs(trie, fresh_unc) == uncertain_pairs(trie, unc)
+    assert counts.filtered(Span(0, 8, True), exits, 16384)[0] is not row
+
+
 def assert_block_exits(trie: Any, token_bytes: list[bytes], filtered: Any, walked: Any) -> None:
     """A block's exits, filtered against walked: the same, but for tokens that are no string's content
     (a caller inside the string refuses their residual: the walk lists them, the filter need not),

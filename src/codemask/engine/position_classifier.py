@@ -186,11 +186,17 @@ class PositionClassifier:
         return signature, bool(self._calls.with_callers[rule]), follow
 
     def _followed(self, position: int, unc: Uncertain | None) -> Uncertain | None:
-        """A shared rule's ``unc`` without the tokens whose residual begins with a byte no caller takes."""
+        """A shared rule's ``unc`` without the tokens whose residual begins with a byte no caller
+        takes (`SharedPositions.followed`: made once per record and follow set)."""
         rule = int(self.core.rtn.state_rule[position])
         if unc is None or not self.core.rtn.is_shared(rule):
             return unc
-        return unc.restricted(self._follow[rule][self.trie.matrix[unc.residual_rows, unc.residual_starts]])
+        follow = self._follow[rule]
+
+        def restrict() -> Uncertain | None:
+            return unc.restricted(follow[self.trie.matrix[unc.residual_rows, unc.residual_starts]])
+
+        return SharedPositions.of(self.trie).followed(unc, follow.tobytes(), restrict)
 
     def _walk(self, positions: np.ndarray, progress: str | None) -> tuple[np.ndarray, list[Uncertain | None]]:
         core, trie = self.core, self.trie

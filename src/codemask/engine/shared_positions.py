@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -14,6 +15,10 @@ import numpy as np
 from codemask.engine.automaton import RTN, RuleCalls
 from codemask.engine.token_trie import TokenTrie
 from codemask.engine.uncertain import Uncertain
+
+# How many filtered records `SharedPositions.followed` keeps (a string's few follow sets, per kind
+# of string met).
+FOLLOWED_CAPACITY = 256
 
 
 class SharedPositions:
@@ -32,6 +37,7 @@ class SharedPositions:
 
     def __init__(self) -> None:
         self._entries: OrderedDict[tuple[object, ...], tuple[np.ndarray, Uncertain | None]] = OrderedDict()
+        self._followed: OrderedDict[tuple[int, bytes], tuple[Uncertain, Uncertain | None]] = OrderedDict()
         self.hits = 0
 
     @classmethod
@@ -54,6 +60,27 @@ class SharedPositions:
         """Forget every shared position (the next grammars walk their own)."""
         with self._lock:
             self._entries.clear()
+            self._followed.clear()
+
+    def followed(self, unc: Uncertain, follow: bytes, restrict: Callable[[], Uncertain | None]) -> Uncertain | None:
+        """``unc`` less the tokens whose residual begins with a byte ``follow`` (256 bytes of 0/1)
+        does not hold: ``restrict()`` the first time for this record and these bytes. A shared
+        position's record (and a bounded string's, `CharCounts.filtered`) is one object for every
+        grammar, and grammars end their strings with the same few follow sets (``,``, ``}``, ``]``):
+        filtering a free string's thousands of uncertain tokens again was half the first mask of a
+        string value. Kept by the record's identity, with the record (so that the identity is not
+        reused while kept)."""
+        with self._lock:
+            found = self._followed.get((id(unc), follow))
+            if found is not None:
+                self._followed.move_to_end((id(unc), follow))
+                return found[1]
+        restricted = restrict()
+        with self._lock:
+            self._followed[(id(unc), follow)] = (unc, restricted)
+            if len(self._followed) > FOLLOWED_CAPACITY:
+                self._followed.popitem(last=False)
+        return restricted
 
     @classmethod
     def clear_all(cls) -> None:

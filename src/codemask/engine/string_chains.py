@@ -360,6 +360,7 @@ class CharCounts:
         self.chars, self.closes = by_id >> 1, (by_id & 1).astype(bool)
         self.reference: tuple[np.ndarray, Uncertain | None] | None = None
         self._fitting: dict[tuple[int, int], np.ndarray] = {}
+        self._filtered: dict[tuple[Span, bytes | None, int], tuple[np.ndarray, Uncertain | None]] = {}
         self._rows: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32))
         self._counts, self._at_most = _at_most_rows(self.chars)
         self._open = np.packbits(~self.closes, bitorder="little").view(np.uint32)
@@ -399,6 +400,20 @@ class CharCounts:
         begin with (None: the frame has no caller, so none is kept); ``listed``: the most uncertain
         tokens a position lists (`Uncertain.unlisted` past it)."""
         assert self.reference is not None, "the free string's classification is set first"
+        key = (span, None if exits is None else exits.tobytes(), listed)
+        found = self._filtered.get(key)
+        if found is None:
+            found = self._filter(span, exits, listed)
+            found[0].setflags(write=False)
+            if len(self._filtered) >= KEPT_BOUNDS:
+                self._filtered.pop(next(iter(self._filtered)))
+            self._filtered[key] = found
+        return found
+
+    def _filter(self, span: Span, exits: np.ndarray | None, listed: int) -> tuple[np.ndarray, Uncertain | None]:
+        """`filtered`, made (filtering the free string's thousands of uncertain tokens was most of
+        the first mask of a bounded string)."""
+        assert self.reference is not None
         accepted, uncertain = self.reference
         if exits is None:
             uncertain = None
@@ -432,6 +447,7 @@ class CharCounts:
     def set_reference(self, accepted: np.ndarray, uncertain: Uncertain | None) -> None:
         """Set ``reference``, and the trie rows of its tokens by ``2 * chars + closes`` (a block's
         crossing tokens are those past a key: `_crossing`)."""
+        self._filtered.clear()
         in_reference = np.zeros(self.trie.num_tokens + 1, dtype=bool)  # (a mark per row: np.unique took 35 ms)
         in_reference[self._row_of_id[np.flatnonzero(np.unpackbits(accepted.view(np.uint8), bitorder="little"))]] = True
         if uncertain is not None:
