@@ -133,18 +133,19 @@ class RuleSignatures:
     def __getitem__(self, rule: int) -> bytes | None:
         if self._unshared[rule]:
             return None
+        digests = self._digests
         todo = [rule]
         while todo:  # callees first (no recursion below a rule that does not reach any)
             top = todo[-1]
-            missing = [c for c in self._callees_of(top) if c not in self._digests]
+            callees = self._callees_of(top)
+            missing = [c for c in callees if c not in digests]
             if missing:
                 todo.extend(missing)
                 continue
             todo.pop()
-            if top not in self._digests:
-                self._digests[top] = _rule_digest(self.rtn, top, self._starts[top], self._ends[top],
-                                                  self._callees_of(top), self._digests)
-        return self._digests[rule]
+            if top not in digests:
+                digests[top] = _rule_digest(self.rtn, top, self._starts[top], self._ends[top], callees, digests)
+        return digests[rule]
 
 
 def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callees: list[int],
@@ -158,8 +159,6 @@ def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callees: list[int],
     (equal keys, equal automata, the indices of the rules it calls included), with its callees'
     digests in the order of their indices: hashing a member rule's table took 0.1 ms, and a
     schema's first key position met a dozen of them."""
-    call_lo, callee, ret = rtn.call_table
-    first, last = int(call_lo[lo]), int(call_lo[hi])
     key = rtn.rule_keys[rule] if rtn.rule_keys is not None else None
     if isinstance(key, tuple) and isinstance(key[0], bytes):  # (native.expr_digest, alphabet)
         h = hashlib.blake2b(key[0], digest_size=16, person=b"rule key")
@@ -167,6 +166,8 @@ def _rule_digest(rtn: RTN, rule: int, lo: int, hi: int, callees: list[int],
         for called in callees:
             h.update(callee_digests[called])
         return h.digest()
+    call_lo, callee, ret = rtn.call_table
+    first, last = int(call_lo[lo]), int(call_lo[hi])
     h = hashlib.blake2b(digest_size=16)
     trans = rtn.trans[lo:hi]
     h.update(np.where(trans >= 0, trans - lo, -1).astype(np.int32).tobytes())
