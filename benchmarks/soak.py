@@ -35,8 +35,6 @@ from typing import Any
 
 import one_thread  # noqa: F401  (before numpy, torch and the engines: one thread each, offline)
 
-# isort: split
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ENGINE_NAMES = ("codemask", "codemask_unbounded", "xgrammar", "llguidance")

@@ -219,7 +219,8 @@ def test_filtered_positions_equal_their_walks(tokenizer: str, low: int, high: in
 
 def test_a_bounded_string_is_filtered_once_per_span_and_exits() -> None:
     """`CharCounts.filtered` keeps what it made: the same span and exit bytes (another array of them)
-    give the same, read-only, row and record, equal to filtering afresh; another span its own."""
+    give the same, read-only, row and record; another span its own; a new reference, new ones
+    (each equal to a walk: `test_filtered_positions_equal_their_walks`, which filters through it)."""
     compiled = compiled_schema("llama3", {"type": "array", "items": {"type": "string", "maxLength": 9}})
     trie = token_trie(vocabulary("llama3"))
     PositionClassifier(compiled.core, trie, compiled.vocab_size).prepare()  # (sets the reference)
@@ -229,9 +230,13 @@ def test_a_bounded_string_is_filtered_once_per_span_and_exits() -> None:
     row, unc = counts.filtered(Span(0, 9, True), exits, 16384)
     again_row, again_unc = counts.filtered(Span(0, 9, True), exits.copy(), 16384)
     assert again_row is row and again_unc is unc and not row.flags.writeable
-    fresh_row, fresh_unc = counts._filter(Span(0, 9, True), exits, 16384)
-    assert np.array_equal(fresh_row, row) and uncertain_pairs(trie, fresh_unc) == uncertain_pairs(trie, unc)
-    assert counts.filtered(Span(0, 8, True), exits, 16384)[0] is not row
+    shorter = counts.filtered(Span(0, 8, True), exits, 16384)[0]
+    assert shorter is not row and not np.array_equal(shorter, row)
+    assert counts.reference is not None
+    counts.set_reference(*counts.reference)
+    new_row, new_unc = counts.filtered(Span(0, 9, True), exits, 16384)
+    assert new_row is not row and np.array_equal(new_row, row)
+    assert uncertain_pairs(trie, new_unc) == uncertain_pairs(trie, unc)
 
 
 def assert_block_exits(trie: Any, token_bytes: list[bytes], filtered: Any, walked: Any) -> None:

@@ -1331,9 +1331,8 @@ static PyObject *pwalker_classify(PositionWalker *w, PyObject *args) {
     if (use_memo) memo_room(&w->memo);
     Sink direct = {words, NULL, &exits, -1, follow != NULL, follow ? follow_bits : NULL};
     /* the first byte of every root, then its subtree: directly, or through the memo where the roots
-     * that reach one state hold many tokens */
-    /* the live roots grouped by the state their byte leads to, groups in the order of their first
-     * root: `members[first[k]:first[k + 1]]` */
+     * that reach one state hold many tokens. The live roots are grouped by the state their byte
+     * leads to, groups in the order of their first root: `members[first[k]:first[k + 1]]`. */
     int32_t target[256], group_of[256], group_target[256], group_size[256], group_rows[256];
     int32_t first[257], members[256];
     Py_ssize_t groups = 0;

@@ -30,7 +30,8 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from typing import ClassVar, NamedTuple
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -48,7 +49,8 @@ NEVER = np.iinfo(np.int32).max
 UNKNOWN = -1  # a rule's length in `string_counts`: not a block of a known count
 NO_BLOCK = "no block"  # a callee's part of `StringChains.rule_key` where it begins as no block does
 
-# (lowest, highest) character counts whose token sets a vocabulary keeps (`CharCounts.fitting`)
+# How many bounds a vocabulary keeps the token sets of (`CharCounts.fitting`), and how many bounded
+# positions' classifications (`CharCounts.filtered`): the oldest go first.
 KEPT_BOUNDS = 512
 
 
@@ -342,6 +344,21 @@ def free_string_rtn(alphabet: int) -> tuple[RTN, int]:
     return rtn, int(rtn.trans[rtn.rule_start[rule], QUOTE])
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _kept(kept: dict[K, V], key: K, make: Callable[[], V]) -> V:
+    """``kept[key]``, made by ``make()`` where missing (the oldest item dropped past `KEPT_BOUNDS`)."""
+    found = kept.get(key)
+    if found is None:
+        found = make()
+        if len(kept) >= KEPT_BOUNDS:
+            kept.pop(next(iter(kept)))
+        kept[key] = found
+    return found
+
+
 class CharCounts:
     """Per token of one vocabulary, `json_string_chars`, and the token sets those counts bound.
 
@@ -381,13 +398,8 @@ class CharCounts:
         """The tokens that begin at most ``high`` characters, and at least ``low`` if they close the
         string, as a uint32 bitmask row: ``_fits`` of every token, from the rows of the tokens that
         begin at most so many (testing every token took 0.1 ms per new bound, in a mask)."""
-        row = self._fitting.get((low, high))
-        if row is None:
-            row = self._at_most_row(high) & (~self._at_most_row(low - 1) | self._open)
-            if len(self._fitting) >= KEPT_BOUNDS:
-                self._fitting.pop(next(iter(self._fitting)))
-            self._fitting[(low, high)] = row
-        return row
+        return _kept(self._fitting, (low, high),
+                     lambda: self._at_most_row(high) & (~self._at_most_row(low - 1) | self._open))
 
     def _at_most_row(self, chars: int) -> np.ndarray:
         """The tokens that begin at most ``chars`` characters (the never-fitting ones count
@@ -398,21 +410,14 @@ class CharCounts:
     def filtered(self, span: Span, exits: np.ndarray | None, listed: int) -> tuple[np.ndarray, Uncertain | None]:
         """A chain position's classification from ``reference``. ``exits``: the bytes a residual may
         begin with (None: the frame has no caller, so none is kept); ``listed``: the most uncertain
-        tokens a position lists (`Uncertain.unlisted` past it)."""
+        tokens a position lists (`Uncertain.unlisted` past it). Kept per span, exits and limit until
+        the reference changes (filtering the free string's thousands of uncertain tokens again was
+        most of the first mask of a bounded string in every grammar): the row is read-only."""
         assert self.reference is not None, "the free string's classification is set first"
         key = (span, None if exits is None else exits.tobytes(), listed)
-        found = self._filtered.get(key)
-        if found is None:
-            found = self._filter(span, exits, listed)
-            found[0].setflags(write=False)
-            if len(self._filtered) >= KEPT_BOUNDS:
-                self._filtered.pop(next(iter(self._filtered)))
-            self._filtered[key] = found
-        return found
+        return _kept(self._filtered, key, lambda: self._filter(span, exits, listed))
 
     def _filter(self, span: Span, exits: np.ndarray | None, listed: int) -> tuple[np.ndarray, Uncertain | None]:
-        """`filtered`, made (filtering the free string's thousands of uncertain tokens was most of
-        the first mask of a bounded string)."""
         assert self.reference is not None
         accepted, uncertain = self.reference
         if exits is None:
@@ -424,7 +429,9 @@ class CharCounts:
             if uncertain is not None:
                 first = self.trie.matrix[uncertain.residual_rows, uncertain.residual_starts]
                 uncertain = uncertain.restricted(exits[first])
-        return accepted & self.fitting(NEVER if not span.closing else span.low, span.high), uncertain
+        row = accepted & self.fitting(NEVER if not span.closing else span.low, span.high)
+        row.setflags(write=False)
+        return row, uncertain
 
     def _crossing(self, chars: int, exits: np.ndarray, listed: int) -> Uncertain | None:
         """The tokens whose content runs past the end of a block ``chars`` characters away, each with
